@@ -1,0 +1,65 @@
+"""The one small interface every telemetry source implements.
+
+Shaped for the awkward parts of real vendor libraries:
+
+* **Two-sample metrics** (NVML GPM, cumulative byte and energy counters): ``sample`` is called
+  once per interval and the backend keeps whatever it read last time, returning rates over the
+  span since its previous call. The first call may leave such fields ``None``.
+* **Failures are per device**: ``sample`` raises :class:`DeviceError` (or the subclass
+  :class:`DeviceLostError`) for one device, and the collector marks that device down while the
+  others keep reporting. After a failure the collector keeps calling ``sample`` on a back-off
+  schedule; the backend re-acquires handles or re-initialises its library inside that call, so
+  a device that vanished can come back without a restart.
+* **Hangs**: the collector calls ``sample`` from worker threads with a deadline and never calls
+  the same device twice concurrently, so a backend must be safe to call for *different* devices
+  from different threads (NVML is thread-safe; amdsmi calls are serialised by the backend).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, Sequence, runtime_checkable
+
+from agent.model import DeviceInfo, GpuSample
+
+
+class BackendError(Exception):
+    """Base for errors a backend raises on purpose, with a message meant for a person."""
+
+
+class BackendUnavailable(BackendError):
+    """The source cannot start at all here: library missing, driver not loaded, no devices.
+
+    The message says what is missing and how to fix it; the CLI prints it without a traceback.
+    """
+
+
+class DeviceError(BackendError):
+    """Reading one device failed this interval; the device is marked down and retried."""
+
+
+class DeviceLostError(DeviceError):
+    """The device is gone (fell off the bus, needs a reset); retried with back-off."""
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """A source of per-GPU samples for one node."""
+
+    name: str
+    """Short name used in metrics and logs: ``virtual``, ``nvml``, ``amd``."""
+
+    def discover(self) -> Sequence[DeviceInfo]:
+        """Enumerate devices once at start. Raises :class:`BackendUnavailable` if there are none."""
+        ...
+
+    def sample(self, gpu: str, now: float) -> GpuSample:
+        """Read one device; ``now`` is the wall-clock time the collector stamps on this cycle.
+
+        Returns a sample whose ``ts`` is ``now`` and whose ``interval_s`` is the span the ratios
+        average over. Raises :class:`DeviceError` for a device-level failure.
+        """
+        ...
+
+    def close(self) -> None:
+        """Release library handles; called once at shutdown, possibly while a call hangs."""
+        ...

@@ -1,0 +1,87 @@
+"""Open the backend a user asked for, or find one with ``auto``.
+
+Vendor libraries are imported lazily here and nowhere else, so ``roofwatch demo`` works on a
+machine with no GPU stack, and a broken vendor install produces one clear message instead of
+an import traceback.
+"""
+
+from __future__ import annotations
+
+from agent.backends.base import Backend, BackendUnavailable
+from agent.config import Settings
+
+DEMO_HINT = "To try roofwatch without a GPU, run `roofwatch demo` (a simulated 8-GPU H100 node)."
+
+
+def open_virtual(settings: Settings) -> Backend:
+    from agent.backends.virtual import VirtualBackend
+    from agent.virtual.scenario import ScenarioError, resolve_scenario
+
+    try:
+        scenario = resolve_scenario(settings.scenario)
+    except ScenarioError as exc:
+        raise BackendUnavailable(f"virtual backend: {exc}") from None
+    return VirtualBackend(scenario, node=settings.virtual_node, nominal_interval_s=settings.interval_s)
+
+
+def probe_nvml() -> str:
+    """Initialise NVML once to learn whether this machine has an NVIDIA driver; returns a summary."""
+    import pynvml
+
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError_LibraryNotFound:
+        raise BackendUnavailable("NVML: libnvidia-ml.so.1 not found (no NVIDIA driver installed here)") from None
+    except pynvml.NVMLError_DriverNotLoaded:
+        raise BackendUnavailable("NVML: the NVIDIA kernel driver is not loaded (try `nvidia-smi`)") from None
+    except pynvml.NVMLError as exc:
+        raise BackendUnavailable(f"NVML: initialisation failed: {exc}") from None
+    try:
+        count = pynvml.nvmlDeviceGetCount()
+        driver = pynvml.nvmlSystemGetDriverVersion()
+    finally:
+        pynvml.nvmlShutdown()
+    if count == 0:
+        raise BackendUnavailable(f"NVML: driver {driver} is loaded but reports no GPUs")
+    return f"NVML driver {driver}, {count} GPU(s)"
+
+
+def open_nvml(settings: Settings) -> Backend:
+    summary = probe_nvml()
+    try:
+        from agent.backends.nvml import NvmlBackend  # type: ignore[import-not-found]
+    except ImportError:
+        raise BackendUnavailable(
+            f"{summary} found, but this build of roofwatch has no NVML backend yet"
+        ) from None
+    return NvmlBackend(settings)  # pragma: no cover - arrives with the NVML backend
+
+
+def open_amd(settings: Settings) -> Backend:
+    try:
+        import amdsmi  # type: ignore[import-not-found]  # noqa: F401
+    except ImportError:
+        raise BackendUnavailable("AMD: the amdsmi package is not installed (pip install 'roofwatch[amd]')") from None
+    except Exception as exc:  # noqa: BLE001 - amdsmi raises KeyError when libamd_smi.so is missing
+        raise BackendUnavailable(f"AMD: amdsmi could not load libamd_smi.so ({type(exc).__name__}: {exc})") from None
+    try:
+        from agent.backends.amd import AmdBackend  # type: ignore[import-not-found]
+    except ImportError:
+        raise BackendUnavailable("AMD: amdsmi loaded, but this build of roofwatch has no AMD backend yet") from None
+    return AmdBackend(settings)  # pragma: no cover - arrives with the AMD backend
+
+
+OPENERS = {"nvml": open_nvml, "amd": open_amd, "virtual": open_virtual}
+
+
+def open_backend(settings: Settings) -> Backend:
+    """Open ``settings.backend``; ``auto`` tries NVML then AMD and explains every failure."""
+    if settings.backend != "auto":
+        return OPENERS[settings.backend](settings)
+    reasons = []
+    for name in ("nvml", "amd"):
+        try:
+            return OPENERS[name](settings)
+        except BackendUnavailable as exc:
+            reasons.append(str(exc))
+    raise BackendUnavailable("no GPU backend found:\n  - " + "\n  - ".join(reasons) + "\n" + DEMO_HINT)

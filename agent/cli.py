@@ -1,0 +1,288 @@
+"""The ``roofwatch`` command: run the agent, the demo fleet, and the one-shot tools.
+
+Exit status: 0 success, 1 runtime failure (no GPU backend, port in use, trace not writable),
+2 bad configuration or usage. Errors meant for a person are printed without a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Any, Sequence
+
+from agent import __version__
+from agent.config import DEFAULT_PORT, ConfigError, Settings, load_settings
+
+log = logging.getLogger("roofwatch")
+
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
+DEMO_LISTEN = f"127.0.0.1:{DEFAULT_PORT}"
+
+
+class CliError(Exception):
+    """A failure to report in one line and exit with ``code``."""
+
+    def __init__(self, message: str, code: int = EXIT_FAILURE) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+# -- argument parsing -----------------------------------------------------------------------
+
+
+def _settings_flags(parser: argparse.ArgumentParser, *, backend: bool = True, listen: bool = True) -> None:
+    """Flags that map onto :class:`Settings` fields; unset flags stay ``None`` so env/file win."""
+    group = parser.add_argument_group("settings (flags override ROOFWATCH_* variables, which override --config)")
+    group.add_argument("--config", metavar="FILE", help="YAML settings file (default: $ROOFWATCH_CONFIG)")
+    if backend:
+        group.add_argument("--backend", choices=["auto", "nvml", "amd", "virtual"], help="telemetry source (default auto)")
+    if listen:
+        group.add_argument("--listen", metavar="HOST:PORT", help=f"HTTP listen address (default :{DEFAULT_PORT})")
+    group.add_argument("--interval", dest="interval_s", type=float, metavar="SECONDS", help="collection interval (default 1)")
+    group.add_argument("--node-name", metavar="NAME", help="node label value (default: host name)")
+    group.add_argument("--expected-gpus", type=int, metavar="N", help="GPUs this node should have")
+    group.add_argument("--scenario", metavar="NAME|FILE", help="virtual backend scenario (default demo)")
+    group.add_argument("--virtual-node", metavar="NAME", help="which scenario node to play (virtual backend)")
+    group.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    group.add_argument("--log-format", choices=["logfmt", "json"])
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="roofwatch",
+        description="GPU telemetry agent: roofline verdicts, MFU and raw counters for Prometheus.",
+    )
+    parser.add_argument("--version", action="version", version=f"roofwatch {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    run = sub.add_parser("run", help="run the agent on this node's GPUs", description="Run the agent: collect in the background, serve /metrics.")
+    _settings_flags(run)
+    run.add_argument("--record", metavar="FILE", help="also append every sample to this trace (.jsonl or .jsonl.gz)")
+
+    demo = sub.add_parser("demo", help="run the agent on a simulated 8-GPU node", description="Run the agent on the virtual GPU fleet and print its URL.")
+    _settings_flags(demo, backend=False)
+    demo.add_argument("--record", metavar="FILE", help="also append every sample to this trace")
+
+    snap = sub.add_parser("snapshot", help="print one snapshot of this node's GPUs", description="Collect briefly and print what the agent sees.")
+    _settings_flags(snap, listen=False)
+    snap.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    snap.add_argument("--url", metavar="URL", help="read the snapshot from a running agent instead (e.g. http://node:9477)")
+
+    rec = sub.add_parser("record", help="record a trace", description="Record samples to a trace file (../shared/trace-format.md).")
+    _settings_flags(rec, listen=False)
+    rec.add_argument("--out", required=True, metavar="FILE", help="trace file to write (.jsonl, or .jsonl.gz to compress)")
+    rec.add_argument("--duration", type=float, default=60.0, metavar="SECONDS", help="how long to record (default 60)")
+    rec.add_argument(
+        "--simulate", action="store_true",
+        help="write the virtual engine's samples in virtual time, labelled with the true class, without waiting",
+    )
+
+    specs = sub.add_parser("specs", help="print the GPU peak-spec catalogue", description="Print dense peak FLOP/s, bandwidth and ridge points per GPU model.")
+    specs.add_argument("--json", action="store_true", help="print JSON (SI units)")
+    return parser
+
+
+def _settings_from(args: argparse.Namespace, **forced: Any) -> Settings:
+    import os
+
+    names = set(Settings.model_fields)
+    overrides = {k: v for k, v in vars(args).items() if k in names}
+    overrides.update(forced)
+    config = getattr(args, "config", None) or os.environ.get("ROOFWATCH_CONFIG")
+    try:
+        return load_settings(config, **overrides)
+    except ConfigError as exc:
+        raise CliError(str(exc), EXIT_USAGE) from None
+
+
+# -- commands -------------------------------------------------------------------------------
+
+
+def _open(settings: Settings):
+    from agent.backends.base import BackendUnavailable
+    from agent.backends.registry import open_backend
+
+    try:
+        return open_backend(settings)
+    except BackendUnavailable as exc:
+        raise CliError(str(exc)) from None
+
+
+def _make_collector(settings: Settings, backend):
+    from agent.collector import Backoff, Collector
+
+    return Collector(
+        backend,
+        node=settings.node_name,
+        interval_s=settings.interval_s,
+        sample_timeout_s=settings.sample_timeout_s,
+        history_len=settings.history_len,
+        expected_devices=settings.expected_gpus,
+        backoff=Backoff(initial_s=settings.interval_s),
+    )
+
+
+def _serve(settings: Settings, record: str | None, *, announce: bool) -> int:
+    from agent.logs import configure_logging
+    from exporters.http import AgentHTTPServer
+
+    configure_logging(settings.log_level, settings.log_format)
+    backend = _open(settings)
+    collector = _make_collector(settings, backend)
+    recorder = _attach_recorder(collector, record, settings) if record else None
+    try:
+        server = AgentHTTPServer(
+            settings.listen_address,
+            lambda: collector.snapshot,
+            stale_after_s=settings.effective_stale_after_s,
+            max_processes_per_gpu=settings.max_processes_per_gpu,
+        )
+    except OSError as exc:
+        collector.stop()
+        raise CliError(f"cannot listen on {settings.listen}: {exc.strerror or exc}") from None
+
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        log.info("stopping", extra={"signal": signal.Signals(signum).name})
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+    collector.start()
+    server_thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, name="roofwatch-http", daemon=True)
+    server_thread.start()
+    log.info(
+        "serving",
+        extra={"url": server.url, "backend": backend.name, "gpus": len(collector.devices), "interval_s": settings.interval_s},
+    )
+    if announce:
+        print(f"roofwatch {__version__}: {len(collector.devices)} GPUs ({backend.name} backend) on {server.url}", flush=True)
+        print(f"  metrics: {server.url}metrics   health: {server.url}healthz   stop: Ctrl-C", flush=True)
+    stop.wait()
+    server.shutdown()
+    server.server_close()
+    collector.stop(timeout=1.0)
+    if recorder is not None:
+        recorder.close()
+    return EXIT_OK
+
+
+def _attach_recorder(collector, path: str, settings: Settings):
+    from agent.recorder import SnapshotRecorder
+    from agent.trace import TraceWriteError
+
+    try:
+        recorder = SnapshotRecorder(path, node=settings.node_name)
+    except (OSError, TraceWriteError) as exc:
+        raise CliError(f"cannot write trace {path}: {exc}") from None
+    collector.add_listener(recorder)
+    return recorder
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    return _serve(_settings_from(args), args.record, announce=False)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    forced: dict[str, Any] = {"backend": "virtual"}
+    settings = _settings_from(args, **forced)
+    if args.listen is None and "listen" not in settings.model_fields_set:
+        settings = _settings_from(args, listen=DEMO_LISTEN, **forced)
+    return _serve(settings, args.record, announce=True)
+
+
+def cmd_snapshot(args: argparse.Namespace) -> int:
+    from agent.snapshot_json import snapshot_to_dict
+    from agent.snapshot_text import snapshot_table
+
+    if args.url:
+        from agent.snapshot_text import fetch_snapshot_json
+
+        data = fetch_snapshot_json(args.url)
+        print(json.dumps(data, indent=2) if args.json else snapshot_table(data))
+        return EXIT_OK
+    settings = _settings_from(args)
+    collector = _make_collector(settings, _open(settings))
+    try:
+        # Two cycles: rate and two-sample (GPM) metrics need a previous reading.
+        collector.collect_once()
+        threading.Event().wait(min(settings.interval_s, 1.0))
+        snapshot = collector.collect_once()
+    finally:
+        collector.stop()
+    data = snapshot_to_dict(snapshot)
+    print(json.dumps(data, indent=2) if args.json else snapshot_table(data))
+    return EXIT_OK
+
+
+def cmd_record(args: argparse.Namespace) -> int:
+    from agent.trace import TraceWriteError
+
+    if args.duration <= 0:
+        raise CliError("--duration: must be greater than 0 seconds", EXIT_USAGE)
+    if args.simulate:
+        settings = _settings_from(args, backend="virtual")
+        from agent.recorder import record_simulation
+
+        try:
+            count = record_simulation(settings, Path(args.out), duration_s=args.duration)
+        except TraceWriteError as exc:
+            raise CliError(str(exc)) from None
+        print(f"wrote {count} samples to {args.out}")
+        return EXIT_OK
+    settings = _settings_from(args)
+    from agent.logs import configure_logging
+
+    configure_logging(settings.log_level, settings.log_format)
+    collector = _make_collector(settings, _open(settings))
+    recorder = _attach_recorder(collector, args.out, settings)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    collector.start()
+    stop.wait(args.duration)
+    collector.stop()
+    recorder.close()
+    print(f"wrote {recorder.count} samples to {args.out}")
+    return EXIT_OK if recorder.error is None else EXIT_FAILURE
+
+
+def cmd_specs(args: argparse.Namespace) -> int:
+    from agent import specs
+
+    if args.json:
+        print(json.dumps(specs.specs_json(), indent=2))
+    else:
+        print(specs.specs_table())
+    return EXIT_OK
+
+
+COMMANDS = {
+    "run": cmd_run,
+    "demo": cmd_demo,
+    "snapshot": cmd_snapshot,
+    "record": cmd_record,
+    "specs": cmd_specs,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except CliError as exc:
+        print(f"roofwatch {args.command}: {exc}", file=sys.stderr)
+        return exc.code
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,304 @@
+"""Background collection: sample every device on a fixed schedule and publish immutable snapshots.
+
+Scrapes never touch a backend. They read :attr:`Collector.snapshot`, a reference swapped in
+atomically once per cycle, so a slow or hung GPU call can delay only its own device's data.
+
+Isolation per device:
+
+* each device is sampled in a worker thread with a deadline; a call that raises or overruns
+  marks only that device down;
+* a device never has two calls in flight, so a hung driver call costs one thread, not one per
+  cycle (threads are bounded by the device count);
+* a failed device is retried on an exponential back-off, and comes back up on its first good
+  sample.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures as cf
+import dataclasses
+import logging
+import math
+import threading
+import time
+from typing import Callable, Deque, Sequence
+
+from agent.backends.base import Backend, DeviceLostError
+from agent.model import (
+    CollectorHealth,
+    DeviceCounters,
+    DeviceInfo,
+    DeviceState,
+    GpuSample,
+    NodeSnapshot,
+)
+
+log = logging.getLogger("roofwatch.collector")
+
+SnapshotListener = Callable[[NodeSnapshot], None]
+
+
+@dataclasses.dataclass(frozen=True)
+class Backoff:
+    """Exponential retry delay for a failing device: first retry after ``initial_s``, doubling."""
+
+    initial_s: float = 1.0
+    max_s: float = 60.0
+
+    def delay(self, consecutive_failures: int) -> float:
+        exponent = max(0, consecutive_failures - 1)
+        return min(self.max_s, self.initial_s * (2.0 ** min(exponent, 30)))
+
+
+@dataclasses.dataclass
+class _DeviceSlot:
+    """Mutable per-device bookkeeping, private to the collector thread."""
+
+    info: DeviceInfo
+    up: bool = False
+    sample: GpuSample | None = None
+    last_success_ts: float | None = None
+    error: str | None = "not sampled yet"
+    consecutive_failures: int = 0
+    sample_errors_total: int = 0
+    next_attempt_mono: float = 0.0
+    in_flight: cf.Future[GpuSample] | None = None
+    counters: DeviceCounters = dataclasses.field(default_factory=DeviceCounters)
+    history: Deque[GpuSample] = dataclasses.field(default_factory=collections.deque)
+
+    def state(self) -> DeviceState:
+        return DeviceState(
+            info=self.info,
+            up=self.up,
+            sample=self.sample,
+            last_success_ts=self.last_success_ts,
+            error=self.error,
+            consecutive_failures=self.consecutive_failures,
+            sample_errors_total=self.sample_errors_total,
+            counters=self.counters,
+        )
+
+
+def accumulate_counters(counters: DeviceCounters, previous: GpuSample | None, sample: GpuSample) -> DeviceCounters:
+    """Advance the monotonic per-device totals by one interval.
+
+    Energy prefers the driver's own cumulative counter (exact, survives our sampling gaps) and
+    falls back to power x interval. A counter that goes backwards (driver reload, wrap) adds
+    nothing for that interval rather than a negative or huge step.
+    """
+    dt = sample.interval_s or 0.0
+    energy_step = 0.0
+    if sample.energy_j is not None and previous is not None and previous.energy_j is not None:
+        delta = sample.energy_j - previous.energy_j
+        energy_step = delta if delta >= 0 else 0.0
+    elif sample.energy_j is None and sample.power_w is not None:
+        energy_step = sample.power_w * dt
+
+    def step(rate: float | None) -> float:
+        return rate * dt if rate is not None and math.isfinite(rate) and rate > 0 else 0.0
+
+    return DeviceCounters(
+        energy_j=counters.energy_j + energy_step,
+        pcie_tx_bytes=counters.pcie_tx_bytes + step(sample.pcie_tx_bytes_per_s),
+        pcie_rx_bytes=counters.pcie_rx_bytes + step(sample.pcie_rx_bytes_per_s),
+        link_tx_bytes=counters.link_tx_bytes + step(sample.link_tx_bytes_per_s),
+        link_rx_bytes=counters.link_rx_bytes + step(sample.link_rx_bytes_per_s),
+        net_tx_bytes=counters.net_tx_bytes + step(sample.net_tx_bytes_per_s),
+        net_rx_bytes=counters.net_rx_bytes + step(sample.net_rx_bytes_per_s),
+    )
+
+
+class Collector:
+    """Samples a backend on its own schedule and publishes a :class:`NodeSnapshot` per cycle."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        node: str,
+        interval_s: float = 1.0,
+        sample_timeout_s: float | None = None,
+        history_len: int = 600,
+        expected_devices: int | None = None,
+        backoff: Backoff | None = None,
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.backend = backend
+        self.node = node
+        self.interval_s = interval_s
+        self.sample_timeout_s = sample_timeout_s if sample_timeout_s is not None else max(0.05, 0.8 * interval_s)
+        self.history_len = history_len
+        self.backoff = backoff or Backoff(initial_s=interval_s)
+        self._clock = clock
+        self._monotonic = monotonic
+        self._listeners: list[SnapshotListener] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._cycles = 0
+        self._sequence = 0
+
+        devices: Sequence[DeviceInfo] = backend.discover()
+        self._slots: dict[str, _DeviceSlot] = {
+            d.gpu: _DeviceSlot(info=d, history=collections.deque(maxlen=history_len)) for d in devices
+        }
+        self.expected_devices = expected_devices if expected_devices is not None else len(self._slots)
+        # One worker per device: a device never has two calls in flight, so this bounds threads
+        # even when every device hangs.
+        self._pool = cf.ThreadPoolExecutor(
+            max_workers=max(1, len(self._slots)), thread_name_prefix="roofwatch-sample"
+        )
+        self._snapshot = self._build_snapshot(self._clock(), CollectorHealth(backend=backend.name, interval_s=interval_s))
+
+    # -- reading -----------------------------------------------------------------------------
+
+    @property
+    def snapshot(self) -> NodeSnapshot:
+        """The last published snapshot (an atomic reference read; never blocks on a GPU)."""
+        return self._snapshot
+
+    @property
+    def devices(self) -> list[DeviceInfo]:
+        return [slot.info for slot in self._slots.values()]
+
+    def history(self, gpu: str) -> tuple[GpuSample, ...]:
+        """Recent good samples of one device, oldest first (bounded by ``history_len``)."""
+        slot = self._slots.get(gpu)
+        return tuple(slot.history) if slot else ()
+
+    def add_listener(self, listener: SnapshotListener) -> None:
+        """Call ``listener(snapshot)`` after every cycle, on the collector thread."""
+        self._listeners.append(listener)
+
+    # -- running -----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        self._thread = threading.Thread(target=self._run, name="roofwatch-collector", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 2.0) -> None:
+        """Stop the loop and release the backend; hung device calls are abandoned, not awaited."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        try:
+            self.backend.close()
+        except Exception:  # noqa: BLE001 - shutdown must not fail on a broken driver
+            log.warning("backend close failed", exc_info=True)
+
+    def wait_for_cycles(self, count: int, timeout: float) -> bool:
+        """Block until ``count`` cycles have completed (for tests and one-shot commands)."""
+        deadline = self._monotonic() + timeout
+        while self._cycles < count:
+            if self._monotonic() > deadline or self._stop.wait(0.01):
+                return self._cycles >= count
+        return True
+
+    def _run(self) -> None:
+        next_tick = self._monotonic()
+        while not self._stop.is_set():
+            try:
+                self.collect_once()
+            except Exception:  # noqa: BLE001 - the loop must survive anything a cycle throws
+                log.exception("collection cycle failed")
+            next_tick += self.interval_s
+            now = self._monotonic()
+            if next_tick < now:  # fell behind (slow cycle, suspended host): skip missed ticks
+                next_tick = now + self.interval_s - ((now - next_tick) % self.interval_s)
+            self._stop.wait(max(0.0, next_tick - now))
+
+    def collect_once(self) -> NodeSnapshot:
+        """Run one cycle synchronously and publish its snapshot."""
+        started = self._monotonic()
+        now = self._clock()
+        submitted: dict[cf.Future[GpuSample], _DeviceSlot] = {}
+        for slot in self._slots.values():
+            if slot.in_flight is not None:
+                if not slot.in_flight.done():
+                    continue  # still hung from an earlier cycle: stays down, no second call
+                slot.in_flight = None
+            if started < slot.next_attempt_mono:
+                continue
+            future = self._pool.submit(self.backend.sample, slot.info.gpu, now)
+            slot.in_flight = future
+            submitted[future] = slot
+
+        if submitted:
+            done, pending = cf.wait(submitted, timeout=self.sample_timeout_s)
+        else:
+            done, pending = set(), set()
+        for future in done:
+            slot = submitted[future]
+            slot.in_flight = None
+            error = future.exception()
+            if error is None:
+                self._record_success(slot, future.result())
+            else:
+                self._record_failure(slot, error, started)
+        for future in pending:
+            slot = submitted[future]
+            self._record_failure(
+                slot, TimeoutError(f"no answer within {self.sample_timeout_s:.2f}s"), started
+            )
+
+        self._cycles += 1
+        duration = self._monotonic() - started
+        health = CollectorHealth(
+            backend=self.backend.name,
+            cycles_total=self._cycles,
+            last_cycle_duration_s=duration,
+            last_cycle_success=all(slot.up for slot in self._slots.values()) and bool(self._slots),
+            last_cycle_ts=now,
+            interval_s=self.interval_s,
+        )
+        snapshot = self._build_snapshot(now, health)
+        self._snapshot = snapshot
+        for listener in self._listeners:
+            try:
+                listener(snapshot)
+            except Exception:  # noqa: BLE001 - a broken sink must not stop collection
+                log.exception("snapshot listener failed")
+        return snapshot
+
+    # -- bookkeeping -------------------------------------------------------------------------
+
+    def _record_success(self, slot: _DeviceSlot, sample: GpuSample) -> None:
+        if not slot.up and slot.consecutive_failures:
+            log.info("device back up", extra={"gpu": slot.info.gpu, "after_failures": slot.consecutive_failures})
+        slot.counters = accumulate_counters(slot.counters, slot.sample, sample)
+        slot.sample = sample
+        slot.history.append(sample)
+        slot.up = True
+        slot.error = None
+        slot.consecutive_failures = 0
+        slot.last_success_ts = sample.ts
+        slot.next_attempt_mono = 0.0
+
+    def _record_failure(self, slot: _DeviceSlot, error: BaseException, started: float) -> None:
+        slot.consecutive_failures += 1
+        slot.sample_errors_total += 1
+        kind = "lost" if isinstance(error, DeviceLostError) else type(error).__name__
+        message = f"{kind}: {error}"
+        if slot.up or slot.error != message:
+            log.warning("device down", extra={"gpu": slot.info.gpu, "error": message})
+        slot.up = False
+        slot.error = message
+        slot.next_attempt_mono = started + self.backoff.delay(slot.consecutive_failures)
+
+    def _build_snapshot(self, now: float, health: CollectorHealth) -> NodeSnapshot:
+        self._sequence += 1
+        states = tuple(slot.state() for slot in self._slots.values())
+        host = next((s.sample.host for s in states if s.sample is not None and s.sample.host), None)
+        return NodeSnapshot(
+            ts=now,
+            node=self.node,
+            devices=states,
+            health=health,
+            expected_devices=self.expected_devices,
+            host=host,
+            sequence=self._sequence,
+        )

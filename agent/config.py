@@ -1,0 +1,152 @@
+"""Agent settings from a YAML file, ``ROOFWATCH_*`` environment variables and command-line flags.
+
+Precedence, highest first: flags > environment > config file > built-in defaults. A node
+fleet is usually configured by one file baked into the image or ConfigMap, with a per-node
+override by environment, and a person debugging on one node reaches for a flag.
+
+An invalid value never falls back silently: :func:`load_settings` raises :class:`ConfigError`
+whose message names the field, what was given and what is allowed, and the CLI exits with 2.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import ipaddress
+import socket
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import Field, ValidationError, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    YamlConfigSettingsSource,
+)
+
+from agent.model import Dtype
+
+DEFAULT_PORT = 9477
+_config_file: contextvars.ContextVar[Path | None] = contextvars.ContextVar("roofwatch_config_file", default=None)
+
+
+class ConfigError(ValueError):
+    """A configuration problem meant for a person: names the field and what is allowed."""
+
+
+def parse_listen(value: str) -> tuple[str, int]:
+    """Split ``HOST:PORT`` / ``:PORT`` / ``[v6]:PORT`` into (host, port); empty host = all interfaces."""
+    text = value.strip()
+    if text.startswith("["):
+        host, sep, port_text = text[1:].partition("]:")
+        if not sep:
+            raise ValueError(f"'{value}' is not HOST:PORT (IPv6 hosts look like [::1]:{DEFAULT_PORT})")
+    else:
+        host, sep, port_text = text.rpartition(":")
+        if not sep:
+            raise ValueError(f"'{value}' is not HOST:PORT (for example 0.0.0.0:{DEFAULT_PORT} or :{DEFAULT_PORT})")
+    if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        raise ValueError(f"port '{port_text}' in '{value}' must be a number from 0 to 65535")
+    if host:
+        try:
+            ipaddress.ip_address(host)
+        except ValueError:
+            if not all(part.isalnum() or "-" in part for part in host.split(".")):
+                raise ValueError(f"host '{host}' in '{value}' is neither an IP address nor a host name") from None
+    return host, int(port_text)
+
+
+class Settings(BaseSettings):
+    """Every knob of the agent. Field names are the YAML keys; ``ROOFWATCH_<NAME>`` overrides."""
+
+    model_config = SettingsConfigDict(env_prefix="ROOFWATCH_", extra="forbid", validate_default=True)
+
+    backend: Literal["auto", "nvml", "amd", "virtual"] = Field(
+        "auto", description="Telemetry source: auto tries NVML, then AMD; virtual runs the simulated fleet."
+    )
+    listen: str = Field(f":{DEFAULT_PORT}", description="HTTP listen address HOST:PORT (empty host = all interfaces).")
+    interval_s: float = Field(1.0, ge=0.05, le=60.0, description="Seconds between collection cycles.")
+    sample_timeout_s: float | None = Field(
+        None, gt=0.0, le=60.0, description="Deadline for one device read; default 0.8 x interval."
+    )
+    history_len: int = Field(600, ge=10, le=100_000, description="Samples kept per GPU for classification windows.")
+    node_name: str = Field(default_factory=socket.gethostname, min_length=1, description="Value of the node label.")
+    expected_gpus: int | None = Field(
+        None, ge=0, le=1024, description="GPUs this node should have; default: as many as were discovered."
+    )
+    stale_after_s: float | None = Field(
+        None, gt=0.0, description="/healthz fails when the snapshot is older; default max(10 s, 5 intervals)."
+    )
+    max_processes_per_gpu: int = Field(16, ge=0, le=1024, description="Per-process series kept per GPU (largest first).")
+    scenario: str = Field("demo", min_length=1, description="Virtual backend: built-in scenario name or YAML path.")
+    virtual_node: str | None = Field(None, description="Virtual backend: which scenario node this agent plays.")
+    dtype: Dtype = Field("bf16", description="Math precision assumed for peak FLOP/s when the workload does not say.")
+    log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="Log verbosity.")
+    log_format: Literal["logfmt", "json"] = Field("logfmt", description="Structured log line format on stderr.")
+
+    @field_validator("listen")
+    @classmethod
+    def _check_listen(cls, value: str) -> str:
+        parse_listen(value)
+        return value
+
+    @property
+    def listen_address(self) -> tuple[str, int]:
+        return parse_listen(self.listen)
+
+    @property
+    def effective_stale_after_s(self) -> float:
+        return self.stale_after_s if self.stale_after_s is not None else max(10.0, 5.0 * self.interval_s)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        path = _config_file.get()
+        if path is not None:
+            sources.append(YamlConfigSettingsSource(settings_cls, yaml_file=path))
+        return tuple(sources)
+
+
+def _describe(error: dict[str, Any]) -> str:
+    field = ".".join(str(part) for part in error.get("loc", ())) or "(settings)"
+    message = error.get("msg", "invalid value")
+    if error.get("type") == "extra_forbidden":
+        return f"{field}: unknown setting (valid settings: {', '.join(sorted(Settings.model_fields))})"
+    given = error.get("input")
+    shown = "" if isinstance(given, dict) else f" (got {given!r})"
+    return f"{field}: {message}{shown}"
+
+
+def _check_config_file(path: Path) -> None:
+    if not path.is_file():
+        raise ConfigError(f"config file {path}: not found")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file {path}: not valid YAML: {exc}") from None
+    if data is not None and not isinstance(data, dict):
+        raise ConfigError(f"config file {path}: must be a mapping of setting: value, got {type(data).__name__}")
+
+
+def load_settings(config_file: str | Path | None = None, **overrides: Any) -> Settings:
+    """Build settings; ``overrides`` are the flags the user actually passed (``None`` = not given)."""
+    path = Path(config_file) if config_file else None
+    if path is not None:
+        _check_config_file(path)
+    token = _config_file.set(path)
+    try:
+        return Settings(**{k: v for k, v in overrides.items() if v is not None})
+    except ValidationError as exc:
+        details = "; ".join(_describe(e) for e in exc.errors())
+        source = f" (config file {path})" if path else ""
+        raise ConfigError(f"invalid configuration{source}: {details}") from None
+    finally:
+        _config_file.reset(token)

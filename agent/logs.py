@@ -1,0 +1,59 @@
+"""Structured, quiet-by-default logging on stderr (logfmt or JSON lines).
+
+Each line is one event with key=value context (``gpu=3 error="lost: ..."``) so log pipelines
+can filter on fields. Per-cycle chatter lives at debug; info carries only start, stop and
+state changes (a GPU going down or coming back), so a healthy node logs almost nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+
+_STANDARD_ATTRS = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime"}
+
+
+def _extras(record: logging.LogRecord) -> dict[str, object]:
+    return {k: v for k, v in vars(record).items() if k not in _STANDARD_ATTRS and not k.startswith("_")}
+
+
+def _logfmt_value(value: object) -> str:
+    text = str(value)
+    if text and not any(c in text for c in ' "=\n\t\\'):
+        return text
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+class LogfmtFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        ts = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z"
+        fields = {"ts": ts, "level": record.levelname.lower(), "logger": record.name, "msg": record.getMessage()}
+        fields.update(_extras(record))
+        if record.exc_info:
+            fields["exc"] = self.formatException(record.exc_info)
+        return " ".join(f"{k}={_logfmt_value(v)}" for k, v in fields.items())
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        fields: dict[str, object] = {
+            "ts": record.created,
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        fields.update({k: v if isinstance(v, (int, float, bool, type(None))) else str(v) for k, v in _extras(record).items()})
+        if record.exc_info:
+            fields["exc"] = self.formatException(record.exc_info)
+        return json.dumps(fields, separators=(",", ":"))
+
+
+def configure_logging(level: str = "info", fmt: str = "logfmt") -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if fmt == "json" else LogfmtFormatter())
+    root = logging.getLogger("roofwatch")
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    root.propagate = False

@@ -1,0 +1,265 @@
+"""Vendor-neutral data model shared by backends, the collector, the classifier and exporters.
+
+Everything here is plain, immutable data in SI units and 0..1 ratios. ``None`` always means
+*unknown* (not supported, not yet measured, or lost), never zero: a GPU whose tensor counter
+is unavailable must not look like a GPU whose tensor pipes are idle.
+
+The per-GPU sample mirrors ../shared/trace-format.md field for field, so a trace line and a
+live sample are the same object. The few fields beyond that contract (cumulative counters)
+are optional additions, which the contract allows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+Ratio = Annotated[float, Field(ge=0.0, le=1.0)]
+"""A fraction in 0..1 (utilisation, duty cycle)."""
+
+NonNegative = Annotated[float, Field(ge=0.0)]
+NonNegativeInt = Annotated[int, Field(ge=0)]
+
+Vendor = Literal["nvidia", "amd"]
+Dtype = Literal["fp8", "bf16", "fp16", "tf32", "fp32", "fp64"]
+DTYPES: tuple[str, ...] = ("fp8", "bf16", "fp16", "tf32", "fp32", "fp64")
+
+WORKLOAD_CLASSES: tuple[str, ...] = (
+    "idle",
+    "compute_bound",
+    "memory_bound",
+    "input_starved",
+    "communication_jittered",
+    "latency_bound",
+    "unknown",
+)
+WorkloadClass = Literal[
+    "idle",
+    "compute_bound",
+    "memory_bound",
+    "input_starved",
+    "communication_jittered",
+    "latency_bound",
+    "unknown",
+]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProcessSample:
+    """One process holding a GPU context. PIDs are host PIDs (the drivers are not namespace aware)."""
+
+    pid: NonNegativeInt
+    name: str | None = None
+    used_memory_bytes: NonNegativeInt | None = None
+    cpu_cores: NonNegative | None = None
+    """CPU used by the process and its children, in cores (1.0 = one core busy)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HostSample:
+    """Node-wide host signals that separate data-loading stalls from GPU-side limits."""
+
+    cpu_iowait_ratio: Ratio | None = None
+    io_pressure_ratio: Ratio | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkloadReport:
+    """What the job itself reported. ``tokens_per_s`` is the whole job's throughput."""
+
+    job: str | None = None
+    rank: NonNegativeInt | None = None
+    world_size: Annotated[int, Field(ge=1)] | None = None
+    step: NonNegativeInt | None = None
+    step_time_s: NonNegative | None = None
+    tokens_per_s: NonNegative | None = None
+    flops_per_token: NonNegative | None = None
+    model_bytes: NonNegative | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GpuSample:
+    """One GPU (or MIG instance / AMD partition) over one sampling interval.
+
+    Ratios average over ``interval_s``; rates are bytes per second over the same interval.
+    """
+
+    ts: float
+    gpu: str
+    node: str = "local"
+    uuid: str | None = None
+    vendor: Vendor | None = None
+    model: str | None = None
+    interval_s: Annotated[float, Field(gt=0.0)] | None = None
+
+    gr_active: Ratio | None = None
+    sm_active: Ratio | None = None
+    sm_occupancy: Ratio | None = None
+    tensor_active: Ratio | None = None
+    fp64_active: Ratio | None = None
+    fp32_active: Ratio | None = None
+    fp16_active: Ratio | None = None
+    dram_active: Ratio | None = None
+
+    pcie_tx_bytes_per_s: NonNegative | None = None
+    pcie_rx_bytes_per_s: NonNegative | None = None
+    link_tx_bytes_per_s: NonNegative | None = None
+    link_rx_bytes_per_s: NonNegative | None = None
+    net_tx_bytes_per_s: NonNegative | None = None
+    net_rx_bytes_per_s: NonNegative | None = None
+
+    power_w: NonNegative | None = None
+    temperature_c: float | None = None
+    sm_clock_mhz: NonNegative | None = None
+    sm_clock_max_mhz: NonNegative | None = None
+    mem_used_bytes: NonNegativeInt | None = None
+    mem_total_bytes: NonNegativeInt | None = None
+    clock_event_reasons: NonNegativeInt | None = None
+    dtype: Dtype | None = None
+
+    processes: tuple[ProcessSample, ...] | None = None
+    host: HostSample | None = None
+    workload: WorkloadReport | None = None
+    label: WorkloadClass | None = None
+
+    # Optional additions to the trace contract: cumulative counters as the driver keeps them
+    # (since driver load), so exporters can publish exact totals instead of integrated rates.
+    energy_j: NonNegative | None = None
+    """Cumulative energy counter in joules (NVML total energy, amdsmi energy accumulator)."""
+    power_limit_w: NonNegative | None = None
+    """Enforced power limit in watts; power near it explains clock drops."""
+
+
+SAMPLE_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(GpuSample))
+
+
+# Clock-event reason bits (NVML ``nvmlClocksEventReason*``); AMD backends translate into these.
+CLOCK_EVENT_REASONS: dict[str, int] = {
+    "gpu_idle": 0x1,
+    "applications_clocks_setting": 0x2,
+    "sw_power_cap": 0x4,
+    "hw_slowdown": 0x8,
+    "sync_boost": 0x10,
+    "sw_thermal_slowdown": 0x20,
+    "hw_thermal_slowdown": 0x40,
+    "hw_power_brake_slowdown": 0x80,
+    "display_clock_setting": 0x100,
+}
+THROTTLE_REASON_MASK = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
+"""Bits that mean the clock is held below what the workload asks for."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GpuSpec:
+    """Vendor peak numbers for one GPU model (dense, boost clock), used for rooflines and MFU.
+
+    ``estimated`` marks specs derived at run time from what the driver reports rather than
+    taken from a datasheet; consumers must surface that flag rather than hide it.
+    """
+
+    key: str
+    name: str
+    vendor: Vendor
+    peak_flops: dict[str, float]
+    """Dense peak FLOP/s per dtype (keys from DTYPES); a missing dtype is unsupported/unknown."""
+    mem_bandwidth_bytes_per_s: float | None
+    memory_bytes: int | None
+    tdp_w: float | None
+    sm_count: int | None = None
+    """SMs (NVIDIA) or compute units (AMD) of the full device the peaks refer to."""
+    ref_clock_mhz: float | None = None
+    """SM clock at which the tensor peaks are quoted (H100 SXM: ~1830 MHz, not the max boost)."""
+    max_clock_mhz: float | None = None
+    link_bandwidth_bytes_per_s: float | None = None
+    """GPU-to-GPU fabric bandwidth per direction (NVLink / XGMI), when the model has one."""
+    pci_device_ids: tuple[int, ...] = ()
+    estimated: bool = False
+    notes: str = ""
+
+    def ridge_point(self, dtype: str) -> float | None:
+        """Arithmetic intensity (FLOP/byte) above which a kernel can reach the compute roof."""
+        peak = self.peak_flops.get(dtype)
+        if peak is None or not self.mem_bandwidth_bytes_per_s:
+            return None
+        return peak / self.mem_bandwidth_bytes_per_s
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeviceInfo:
+    """Static identity of one device as discovered by a backend."""
+
+    gpu: str
+    """Index as the trace names it: ``"3"``, or ``"3/1"`` for a MIG instance or partition."""
+    uuid: str
+    vendor: Vendor
+    model: str
+    memory_total_bytes: int | None = None
+    sm_count: int | None = None
+    link_count: int | None = None
+    pci_device_id: int | None = None
+    pci_bus_id: str | None = None
+    sm_clock_max_mhz: float | None = None
+    spec: GpuSpec | None = None
+    """Peaks for this device (already scaled to a MIG slice / partition); ``None`` if unknown."""
+    capabilities: tuple[str, ...] = ()
+    """What the backend found it can read (e.g. ``gpm``, ``tensor_active``), for `doctor`."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeviceCounters:
+    """Monotonic per-device totals since the agent started (Prometheus counters)."""
+
+    energy_j: float = 0.0
+    pcie_tx_bytes: float = 0.0
+    pcie_rx_bytes: float = 0.0
+    link_tx_bytes: float = 0.0
+    link_rx_bytes: float = 0.0
+    net_tx_bytes: float = 0.0
+    net_rx_bytes: float = 0.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeviceState:
+    """The collector's view of one device at snapshot time."""
+
+    info: DeviceInfo
+    up: bool
+    sample: GpuSample | None = None
+    """Last good sample; kept while the device is down so its age shows how stale it is."""
+    last_success_ts: float | None = None
+    error: str | None = None
+    consecutive_failures: int = 0
+    sample_errors_total: int = 0
+    counters: DeviceCounters = field(default_factory=DeviceCounters)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CollectorHealth:
+    """How the last collection cycle went; exported so a silent agent is never mistaken for idle GPUs."""
+
+    backend: str
+    cycles_total: int = 0
+    last_cycle_duration_s: float | None = None
+    last_cycle_success: bool = False
+    last_cycle_ts: float | None = None
+    interval_s: float = 1.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeSnapshot:
+    """Everything a scrape needs, published atomically once per cycle and never mutated."""
+
+    ts: float
+    node: str
+    devices: tuple[DeviceState, ...]
+    health: CollectorHealth
+    expected_devices: int
+    host: HostSample | None = None
+    sequence: int = 0
+    """Increments with every published snapshot; lets exporters cache per snapshot."""
+
+    @property
+    def visible_devices(self) -> int:
+        return sum(1 for d in self.devices if d.up)

@@ -1,0 +1,55 @@
+"""Human-readable snapshot for ``roofwatch snapshot``, and fetching one from a running agent."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from typing import Any
+
+
+def _pct(value: Any) -> str:
+    return "—" if value is None else f"{value * 100:5.1f}%"
+
+
+def _num(value: Any, unit: str, scale: float = 1.0) -> str:
+    return "—" if value is None else f"{value * scale:.0f} {unit}"
+
+
+def snapshot_table(data: dict[str, Any]) -> str:
+    """One line per GPU: state, duty, SM, tensor, DRAM, power, clock, memory."""
+    header = ("GPU", "MODEL", "STATE", "ENGINE", "SM", "TENSOR", "DRAM", "POWER", "SM CLOCK", "MEMORY USED")
+    rows = [header]
+    for device in data["devices"]:
+        info, sample = device["info"], device.get("sample") or {}
+        state = "up" if device["up"] else f"DOWN ({device.get('error') or 'unknown'})"
+        used = sample.get("mem_used_bytes")
+        rows.append(
+            (
+                info["gpu"], info["model"], state,
+                _pct(sample.get("gr_active")), _pct(sample.get("sm_active")),
+                _pct(sample.get("tensor_active")), _pct(sample.get("dram_active")),
+                _num(sample.get("power_w"), "W"), _num(sample.get("sm_clock_mhz"), "MHz"),
+                "—" if used is None else f"{used / 2**30:.1f} GiB",
+            )
+        )
+    widths = [max(len(str(r[i])) for r in rows) for i in range(len(header))]
+    lines = ["  ".join(str(cell).ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+    health = data["health"]
+    summary = (
+        f"node {data['node']}: {data['visible_devices']}/{data['expected_devices']} GPUs up, "
+        f"backend {health['backend']}, cycle {health['cycles_total']}"
+    )
+    return "\n".join([summary, *lines])
+
+
+def fetch_snapshot_json(url: str, timeout: float = 5.0) -> dict[str, Any]:
+    """GET ``/api/v1/snapshot`` from an agent at ``url`` (base URL or the full endpoint)."""
+    from agent.cli import CliError
+
+    endpoint = url if url.rstrip("/").endswith("/api/v1/snapshot") else url.rstrip("/") + "/api/v1/snapshot"
+    try:
+        with urllib.request.urlopen(endpoint, timeout=timeout) as response:  # noqa: S310 - user-given URL
+            return json.loads(response.read())
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        raise CliError(f"cannot read a snapshot from {endpoint}: {exc}") from None

@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# roofwatch's one entry point for people and CI. Each command sets up what it needs first.
+#
+#   ./dev.sh demo [ARGS...]   run the agent on the built-in virtual 8-GPU node (roofwatch demo ARGS)
+#   ./dev.sh test [ARGS...]   run the whole test suite (pytest ARGS)
+#   ./dev.sh setup            only create/refresh the virtualenv
+#
+# Setup: a virtualenv in .venv (override with ROOFWATCH_VENV) with roofwatch installed editable,
+# and for tests the Debian package `prometheus` (for promtool), installed with apt when we are
+# root or have password-less sudo.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+VENV=${ROOFWATCH_VENV:-.venv}
+PYTHON=${PYTHON:-python3}
+
+say() { printf '==> %s\n' "$*" >&2; }
+die() { printf 'error: %s\n' "$*" >&2; exit 1; }
+
+as_root() {
+    if [ "$(id -u)" = 0 ]; then "$@"
+    elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then sudo "$@"
+    else return 1
+    fi
+}
+
+apt_install() {
+    say "installing Debian packages: $*"
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq &&
+        as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
+check_python() {
+    command -v "$PYTHON" >/dev/null 2>&1 || die "$PYTHON not found: install Python 3.10 or newer (apt-get install python3)"
+    "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 10))' ||
+        die "roofwatch needs Python >= 3.10; $PYTHON is $("$PYTHON" -V 2>&1)"
+}
+
+ensure_venv() {
+    local extras=$1
+    check_python
+    if [ ! -x "$VENV/bin/python" ]; then
+        say "creating virtualenv $VENV"
+        if ! "$PYTHON" -m venv "$VENV" 2>/dev/null; then
+            rm -rf "$VENV"
+            local pyver
+            pyver=$("$PYTHON" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
+            apt_install "python${pyver}-venv" || apt_install python3-venv ||
+                die "python venv support is missing: run 'sudo apt-get install python3-venv' and retry"
+            "$PYTHON" -m venv "$VENV"
+        fi
+    fi
+    local stamp="$VENV/.roofwatch-installed-$extras"
+    if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+        say "installing roofwatch and its dependencies into $VENV"
+        "$VENV/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip
+        "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e ".$extras"
+        touch "$stamp"
+    fi
+}
+
+ensure_promtool() {
+    command -v promtool >/dev/null 2>&1 && return 0
+    local had_service=0
+    [ -e /lib/systemd/system/prometheus.service ] && had_service=1
+    if apt_install prometheus; then
+        # The package starts a Prometheus server where systemd runs; tests need only promtool.
+        if [ "$had_service" = 0 ] && command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
+            as_root systemctl disable --now prometheus prometheus-node-exporter >/dev/null 2>&1 || true
+        fi
+    else
+        say "promtool is missing and cannot be installed without root: run 'sudo apt-get install prometheus'."
+        say "Tests that check the exposition with promtool will fail until then."
+    fi
+}
+
+cmd=${1:-help}
+[ $# -gt 0 ] && shift
+case "$cmd" in
+    demo)
+        ensure_venv ""
+        exec "$VENV/bin/roofwatch" demo "$@"
+        ;;
+    test)
+        ensure_venv "[test]"
+        ensure_promtool
+        exec "$VENV/bin/python" -m pytest "$@"
+        ;;
+    setup)
+        ensure_venv "[test]"
+        ;;
+    *)
+        sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
+        [ "$cmd" = help ] || exit 2
+        ;;
+esac

@@ -1,0 +1,267 @@
+"""The one table of every metric roofwatch exports, and how each is read from a snapshot.
+
+``docs/metrics.md`` is checked against :data:`METRICS` by a test, and the Prometheus collector
+builds its families from the same table, so the documentation, the exposition and the code
+cannot drift apart.
+
+Conventions (https://prometheus.io/docs/practices/naming/): one ``roofwatch_`` namespace, base
+units (seconds, bytes, watts, hertz, joules), ``_ratio`` for 0..1, ``_total`` for counters,
+``_info`` for metadata. An unknown value is *absent*, never exported as 0. The label set per
+GPU is fixed, so the number of series per GPU is bounded; the only open-ended label values
+(per-process series) are capped by ``max_processes_per_gpu``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Literal
+
+from agent.model import DeviceState, GpuSample
+
+MetricKind = Literal["gauge", "counter", "info"]
+
+GPU_LABELS: tuple[str, ...] = ("node", "gpu", "uuid")
+NODE_LABELS: tuple[str, ...] = ("node",)
+
+
+@dataclasses.dataclass(frozen=True)
+class MetricDef:
+    """One exported metric family. ``name`` is the full exposed name (with ``_total``/``_info``)."""
+
+    name: str
+    kind: MetricKind
+    unit: str
+    help: str
+    labels: tuple[str, ...]
+    nvidia: str = "—"
+    amd: str = "—"
+    virtual: str = "simulated"
+
+    @property
+    def family_name(self) -> str:
+        """Name handed to prometheus_client, which appends ``_total`` / ``_info`` itself."""
+        for suffix in ("_total", "_info"):
+            if self.kind in ("counter", "info") and self.name.endswith(suffix):
+                return self.name[: -len(suffix)]
+        return self.name
+
+
+SampleGetter = Callable[[GpuSample], "float | int | None"]
+
+
+@dataclasses.dataclass(frozen=True)
+class SampleGauge:
+    """A per-GPU gauge read straight from one field of the last sample, optionally scaled."""
+
+    metric: MetricDef
+    getter: SampleGetter
+
+
+def _field(name: str, scale: float = 1.0) -> SampleGetter:
+    def get(sample: GpuSample) -> float | None:
+        value = getattr(sample, name)
+        return None if value is None else value * scale
+
+    return get
+
+
+def _gpu_gauge(name: str, unit: str, help: str, field: str, *, nvidia: str, amd: str, scale: float = 1.0) -> SampleGauge:
+    return SampleGauge(MetricDef(name, "gauge", unit, help, GPU_LABELS, nvidia=nvidia, amd=amd), _field(field, scale))
+
+
+SAMPLE_GAUGES: tuple[SampleGauge, ...] = (
+    _gpu_gauge(
+        "roofwatch_gpu_engine_active_ratio", "ratio",
+        "Fraction of the interval in which any kernel ran (duty cycle; not SM occupancy).", "gr_active",
+        nvidia="GPM GRAPHICS_UTIL, else nvmlDeviceGetUtilizationRates().gpu", amd="gfx_activity",
+    ),
+    _gpu_gauge(
+        "roofwatch_gpu_sm_active_ratio", "ratio", "Fraction of SMs with at least one resident warp, averaged over the interval.",
+        "sm_active", nvidia="GPM SM_UTIL (Hopper+)", amd="—",
+    ),
+    _gpu_gauge(
+        "roofwatch_gpu_sm_occupancy_ratio", "ratio", "Resident warps relative to the theoretical maximum.",
+        "sm_occupancy", nvidia="GPM SM_OCCUPANCY (Hopper+)", amd="per-process cu_occupancy, summed",
+    ),
+    _gpu_gauge(
+        "roofwatch_gpu_tensor_active_ratio", "ratio", "Fraction of cycles any tensor pipe was active.",
+        "tensor_active", nvidia="GPM ANY_TENSOR_UTIL (Hopper+)", amd="— (amdsmi has no tensor counter)",
+    ),
+    _gpu_gauge(
+        "roofwatch_gpu_dram_active_ratio", "ratio", "Fraction of peak DRAM bandwidth in use.",
+        "dram_active", nvidia="GPM DRAM_BW_UTIL (Hopper+)", amd="umc_activity (memory-controller busy, a proxy)",
+    ),
+    _gpu_gauge(
+        "roofwatch_gpu_power_watts", "watts", "Instantaneous board power draw.", "power_w",
+        nvidia="field POWER_INSTANT, else nvmlDeviceGetPowerUsage", amd="current_socket_power (partition 0)",
+    ),
+    _gpu_gauge(
+        "roofwatch_gpu_power_limit_watts", "watts", "Enforced power limit; power at this limit explains clock drops.",
+        "power_limit_w", nvidia="nvmlDeviceGetEnforcedPowerLimit", amd="power_limit",
+    ),
+    _gpu_gauge(
+        "roofwatch_gpu_temperature_celsius", "celsius", "GPU die temperature.", "temperature_c",
+        nvidia="nvmlDeviceGetTemperature(GPU)", amd="temperature hotspot",
+    ),
+    _gpu_gauge(
+        "roofwatch_gpu_sm_clock_hertz", "hertz", "Current SM (AMD: gfx) clock.", "sm_clock_mhz",
+        nvidia="nvmlDeviceGetClockInfo(SM)", amd="current_gfxclk", scale=1e6,
+    ),
+    _gpu_gauge(
+        "roofwatch_gpu_sm_clock_max_hertz", "hertz", "Maximum SM (AMD: gfx) clock.", "sm_clock_max_mhz",
+        nvidia="nvmlDeviceGetMaxClockInfo(SM)", amd="max gfx clock", scale=1e6,
+    ),
+    _gpu_gauge(
+        "roofwatch_gpu_memory_used_bytes", "bytes", "Device memory in use.", "mem_used_bytes",
+        nvidia="nvmlDeviceGetMemoryInfo().used", amd="amdsmi_get_gpu_memory_usage(VRAM)",
+    ),
+    _gpu_gauge(
+        "roofwatch_gpu_memory_total_bytes", "bytes", "Device memory size.", "mem_total_bytes",
+        nvidia="nvmlDeviceGetMemoryInfo().total", amd="amdsmi_get_gpu_memory_total(VRAM)",
+    ),
+)
+
+PIPE_ACTIVE = MetricDef(
+    "roofwatch_gpu_pipe_active_ratio", "gauge", "ratio", "Fraction of cycles a non-tensor math pipe was active.",
+    GPU_LABELS + ("pipe",), nvidia="GPM FP64_UTIL / FP32_UTIL / FP16_UTIL (Hopper+)", amd="—",
+)
+PIPE_FIELDS: tuple[tuple[str, str], ...] = (("fp64", "fp64_active"), ("fp32", "fp32_active"), ("fp16", "fp16_active"))
+
+CLOCK_EVENT_ACTIVE = MetricDef(
+    "roofwatch_gpu_clock_event_active", "gauge", "boolean",
+    "1 while this clocks-event reason holds the clock down (power cap, thermal, ...), else 0.",
+    GPU_LABELS + ("reason",), nvidia="nvmlDeviceGetCurrentClocksEventReasons", amd="throttle_status / violation status",
+)
+
+GPU_INFO = MetricDef(
+    "roofwatch_gpu_info", "info", "", "Identity of each GPU and where its peak numbers come from.",
+    GPU_LABELS + ("vendor", "model", "pci_bus_id", "spec", "spec_source"),
+    nvidia="nvmlDeviceGetName / GetUUID / GetPciInfo", amd="amdsmi_get_gpu_asic_info / device_uuid / bdf",
+)
+GPU_UP = MetricDef(
+    "roofwatch_gpu_up", "gauge", "boolean", "1 if the last read of this GPU succeeded, 0 if it failed or hung.",
+    GPU_LABELS, nvidia="collector", amd="collector", virtual="collector",
+)
+GPU_LAST_SAMPLE = MetricDef(
+    "roofwatch_gpu_last_sample_timestamp_seconds", "gauge", "seconds",
+    "Unix time of the last good sample of this GPU; stops advancing while it is down.",
+    GPU_LABELS, nvidia="collector", amd="collector", virtual="collector",
+)
+GPU_SAMPLE_ERRORS = MetricDef(
+    "roofwatch_gpu_sample_errors_total", "counter", "errors", "Failed or timed-out reads of this GPU.",
+    GPU_LABELS, nvidia="collector", amd="collector", virtual="collector",
+)
+GPU_PEAK_FLOPS = MetricDef(
+    "roofwatch_gpu_peak_flops", "gauge", "flops", "Dense peak FLOP/s of this GPU (or slice) per math precision.",
+    GPU_LABELS + ("dtype",), nvidia="spec catalogue", amd="spec catalogue", virtual="spec catalogue",
+)
+GPU_PEAK_BANDWIDTH = MetricDef(
+    "roofwatch_gpu_peak_memory_bandwidth_bytes_per_second", "gauge", "bytes per second",
+    "Peak DRAM bandwidth of this GPU (or slice).", GPU_LABELS,
+    nvidia="spec catalogue, else 2 x mem clock x bus width", amd="spec catalogue, else vram_max_bandwidth",
+    virtual="spec catalogue",
+)
+ENERGY = MetricDef(
+    "roofwatch_gpu_energy_joules_total", "counter", "joules", "Energy used since the agent started.",
+    GPU_LABELS, nvidia="nvmlDeviceGetTotalEnergyConsumption deltas", amd="energy_accumulator x counter_resolution",
+)
+PCIE_BYTES = MetricDef(
+    "roofwatch_gpu_pcie_bytes_total", "counter", "bytes", "Bytes over the host PCIe link since the agent started.",
+    GPU_LABELS + ("direction",), nvidia="GPM PCIE_TX/RX_PER_SEC or PCIe byte fields", amd="pcie_bandwidth_acc",
+)
+LINK_BYTES = MetricDef(
+    "roofwatch_gpu_link_bytes_total", "counter", "bytes",
+    "Bytes over the GPU-to-GPU fabric (NVLink / XGMI, all links) since the agent started.",
+    GPU_LABELS + ("direction",), nvidia="GPM NVLINK_TOTAL_TX/RX_PER_SEC or NVLink byte fields",
+    amd="xgmi_read/write_data_acc",
+)
+NETWORK_BYTES = MetricDef(
+    "roofwatch_gpu_network_bytes_total", "counter", "bytes",
+    "Bytes through the InfiniBand/RoCE port nearest this GPU since the agent started.",
+    GPU_LABELS + ("direction",), nvidia="sysfs infiniband counters", amd="sysfs infiniband counters",
+)
+PROCESSES = MetricDef(
+    "roofwatch_gpu_processes", "gauge", "processes", "Processes holding a context on this GPU.",
+    GPU_LABELS, nvidia="nvmlDeviceGetComputeRunningProcesses", amd="amdsmi_get_gpu_process_list",
+)
+PROCESS_MEMORY = MetricDef(
+    "roofwatch_gpu_process_memory_used_bytes", "gauge", "bytes",
+    "Device memory held by one process (largest max_processes_per_gpu per GPU).",
+    GPU_LABELS + ("pid", "process"), nvidia="usedGpuMemory", amd="memory_usage.vram_mem",
+)
+HOST_IOWAIT = MetricDef(
+    "roofwatch_host_cpu_iowait_ratio", "gauge", "ratio", "Share of host CPU time spent waiting for I/O.",
+    NODE_LABELS, nvidia="/proc/stat", amd="/proc/stat",
+)
+HOST_IO_PRESSURE = MetricDef(
+    "roofwatch_host_io_pressure_ratio", "gauge", "ratio", "Share of time some task stalled on I/O (PSI some avg10).",
+    NODE_LABELS, nvidia="/proc/pressure/io", amd="/proc/pressure/io",
+)
+GPUS_EXPECTED = MetricDef(
+    "roofwatch_gpus_expected", "gauge", "gpus", "GPUs this node should have (configured, else discovered at start).",
+    NODE_LABELS, nvidia="collector", amd="collector", virtual="collector",
+)
+GPUS_VISIBLE = MetricDef(
+    "roofwatch_gpus_visible", "gauge", "gpus", "GPUs whose last read succeeded; below expected means a GPU is missing.",
+    NODE_LABELS, nvidia="collector", amd="collector", virtual="collector",
+)
+COLLECTOR_CYCLES = MetricDef(
+    "roofwatch_collector_cycles_total", "counter", "cycles", "Collection cycles run since start.",
+    NODE_LABELS + ("backend",), nvidia="collector", amd="collector", virtual="collector",
+)
+COLLECTOR_DURATION = MetricDef(
+    "roofwatch_collector_last_cycle_duration_seconds", "gauge", "seconds", "Wall time the last collection cycle took.",
+    NODE_LABELS + ("backend",), nvidia="collector", amd="collector", virtual="collector",
+)
+COLLECTOR_SUCCESS = MetricDef(
+    "roofwatch_collector_last_cycle_success", "gauge", "boolean", "1 if every GPU was read in the last cycle.",
+    NODE_LABELS + ("backend",), nvidia="collector", amd="collector", virtual="collector",
+)
+COLLECTOR_INTERVAL = MetricDef(
+    "roofwatch_collector_interval_seconds", "gauge", "seconds", "Configured seconds between collection cycles.",
+    NODE_LABELS + ("backend",), nvidia="collector", amd="collector", virtual="collector",
+)
+SNAPSHOT_TS = MetricDef(
+    "roofwatch_snapshot_timestamp_seconds", "gauge", "seconds", "Unix time the served snapshot was taken.",
+    NODE_LABELS, nvidia="collector", amd="collector", virtual="collector",
+)
+BUILD_INFO = MetricDef(
+    "roofwatch_build_info", "info", "", "Agent version and runtime.", ("version", "python_version"),
+    nvidia="agent", amd="agent", virtual="agent",
+)
+
+METRICS: tuple[MetricDef, ...] = (
+    BUILD_INFO,
+    GPUS_EXPECTED,
+    GPUS_VISIBLE,
+    COLLECTOR_CYCLES,
+    COLLECTOR_DURATION,
+    COLLECTOR_SUCCESS,
+    COLLECTOR_INTERVAL,
+    SNAPSHOT_TS,
+    GPU_INFO,
+    GPU_UP,
+    GPU_LAST_SAMPLE,
+    GPU_SAMPLE_ERRORS,
+    GPU_PEAK_FLOPS,
+    GPU_PEAK_BANDWIDTH,
+    *(g.metric for g in SAMPLE_GAUGES),
+    PIPE_ACTIVE,
+    CLOCK_EVENT_ACTIVE,
+    ENERGY,
+    PCIE_BYTES,
+    LINK_BYTES,
+    NETWORK_BYTES,
+    PROCESSES,
+    PROCESS_MEMORY,
+    HOST_IOWAIT,
+    HOST_IO_PRESSURE,
+)
+
+
+def spec_source(device: DeviceState) -> str:
+    """Where the GPU's peaks came from: the datasheet catalogue, a flagged estimate, or nowhere."""
+    spec = device.info.spec
+    if spec is None:
+        return "unknown"
+    return "estimated" if spec.estimated else "catalogue"

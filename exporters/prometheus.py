@@ -1,0 +1,183 @@
+"""A prometheus_client custom collector that turns the latest node snapshot into metric families.
+
+It reads only the immutable snapshot handed to it, so a scrape costs the same whether the
+GPUs answer in microseconds or hang. :class:`ExpositionCache` renders each snapshot once per
+exposition format: Prometheus and a handful of dashboards scraping the same agent share
+the work.
+"""
+
+from __future__ import annotations
+
+import platform
+import threading
+from typing import Callable, Iterable, Iterator
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from agent import __version__
+from agent.model import CLOCK_EVENT_REASONS, DeviceState, NodeSnapshot
+from exporters import metrics as m
+
+
+class SnapshotCollector(Collector):
+    """Yields every family in :data:`exporters.metrics.METRICS` from ``get_snapshot()``."""
+
+    def __init__(self, get_snapshot: Callable[[], NodeSnapshot], *, max_processes_per_gpu: int = 16) -> None:
+        self._get_snapshot = get_snapshot
+        self._max_processes = max_processes_per_gpu
+
+    def describe(self) -> Iterable[Metric]:
+        return []  # families depend on the snapshot; skip the registry's eager collect()
+
+    def collect(self) -> Iterator[Metric]:
+        yield from families_for(self._get_snapshot(), max_processes_per_gpu=self._max_processes)
+
+
+def families_for(snapshot: NodeSnapshot, *, max_processes_per_gpu: int = 16) -> list[Metric]:
+    """Build all metric families for one snapshot (pure: the same snapshot gives the same output)."""
+    node = snapshot.node
+    node_labels = [node]
+    backend_labels = [node, snapshot.health.backend]
+    out: list[Metric] = []
+
+    build = InfoMetricFamily(m.BUILD_INFO.family_name, m.BUILD_INFO.help)
+    build.add_metric([], {"version": __version__, "python_version": platform.python_version()})
+    out.append(build)
+
+    def node_gauge(defn: m.MetricDef, labels: list[str], value: float | None) -> None:
+        family = GaugeMetricFamily(defn.name, defn.help, labels=defn.labels)
+        if value is not None:
+            family.add_metric(labels, value)
+        out.append(family)
+
+    node_gauge(m.GPUS_EXPECTED, node_labels, snapshot.expected_devices)
+    node_gauge(m.GPUS_VISIBLE, node_labels, snapshot.visible_devices)
+    cycles = CounterMetricFamily(m.COLLECTOR_CYCLES.family_name, m.COLLECTOR_CYCLES.help, labels=m.COLLECTOR_CYCLES.labels)
+    cycles.add_metric(backend_labels, snapshot.health.cycles_total)
+    out.append(cycles)
+    node_gauge(m.COLLECTOR_DURATION, backend_labels, snapshot.health.last_cycle_duration_s)
+    node_gauge(m.COLLECTOR_SUCCESS, backend_labels, 1.0 if snapshot.health.last_cycle_success else 0.0)
+    node_gauge(m.COLLECTOR_INTERVAL, backend_labels, snapshot.health.interval_s)
+    node_gauge(m.SNAPSHOT_TS, node_labels, snapshot.health.last_cycle_ts)
+
+    host = snapshot.host
+    node_gauge(m.HOST_IOWAIT, node_labels, host.cpu_iowait_ratio if host else None)
+    node_gauge(m.HOST_IO_PRESSURE, node_labels, host.io_pressure_ratio if host else None)
+
+    out.extend(_device_families(node, snapshot.devices, max_processes_per_gpu))
+    return out
+
+
+def _device_families(node: str, devices: tuple[DeviceState, ...], max_processes: int) -> list[Metric]:
+    info = InfoMetricFamily(m.GPU_INFO.family_name, m.GPU_INFO.help, labels=m.GPU_LABELS)
+    up = GaugeMetricFamily(m.GPU_UP.name, m.GPU_UP.help, labels=m.GPU_UP.labels)
+    last = GaugeMetricFamily(m.GPU_LAST_SAMPLE.name, m.GPU_LAST_SAMPLE.help, labels=m.GPU_LAST_SAMPLE.labels)
+    errors = CounterMetricFamily(m.GPU_SAMPLE_ERRORS.family_name, m.GPU_SAMPLE_ERRORS.help, labels=m.GPU_SAMPLE_ERRORS.labels)
+    peak_flops = GaugeMetricFamily(m.GPU_PEAK_FLOPS.name, m.GPU_PEAK_FLOPS.help, labels=m.GPU_PEAK_FLOPS.labels)
+    peak_bw = GaugeMetricFamily(m.GPU_PEAK_BANDWIDTH.name, m.GPU_PEAK_BANDWIDTH.help, labels=m.GPU_PEAK_BANDWIDTH.labels)
+    gauges = [GaugeMetricFamily(g.metric.name, g.metric.help, labels=g.metric.labels) for g in m.SAMPLE_GAUGES]
+    pipes = GaugeMetricFamily(m.PIPE_ACTIVE.name, m.PIPE_ACTIVE.help, labels=m.PIPE_ACTIVE.labels)
+    clock_events = GaugeMetricFamily(m.CLOCK_EVENT_ACTIVE.name, m.CLOCK_EVENT_ACTIVE.help, labels=m.CLOCK_EVENT_ACTIVE.labels)
+    counters = {
+        defn.name: CounterMetricFamily(defn.family_name, defn.help, labels=defn.labels)
+        for defn in (m.ENERGY, m.PCIE_BYTES, m.LINK_BYTES, m.NETWORK_BYTES)
+    }
+    processes = GaugeMetricFamily(m.PROCESSES.name, m.PROCESSES.help, labels=m.PROCESSES.labels)
+    process_memory = GaugeMetricFamily(m.PROCESS_MEMORY.name, m.PROCESS_MEMORY.help, labels=m.PROCESS_MEMORY.labels)
+
+    for device in devices:
+        d = device.info
+        labels = [node, d.gpu, d.uuid]
+        spec = d.spec
+        info.add_metric(
+            labels,
+            {
+                "vendor": d.vendor,
+                "model": d.model,
+                "pci_bus_id": d.pci_bus_id or "",
+                "spec": spec.key if spec else "",
+                "spec_source": m.spec_source(device),
+            },
+        )
+        up.add_metric(labels, 1.0 if device.up else 0.0)
+        errors.add_metric(labels, device.sample_errors_total)
+        if device.last_success_ts is not None:
+            last.add_metric(labels, device.last_success_ts)
+        if spec is not None:
+            for dtype, flops in spec.peak_flops.items():
+                peak_flops.add_metric(labels + [dtype], flops)
+            if spec.mem_bandwidth_bytes_per_s:
+                peak_bw.add_metric(labels, spec.mem_bandwidth_bytes_per_s)
+
+        c = device.counters
+        counters[m.ENERGY.name].add_metric(labels, c.energy_j)
+        for defn, tx, rx in (
+            (m.PCIE_BYTES, c.pcie_tx_bytes, c.pcie_rx_bytes),
+            (m.LINK_BYTES, c.link_tx_bytes, c.link_rx_bytes),
+            (m.NETWORK_BYTES, c.net_tx_bytes, c.net_rx_bytes),
+        ):
+            counters[defn.name].add_metric(labels + ["tx"], tx)
+            counters[defn.name].add_metric(labels + ["rx"], rx)
+
+        sample = device.sample
+        if not device.up or sample is None:
+            continue  # a down GPU's last values would read as live; up=0 says why they are gone
+        for family, gauge in zip(gauges, m.SAMPLE_GAUGES):
+            value = gauge.getter(sample)
+            if value is not None:
+                family.add_metric(labels, value)
+        for pipe, field in m.PIPE_FIELDS:
+            value = getattr(sample, field)
+            if value is not None:
+                pipes.add_metric(labels + [pipe], value)
+        if sample.clock_event_reasons is not None:
+            for reason, bit in CLOCK_EVENT_REASONS.items():
+                clock_events.add_metric(labels + [reason], 1.0 if sample.clock_event_reasons & bit else 0.0)
+        if sample.processes is not None:
+            processes.add_metric(labels, len(sample.processes))
+            largest = sorted(sample.processes, key=lambda p: p.used_memory_bytes or 0, reverse=True)
+            for proc in largest[:max_processes]:
+                if proc.used_memory_bytes is not None:
+                    process_memory.add_metric(labels + [str(proc.pid), proc.name or ""], proc.used_memory_bytes)
+
+    return [info, up, last, errors, peak_flops, peak_bw, *gauges, pipes, clock_events, *counters.values(), processes, process_memory]
+
+
+class ExpositionCache:
+    """Renders the exposition once per (snapshot, format) and serves the bytes to every scraper."""
+
+    def __init__(self, get_snapshot: Callable[[], NodeSnapshot], *, max_processes_per_gpu: int = 16) -> None:
+        self._get_snapshot = get_snapshot
+        self._registry = CollectorRegistry(auto_describe=False)
+        self._current: NodeSnapshot | None = None
+        self._collector = SnapshotCollector(lambda: self._current_or_latest(), max_processes_per_gpu=max_processes_per_gpu)
+        self._registry.register(self._collector)
+        self._lock = threading.Lock()
+        self._cache: dict[tuple[int, str], bytes] = {}
+
+    def _current_or_latest(self) -> NodeSnapshot:
+        return self._current if self._current is not None else self._get_snapshot()
+
+    @property
+    def registry(self) -> CollectorRegistry:
+        return self._registry
+
+    def render(self, encoder: Callable[[CollectorRegistry], bytes], content_type: str) -> bytes:
+        snapshot = self._get_snapshot()
+        key = (snapshot.sequence, content_type)
+        cached = self._cache.get(key)
+        if cached is not None:
+            return cached
+        with self._lock:
+            cached = self._cache.get(key)
+            if cached is None:
+                self._current = snapshot
+                try:
+                    cached = encoder(self._registry)
+                finally:
+                    self._current = None
+                # Keep only the newest snapshot's renderings: memory stays bounded.
+                self._cache = {k: v for k, v in self._cache.items() if k[0] == snapshot.sequence}
+                self._cache[key] = cached
+        return cached

@@ -1,0 +1,189 @@
+"""The collector isolates device failures, bounds threads and history, and never blocks readers."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from agent.backends.base import DeviceError, DeviceLostError
+from agent.collector import Backoff, Collector, accumulate_counters
+from agent.model import DeviceCounters, DeviceInfo, GpuSample
+
+
+class ScriptedBackend:
+    """A Backend whose devices behave as each test scripts: ok, raise, or block until released."""
+
+    name = "scripted"
+
+    def __init__(self, count: int = 4) -> None:
+        self.devices = [DeviceInfo(gpu=str(i), uuid=f"GPU-{i}", vendor="nvidia", model="Test GPU") for i in range(count)]
+        self.behaviour: dict[str, str] = {}
+        self.release = threading.Event()
+        self.calls: dict[str, int] = {d.gpu: 0 for d in self.devices}
+        self.concurrent: dict[str, int] = {d.gpu: 0 for d in self.devices}
+        self.max_concurrent: dict[str, int] = {d.gpu: 0 for d in self.devices}
+        self.energy = 0.0
+        self.closed = False
+        self._lock = threading.Lock()
+
+    def discover(self):
+        return self.devices
+
+    def sample(self, gpu: str, now: float) -> GpuSample:
+        with self._lock:
+            self.calls[gpu] += 1
+            self.concurrent[gpu] += 1
+            self.max_concurrent[gpu] = max(self.max_concurrent[gpu], self.concurrent[gpu])
+        try:
+            mode = self.behaviour.get(gpu, "ok")
+            if mode == "error":
+                raise DeviceError("scripted failure")
+            if mode == "lost":
+                raise DeviceLostError("fell off the bus")
+            if mode == "hang":
+                self.release.wait(30)
+            return GpuSample(ts=now, gpu=gpu, interval_s=1.0, gr_active=0.5, power_w=100.0, pcie_tx_bytes_per_s=1e6)
+        finally:
+            with self._lock:
+                self.concurrent[gpu] -= 1
+
+    def close(self) -> None:
+        self.closed = True
+        self.release.set()
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def make(backend: ScriptedBackend, **kw) -> tuple[Collector, FakeClock]:
+    mono = FakeClock()
+    collector = Collector(
+        backend, node="n1", interval_s=1.0, sample_timeout_s=0.2, monotonic=mono, clock=lambda: mono.t + 1e9, **kw
+    )
+    return collector, mono
+
+
+def test_all_devices_reported_up():
+    backend = ScriptedBackend(4)
+    collector, _ = make(backend)
+    snap = collector.collect_once()
+    assert [d.up for d in snap.devices] == [True] * 4
+    assert snap.visible_devices == 4 and snap.expected_devices == 4
+    assert snap.health.last_cycle_success
+    collector.stop()
+
+
+def test_failing_device_is_down_while_others_report():
+    backend = ScriptedBackend(4)
+    backend.behaviour["2"] = "error"
+    collector, _ = make(backend)
+    snap = collector.collect_once()
+    up = {d.info.gpu: d.up for d in snap.devices}
+    assert up == {"0": True, "1": True, "2": False, "3": True}
+    down = snap.devices[2]
+    assert "scripted failure" in down.error and down.sample_errors_total == 1
+    assert not snap.health.last_cycle_success
+    collector.stop()
+
+
+def test_hanging_device_times_out_without_second_call_and_recovers():
+    backend = ScriptedBackend(3)
+    backend.behaviour["1"] = "hang"
+    collector, mono = make(backend)
+    snap = collector.collect_once()
+    assert not snap.devices[1].up and "TimeoutError" in snap.devices[1].error
+    assert all(d.up for i, d in enumerate(snap.devices) if i != 1)
+    for _ in range(5):  # the hung call is still in flight: no pile-up of calls or threads
+        mono.t += 10
+        snap = collector.collect_once()
+        assert snap.devices[0].up and snap.devices[2].up
+    assert backend.calls["1"] == 1 and backend.max_concurrent["1"] == 1
+    assert threading.active_count() < 20
+    backend.behaviour["1"] = "ok"
+    backend.release.set()
+    recovered = False
+    for _ in range(200):  # poll until the released call finishes and a retry succeeds
+        mono.t += 10
+        if collector.collect_once().devices[1].up:
+            recovered = True
+            break
+    assert recovered
+    collector.stop()
+
+
+def test_backoff_spaces_out_retries_of_a_lost_device():
+    backend = ScriptedBackend(2)
+    backend.behaviour["0"] = "lost"
+    collector, mono = make(backend, backoff=Backoff(initial_s=1.0, max_s=8.0))
+    for _ in range(20):  # 20 cycles, 1 s apart
+        collector.collect_once()
+        mono.t += 1.0
+    # retries at 0, 1, 3, 7, 15 s (delays 1, 2, 4, 8): far fewer than one per cycle
+    assert backend.calls["0"] == 5
+    assert backend.calls["1"] == 20
+    assert "lost" in collector.snapshot.devices[0].error
+    collector.stop()
+
+
+def test_backoff_delay_doubles_and_caps():
+    b = Backoff(initial_s=0.5, max_s=4.0)
+    assert [b.delay(n) for n in range(1, 7)] == [0.5, 1.0, 2.0, 4.0, 4.0, 4.0]
+
+
+def test_history_is_bounded():
+    backend = ScriptedBackend(1)
+    collector, mono = make(backend, history_len=10)
+    for _ in range(25):
+        collector.collect_once()
+        mono.t += 1
+    history = collector.history("0")
+    assert len(history) == 10
+    assert [s.ts for s in history] == sorted(s.ts for s in history)
+    collector.stop()
+
+
+def test_snapshot_is_replaced_not_mutated():
+    backend = ScriptedBackend(2)
+    collector, _ = make(backend)
+    first = collector.collect_once()
+    backend.behaviour["0"] = "error"
+    second = collector.collect_once()
+    assert first.devices[0].up and not second.devices[0].up
+    assert second.sequence > first.sequence
+    with pytest.raises(AttributeError):
+        first.devices[0].up = False  # type: ignore[misc]
+    collector.stop()
+
+
+def test_expected_devices_configurable():
+    collector, _ = make(ScriptedBackend(2), expected_devices=4)
+    snap = collector.collect_once()
+    assert snap.expected_devices == 4 and snap.visible_devices == 2
+    collector.stop()
+
+
+def test_background_loop_publishes_and_stops():
+    backend = ScriptedBackend(2)
+    collector = Collector(backend, node="n1", interval_s=0.05)
+    collector.start()
+    assert collector.wait_for_cycles(3, timeout=10)
+    collector.stop()
+    assert backend.closed
+    assert collector.snapshot.health.cycles_total >= 3
+
+
+def test_counters_integrate_rates_and_prefer_energy_counter():
+    a = GpuSample(ts=1, gpu="0", interval_s=2.0, power_w=100.0, pcie_rx_bytes_per_s=10.0)
+    c = accumulate_counters(DeviceCounters(), None, a)
+    assert c.energy_j == pytest.approx(200.0) and c.pcie_rx_bytes == pytest.approx(20.0)
+    b = GpuSample(ts=2, gpu="0", interval_s=1.0, energy_j=5000.0, power_w=100.0)
+    c2 = accumulate_counters(c, GpuSample(ts=1, gpu="0", energy_j=4700.0), b)
+    assert c2.energy_j == pytest.approx(500.0)  # 200 + the driver's 300 J delta, not power x dt
+    reset = accumulate_counters(c2, GpuSample(ts=2, gpu="0", energy_j=5000.0), GpuSample(ts=3, gpu="0", interval_s=1.0, energy_j=10.0))
+    assert reset.energy_j == c2.energy_j  # a counter reset never makes the total go backwards

@@ -1,0 +1,233 @@
+"""The Prometheus exposition: valid for promtool, in sync with docs, honest about unknowns."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+import subprocess
+import urllib.error
+import urllib.request
+
+import pytest
+from prometheus_client.exposition import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from agent.collector import Collector
+from agent.model import DeviceInfo, GpuSample, GpuSpec, HostSample, ProcessSample
+from exporters import docgen
+from exporters.http import AgentHTTPServer
+from exporters.metrics import METRICS
+from exporters.prometheus import ExpositionCache
+
+SPEC = GpuSpec(
+    key="test-gpu", name="Test GPU", vendor="nvidia", peak_flops={"bf16": 1e15, "fp8": 2e15},
+    mem_bandwidth_bytes_per_s=3e12, memory_bytes=80 * 2**30, tdp_w=700,
+)
+
+
+def full_sample(gpu: str, now: float, n_procs: int = 3) -> GpuSample:
+    """A sample with every field known, so every metric family gets at least one series."""
+    return GpuSample(
+        ts=now, gpu=gpu, node="n1", uuid=f"GPU-{gpu}", vendor="nvidia", model="Test GPU", interval_s=1.0,
+        gr_active=0.9, sm_active=0.8, sm_occupancy=0.4, tensor_active=0.6, fp64_active=0.0, fp32_active=0.1,
+        fp16_active=0.05, dram_active=0.3, pcie_tx_bytes_per_s=1e9, pcie_rx_bytes_per_s=2e9,
+        link_tx_bytes_per_s=5e10, link_rx_bytes_per_s=4e10, net_tx_bytes_per_s=1e10, net_rx_bytes_per_s=1e10,
+        power_w=650.0, temperature_c=71.0, sm_clock_mhz=1755.0, sm_clock_max_mhz=1980.0,
+        mem_used_bytes=60 * 2**30, mem_total_bytes=80 * 2**30, clock_event_reasons=0x4, power_limit_w=700.0,
+        processes=tuple(
+            ProcessSample(pid=1000 + i, name=f'py"thon\n{i}', used_memory_bytes=(i + 1) * 2**30, cpu_cores=1.5)
+            for i in range(n_procs)
+        ),
+        host=HostSample(cpu_iowait_ratio=0.02, io_pressure_ratio=0.01),
+    )
+
+
+class FullBackend:
+    name = "test"
+
+    def __init__(self, count: int = 2, n_procs: int = 3, unknown: bool = False) -> None:
+        self.n_procs = n_procs
+        self.unknown = unknown
+        self.failing: set[str] = set()
+        self.devices = [
+            DeviceInfo(gpu=str(i), uuid=f"GPU-{i}", vendor="nvidia", model="Test GPU", spec=SPEC, pci_bus_id=f"0000:{i:02x}:00.0")
+            for i in range(count)
+        ]
+
+    def discover(self):
+        return self.devices
+
+    def sample(self, gpu: str, now: float) -> GpuSample:
+        if gpu in self.failing:
+            raise RuntimeError("broken")
+        if self.unknown:
+            return GpuSample(ts=now, gpu=gpu, interval_s=1.0, gr_active=0.5)
+        return full_sample(gpu, now, self.n_procs)
+
+    def close(self) -> None:
+        pass
+
+
+def scrape_text(collector: Collector, max_processes: int = 16) -> str:
+    return ExpositionCache(lambda: collector.snapshot, max_processes_per_gpu=max_processes).render(
+        generate_latest, "text/plain"
+    ).decode()
+
+
+def families(text: str) -> dict[str, object]:
+    return {f.name: f for f in text_string_to_metric_families(text)}
+
+
+@pytest.fixture
+def full_collector():
+    collector = Collector(FullBackend(), node="n1", interval_s=1.0)
+    collector.collect_once()
+    collector.collect_once()
+    yield collector
+    collector.stop()
+
+
+def test_promtool_check_metrics_is_silent(full_collector, tmp_path):
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool is required (Debian package 'prometheus'; ./dev.sh test installs it)"
+    result = subprocess.run([promtool, "check", "metrics"], input=scrape_text(full_collector), capture_output=True, text=True, timeout=30)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.strip() == "" and result.stderr.strip() == ""
+
+
+def test_every_documented_metric_is_exported_and_vice_versa(full_collector):
+    exported = set()
+    for text_family in text_string_to_metric_families(scrape_text(full_collector)):
+        if text_family.samples:
+            exported.add(text_family.samples[0].name if text_family.type != "counter" else text_family.name + "_total")
+    documented = {d.name for d in METRICS}
+    assert exported == documented
+
+
+def test_docs_table_matches_code():
+    committed = docgen.DOC.read_text(encoding="utf-8")
+    assert docgen.render(committed) == committed, "docs/metrics.md is stale: run python -m exporters.docgen --write"
+    for defn in METRICS:
+        assert f"`{defn.name}`" in committed
+
+
+def test_unknown_values_are_absent_not_zero():
+    collector = Collector(FullBackend(unknown=True), node="n1")
+    collector.collect_once()
+    fams = families(scrape_text(collector))
+    assert [s.value for s in fams["roofwatch_gpu_engine_active_ratio"].samples] == [0.5, 0.5]
+    for name in ("roofwatch_gpu_tensor_active_ratio", "roofwatch_gpu_power_watts", "roofwatch_gpu_clock_event_active"):
+        assert fams[name].samples == []
+    collector.stop()
+
+
+def test_down_gpu_reports_up_zero_and_drops_activity(full_collector):
+    full_collector.backend.failing.add("1")
+    full_collector.collect_once()
+    fams = families(scrape_text(full_collector))
+    up = {s.labels["gpu"]: s.value for s in fams["roofwatch_gpu_up"].samples}
+    assert up == {"0": 1.0, "1": 0.0}
+    assert {s.labels["gpu"] for s in fams["roofwatch_gpu_power_watts"].samples} == {"0"}
+    errors = {s.labels["gpu"]: s.value for s in fams["roofwatch_gpu_sample_errors"].samples}
+    assert errors == {"0": 0.0, "1": 1.0}
+    assert fams["roofwatch_gpus_visible"].samples[0].value == 1.0
+
+
+def test_process_series_are_capped_largest_first():
+    collector = Collector(FullBackend(count=1, n_procs=40), node="n1")
+    collector.collect_once()
+    fams = families(scrape_text(collector, max_processes=5))
+    procs = fams["roofwatch_gpu_process_memory_used_bytes"].samples
+    assert len(procs) == 5
+    assert sorted(int(s.labels["pid"]) for s in procs) == list(range(1035, 1040))
+    assert fams["roofwatch_gpu_processes"].samples[0].value == 40
+    collector.stop()
+
+
+def test_counters_accumulate_between_cycles(full_collector):
+    fams = families(scrape_text(full_collector))
+    energy = fams["roofwatch_gpu_energy_joules"].samples
+    assert all(s.value == pytest.approx(1300.0) for s in energy if s.name.endswith("_total"))  # 650 W x 2 cycles x 1 s
+    link = {(s.labels["gpu"], s.labels["direction"]): s.value for s in fams["roofwatch_gpu_link_bytes"].samples if s.name.endswith("_total")}
+    assert link[("0", "tx")] == pytest.approx(1e11) and link[("0", "rx")] == pytest.approx(8e10)
+
+
+def test_each_snapshot_rendered_once(full_collector):
+    calls = []
+
+    def encoder(registry):
+        calls.append(1)
+        return generate_latest(registry)
+
+    cache = ExpositionCache(lambda: full_collector.snapshot)
+    first = cache.render(encoder, "text/plain")
+    assert cache.render(encoder, "text/plain") is first and len(calls) == 1
+    full_collector.collect_once()
+    assert cache.render(encoder, "text/plain") != first and len(calls) == 2
+
+
+# -- HTTP ------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def server(full_collector):
+    now = {"t": full_collector.snapshot.health.last_cycle_ts}
+    srv = AgentHTTPServer(("127.0.0.1", 0), lambda: full_collector.snapshot, stale_after_s=10.0, clock=lambda: now["t"])
+    import threading
+
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    srv.test_clock = now  # type: ignore[attr-defined]
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+
+
+def get(url: str, headers: dict[str, str] | None = None, method: str = "GET"):
+    request = urllib.request.Request(url, headers=headers or {}, method=method)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, dict(response.headers), response.read()
+    except urllib.error.HTTPError as err:
+        return err.code, dict(err.headers), err.read()
+
+
+def test_http_metrics_plain_and_gzip(server):
+    status, headers, body = get(server.url + "metrics")
+    assert status == 200 and headers["Content-Type"].startswith("text/plain; version=0.0.4")
+    assert b'roofwatch_gpu_up{gpu="0",node="n1",uuid="GPU-0"} 1.0' in body
+    status, headers, zipped = get(server.url + "metrics", {"Accept-Encoding": "gzip"})
+    assert headers["Content-Encoding"] == "gzip" and gzip.decompress(zipped) == body
+
+
+def test_http_openmetrics_negotiation(server):
+    status, headers, body = get(server.url + "metrics", {"Accept": "application/openmetrics-text; version=1.0.0"})
+    assert status == 200 and headers["Content-Type"].startswith("application/openmetrics-text")
+    assert body.rstrip().endswith(b"# EOF")
+
+
+def test_healthz_fails_when_snapshot_stale(server):
+    status, _, body = get(server.url + "healthz")
+    assert status == 200 and b"2/2 GPUs up" in body
+    server.test_clock["t"] += 60
+    status, _, body = get(server.url + "healthz")
+    assert status == 503 and b"stuck" in body
+
+
+def test_snapshot_api_and_landing_page(server):
+    status, headers, body = get(server.url + "api/v1/snapshot")
+    data = json.loads(body)
+    assert status == 200 and data["node"] == "n1" and len(data["devices"]) == 2
+    assert data["devices"][0]["sample"]["tensor_active"] == 0.6
+    status, headers, body = get(server.url)
+    assert status == 200 and b"Test GPU" in body and b"/metrics" in body
+
+
+def test_bad_requests_get_4xx(server):
+    assert get(server.url + "nope")[0] == 404
+    status, headers, _ = get(server.url + "metrics", method="POST")
+    assert status == 405 and headers["Allow"] == "GET, HEAD"
+    status, _, body = get(server.url + "metrics", method="HEAD")
+    assert status == 200 and body == b""
+
