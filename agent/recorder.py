@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 
 from agent import __version__
@@ -72,7 +73,7 @@ def record_simulation(settings: Settings, path: Path, *, duration_s: float) -> i
     nodes = [settings.virtual_node] if settings.virtual_node else None
     count = 0
     with TraceWriter(path, node=settings.virtual_node, agent_version=__version__, note=f"simulated scenario {scenario.name}") as writer:
-        for sample in engine.iter_trace(duration_s, settings.interval_s, nodes=nodes):
+        for sample in engine.iter_trace(duration_s, settings.interval_s, start_ts=time.time(), nodes=nodes):
             writer.write(sample)
             count += 1
     return count

@@ -21,7 +21,7 @@ def open_virtual(settings: Settings) -> Backend:
         scenario = resolve_scenario(settings.scenario)
     except ScenarioError as exc:
         raise BackendUnavailable(f"virtual backend: {exc}") from None
-    return VirtualBackend(scenario, node=settings.virtual_node, nominal_interval_s=settings.interval_s)
+    return VirtualBackend(scenario, node=settings.virtual_node, interval_s=settings.interval_s)
 
 
 def probe_nvml() -> str:

@@ -1,0 +1,172 @@
+"""The virtual backend: one node of a simulated scenario, behind the real :class:`Backend` protocol.
+
+It maps wall-clock time onto the engine's virtual time (``now - start_time``) and keeps, per
+GPU, the time of its previous call, so each sample covers the span since the last one exactly
+as NVML GPM and the cumulative counters do on real hardware.
+
+It also fails on purpose. Scenario ``faults`` (and :meth:`VirtualBackend.inject_fault` in
+tests) make ``sample`` raise :class:`DeviceError`, raise :class:`DeviceLostError`, or hang until
+``hang_s`` passes or :meth:`close` is called, so the collector's isolation, back-off and
+recovery paths can be exercised without a broken GPU.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Literal, Sequence
+
+from agent.backends.base import BackendUnavailable, DeviceError, DeviceLostError
+from agent.model import DeviceInfo, GpuSample
+from agent.virtual.engine import VirtualEngine
+from agent.virtual.scenario import Scenario, resolve_scenario
+
+FaultKind = Literal["error", "lost", "hang"]
+
+
+@dataclass(frozen=True, slots=True)
+class FaultWindow:
+    """Reading ``gpu`` fails with ``kind`` during virtual time [start_s, start_s + duration_s)."""
+
+    gpu: int
+    kind: FaultKind
+    start_s: float
+    duration_s: float
+    hang_s: float = 30.0
+    source: str = "scenario"
+
+    def active(self, t: float) -> bool:
+        return self.start_s <= t < self.start_s + self.duration_s
+
+
+class _GpuSlot:
+    """Per-GPU mutable state: the previous call's virtual time, guarded by its own lock."""
+
+    __slots__ = ("lock", "last_t")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.last_t: float | None = None
+
+
+class VirtualBackend:
+    """Samples one node of a scenario, mapping wall-clock time onto virtual time."""
+
+    name = "virtual"
+
+    def __init__(self, engine_or_scenario: VirtualEngine | Scenario | str | Path, *, node: str | None = None,
+                 start_time: float | None = None, clock: Callable[[], float] = time.time,
+                 interval_s: float = 1.0) -> None:
+        """``engine_or_scenario``: an engine, a scenario, or a built-in name / YAML path.
+
+        ``start_time`` is the wall-clock time of virtual time 0 (default: now); ``interval_s``
+        is the span the very first sample of each GPU covers (the collector's nominal interval).
+        """
+        self.engine = _as_engine(engine_or_scenario)
+        nodes = self.engine.nodes
+        if node is None:
+            node = nodes[0]
+        elif node not in nodes:
+            raise BackendUnavailable(f"virtual scenario {self.engine.scenario.name!r} has no node {node!r}; "
+                                     f"nodes: {', '.join(nodes)}")
+        self.node = node
+        self._clock = clock
+        self.start_time = clock() if start_time is None else start_time
+        self.interval_s = interval_s
+        self._devices = self.engine.devices(node)
+        self._slots = {d.gpu: _GpuSlot() for d in self._devices}
+        self._faults: list[FaultWindow] = [
+            FaultWindow(f.gpu, f.kind, f.start_s, f.duration_s, f.hang_s) for f in self.engine.faults(node)]
+        self._faults_lock = threading.Lock()
+        self._closed = threading.Event()
+        self._hung = 0
+        self._hung_lock = threading.Lock()
+
+    # ------------------------------------------------------------------ Backend protocol
+
+    def discover(self) -> Sequence[DeviceInfo]:
+        if not self._devices:
+            raise BackendUnavailable(f"virtual node {self.node!r} has no GPUs")
+        return list(self._devices)
+
+    def sample(self, gpu: str, now: float) -> GpuSample:
+        slot = self._slots.get(gpu)
+        if slot is None:
+            raise DeviceError(f"virtual node {self.node!r} has no GPU {gpu!r}")
+        if self._closed.is_set():
+            raise DeviceError("virtual backend is closed")
+        t1 = now - self.start_time
+        fault = self._fault_at(int(gpu), t1)
+        if fault is not None:
+            self._fail(slot, gpu, fault)
+        with slot.lock:
+            t0 = slot.last_t if slot.last_t is not None and slot.last_t < t1 else t1 - self.interval_s
+            sample = self.engine.sample(self.node, int(gpu), t0, t1, ts=now)
+            slot.last_t = t1
+        return sample
+
+    def close(self) -> None:
+        """Release any call hanging in a fault window; later calls fail."""
+        self._closed.set()
+
+    # ------------------------------------------------------------------ faults
+
+    def inject_fault(self, gpu: int | str, kind: FaultKind, duration_s: float, *, hang_s: float = 30.0,
+                     start_s: float | None = None) -> FaultWindow:
+        """Make ``gpu`` fail for ``duration_s`` virtual seconds from ``start_s`` (default: now)."""
+        index = int(gpu)
+        if str(index) not in self._slots:
+            raise ValueError(f"virtual node {self.node!r} has no GPU {gpu!r}")
+        if kind not in ("error", "lost", "hang"):
+            raise ValueError(f"unknown fault kind {kind!r}; expected error, lost or hang")
+        start = self._clock() - self.start_time if start_s is None else start_s
+        window = FaultWindow(index, kind, start, duration_s, hang_s, source="injected")
+        with self._faults_lock:
+            self._faults.append(window)
+        return window
+
+    def clear_faults(self) -> None:
+        with self._faults_lock:
+            self._faults.clear()
+
+    @property
+    def hung_calls(self) -> int:
+        """Calls currently blocked in a ``hang`` fault (lets tests wait for a hang to begin)."""
+        with self._hung_lock:
+            return self._hung
+
+    def _fault_at(self, gpu: int, t: float) -> FaultWindow | None:
+        with self._faults_lock:
+            for window in self._faults:
+                if window.gpu == gpu and window.active(t):
+                    return window
+        return None
+
+    def _fail(self, slot: _GpuSlot, gpu: str, fault: FaultWindow) -> None:
+        window = f"{fault.start_s:.1f}-{fault.start_s + fault.duration_s:.1f}s"
+        where = f"GPU {gpu} on {self.node} ({fault.source} {fault.kind} fault, virtual time {window})"
+        if fault.kind == "lost":
+            with slot.lock:
+                slot.last_t = None  # a re-acquired device starts a fresh sample pair
+            raise DeviceLostError(f"virtual fault: {where} fell off the bus")
+        if fault.kind == "hang":
+            with self._hung_lock:
+                self._hung += 1
+            try:
+                released = self._closed.wait(fault.hang_s)
+            finally:
+                with self._hung_lock:
+                    self._hung -= 1
+            reason = "released by close()" if released else f"gave up after {fault.hang_s:g}s"
+            raise DeviceError(f"virtual fault: {where} hung; {reason}")
+        raise DeviceError(f"virtual fault: {where} read failed")
+
+
+def _as_engine(source: VirtualEngine | Scenario | str | Path) -> VirtualEngine:
+    if isinstance(source, VirtualEngine):
+        return source
+    if isinstance(source, Scenario):
+        return VirtualEngine(source)
+    return VirtualEngine(resolve_scenario(source))

@@ -1,0 +1,354 @@
+"""Scenario files for the virtual GPU engine: what runs where, and when.
+
+A scenario is a YAML document validated by the pydantic models below. Validation is strict
+(``extra="forbid"``) because a scenario is hand-written and a silently ignored typo
+(``mfuu: 0.9``) would make the demo or a test quietly simulate something else. Every error is
+reported as ``<file>: <field.path>: <message>`` so the user can find the offending line.
+
+Example::
+
+    name: tiny
+    seed: 7
+    nodes:
+      - name: node-a
+        model: h100-sxm            # a key of agent.specs
+        gpus: 2
+        workloads:
+          - job: train
+            gpus: [0]
+            phases:
+              - {kind: compute, duration_s: 60, mfu: 0.45}
+              - {kind: idle, duration_s: 10}
+        faults:
+          - {gpu: 1, kind: error, start_s: 5, duration_s: 3}
+
+Top-level keys starting with ``x-`` are ignored, so they can hold YAML anchors shared by the
+workloads of a job that spans several nodes (its ranks must run the same phases).
+"""
+
+from __future__ import annotations
+
+import re
+from importlib import resources
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from agent.model import Dtype
+from agent.specs import spec_by_key
+
+GIB = 1024**3
+
+BUILTIN_SCENARIOS: tuple[str, ...] = ("demo", "cluster", "mi300x")
+"""Scenarios shipped in ``agent/virtual/scenarios/<name>.yaml``."""
+
+KIND_CLASS: dict[str, str] = {
+    "compute": "compute_bound",
+    "memory": "memory_bound",
+    "input_starved": "input_starved",
+    "comm_jitter": "communication_jittered",
+    "latency": "latency_bound",
+    "idle": "idle",
+    "idle_held": "idle",
+}
+"""The true workload class of each phase kind (the label a perfect classifier would give)."""
+
+TRAINING_KINDS = frozenset({"compute", "input_starved", "comm_jitter"})
+
+
+class ScenarioError(ValueError):
+    """A scenario file that cannot be used; the message names the file and the field path."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class _PhaseBase(_Strict):
+    """Parameters every phase kind accepts."""
+
+    duration_s: float = Field(gt=0.0, description="How long the phase lasts (virtual seconds).")
+    power_cap_w: float | None = Field(None, gt=0.0, description="Enforced power limit; throttles the SM clock.")
+    mem_used_gib: float | None = Field(None, ge=0.0, description="Device memory held by the job (GiB).")
+    thermal: bool = Field(False, description="Thermal throttling: clocks cut further, thermal bits set.")
+
+
+class ComputePhase(_PhaseBase):
+    """Large GEMMs or training: tensor pipes busy at ``mfu`` of the dtype's dense peak."""
+
+    kind: Literal["compute"]
+    mfu: float = Field(gt=0.0, le=0.97)
+    tokens_per_s: float | None = Field(None, gt=0.0, description="Whole-job throughput, for workload reports.")
+    flops_per_token: float | None = Field(None, gt=0.0)
+    step_s: float = Field(1.0, gt=0.0, description="Reported training step time.")
+
+
+class MemoryPhase(_PhaseBase):
+    """Bandwidth-bound work (batch-1 decode, STREAM): DRAM at ``mbu``, tensor pipes nearly idle."""
+
+    kind: Literal["memory"]
+    mbu: float = Field(gt=0.0, le=0.9)
+
+
+class InputStarvedPhase(_PhaseBase):
+    """Training waiting on its data loader: busy bursts of ``duty`` x ``period_s``, then idle."""
+
+    kind: Literal["input_starved"]
+    duty: float = Field(gt=0.0, lt=1.0)
+    busy_mfu: float = Field(0.45, gt=0.0, le=0.97)
+    period_s: float = Field(0.8, gt=0.0)
+    dataloader_cpu_cores: float = Field(7.5, ge=0.0, description="CPU the loader workers burn, in cores.")
+    iowait: float = Field(0.0, ge=0.0, le=1.0, description="Host iowait this job causes (fetch-bound loaders).")
+    flops_per_token: float = Field(4.8e10, gt=0.0)
+
+
+class CommJitterPhase(_PhaseBase):
+    """Synchronous data-parallel steps: compute, then an all-reduce whose wait jitters."""
+
+    kind: Literal["comm_jitter"]
+    mfu: float = Field(0.5, gt=0.0, le=0.97, description="MFU while computing.")
+    compute_s: float = Field(1.5, gt=0.0, description="Compute time per step of a normal rank.")
+    comm_s: float = Field(0.8, ge=0.0, description="Collective transfer time per step (links busy).")
+    stall_prob: float = Field(0.25, ge=0.0, le=1.0, description="Chance that a step's collective stalls.")
+    stall_s: float = Field(2.0, ge=0.0, description="Mean stall length (drawn 0.5x..1.5x).")
+    step_jitter: float = Field(0.03, ge=0.0, le=0.5, description="Relative per-step noise on compute time.")
+    straggler_rank: int | None = Field(None, ge=0, description="Index into the job's ranks of the slow rank.")
+    straggler_slowdown: float = Field(1.3, ge=1.0, le=10.0)
+    link_util: float = Field(0.6, ge=0.0, le=0.95, description="Fabric utilisation while transferring.")
+    flops_per_token: float = Field(4.8e10, gt=0.0)
+
+
+class LatencyPhase(_PhaseBase):
+    """Small kernels, launch-bound loops: resident most of the time, neither roof reached."""
+
+    kind: Literal["latency"]
+
+
+class IdlePhase(_PhaseBase):
+    """Nothing running; ``held`` (or kind ``idle_held``) keeps a process holding memory."""
+
+    kind: Literal["idle", "idle_held"]
+    held: bool = False
+
+    @property
+    def holds_memory(self) -> bool:
+        return self.held or self.kind == "idle_held"
+
+
+Phase = Annotated[
+    Union[ComputePhase, MemoryPhase, InputStarvedPhase, CommJitterPhase, LatencyPhase, IdlePhase],
+    Field(discriminator="kind"),
+]
+PHASE_KINDS: tuple[str, ...] = tuple(KIND_CLASS)
+
+
+class Workload(_Strict):
+    """One job's share of a node: the GPUs it uses and the phases it cycles through."""
+
+    job: str = Field(min_length=1)
+    gpus: list[Annotated[int, Field(ge=0)]] = Field(min_length=1)
+    dtype: Dtype = "bf16"
+    repeat: bool = True
+    process: str | None = Field(None, min_length=1, description="Process name (default by kind).")
+    phases: list[Phase] = Field(min_length=1)
+
+    @field_validator("gpus")
+    @classmethod
+    def _distinct(cls, gpus: list[int]) -> list[int]:
+        if len(set(gpus)) != len(gpus):
+            raise ValueError(f"GPU listed twice: {gpus}")
+        return gpus
+
+
+class Fault(_Strict):
+    """A window of virtual time in which reading one GPU fails (for collector tests)."""
+
+    gpu: int = Field(ge=0)
+    kind: Literal["error", "lost", "hang"]
+    start_s: float = Field(ge=0.0)
+    duration_s: float = Field(gt=0.0)
+    hang_s: float = Field(30.0, gt=0.0)
+
+
+class Node(_Strict):
+    """One host with ``gpus`` identical GPUs of catalogue model ``model``."""
+
+    name: str = Field(min_length=1)
+    model: str
+    gpus: int = Field(ge=1, le=64)
+    workloads: list[Workload] = Field(default_factory=list)
+    faults: list[Fault] = Field(default_factory=list)
+
+    @field_validator("model")
+    @classmethod
+    def _known_model(cls, key: str) -> str:
+        try:
+            spec_by_key(key)
+        except KeyError as exc:
+            raise ValueError(str(exc.args[0]) if exc.args else f"unknown GPU model {key!r}") from None
+        return key
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "Node":
+        spec = spec_by_key(self.model)
+        owner: dict[int, str] = {}
+        for w_i, workload in enumerate(self.workloads):
+            where = f"workloads.{w_i}"
+            for gpu in workload.gpus:
+                if gpu >= self.gpus:
+                    raise ValueError(f"{where}.gpus: GPU {gpu} does not exist (node has {self.gpus})")
+                if gpu in owner:
+                    raise ValueError(f"{where}.gpus: GPU {gpu} already used by job {owner[gpu]!r}")
+                owner[gpu] = workload.job
+            if workload.dtype not in spec.peak_flops:
+                supported = ", ".join(sorted(spec.peak_flops))
+                raise ValueError(f"{where}.dtype: {workload.dtype} not supported by {self.model} ({supported})")
+            for p_i, phase in enumerate(workload.phases):
+                _check_phase_limits(phase, spec, f"{where}.phases.{p_i}", self.model)
+        for f_i, fault in enumerate(self.faults):
+            if fault.gpu >= self.gpus:
+                raise ValueError(f"faults.{f_i}.gpu: GPU {fault.gpu} does not exist (node has {self.gpus})")
+        return self
+
+
+def _check_phase_limits(phase: Any, spec: Any, where: str, model: str) -> None:
+    """Reject values the modelled GPU cannot take (memory larger than the card, absurd caps)."""
+    if phase.mem_used_gib is not None and spec.memory_bytes and phase.mem_used_gib * GIB > spec.memory_bytes:
+        raise ValueError(
+            f"{where}.mem_used_gib: {phase.mem_used_gib} GiB exceeds the {model} memory "
+            f"({spec.memory_bytes / GIB:.0f} GiB)"
+        )
+    if phase.power_cap_w is not None and spec.tdp_w:
+        if not 0.25 * spec.tdp_w <= phase.power_cap_w <= spec.tdp_w:
+            raise ValueError(
+                f"{where}.power_cap_w: {phase.power_cap_w} W outside {0.25 * spec.tdp_w:.0f}..{spec.tdp_w:.0f} W for {model}"
+            )
+
+
+class Scenario(_Strict):
+    """A whole simulated fleet."""
+
+    name: str = Field(min_length=1)
+    seed: int = 0
+    description: str = ""
+    nodes: list[Node] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _jobs_consistent(self) -> "Scenario":
+        names = [n.name for n in self.nodes]
+        if len(set(names)) != len(names):
+            raise ValueError(f"nodes: duplicate node names in {names}")
+        first: dict[str, tuple[str, Workload]] = {}
+        world: dict[str, int] = {}
+        for n_i, node in enumerate(self.nodes):
+            for w_i, workload in enumerate(node.workloads):
+                world[workload.job] = world.get(workload.job, 0) + len(workload.gpus)
+                where = f"nodes.{n_i}.workloads.{w_i}"
+                if workload.job not in first:
+                    first[workload.job] = (where, workload)
+                    continue
+                ref_where, ref = first[workload.job]
+                if ref.phases != workload.phases or ref.repeat != workload.repeat or ref.dtype != workload.dtype:
+                    raise ValueError(
+                        f"{where}: job {workload.job!r} also runs at {ref_where} with different "
+                        "phases/repeat/dtype; the ranks of one job must run the same schedule (use a YAML anchor)"
+                    )
+        for job, (where, workload) in first.items():
+            for p_i, phase in enumerate(workload.phases):
+                if isinstance(phase, CommJitterPhase) and world[job] < 2:
+                    raise ValueError(
+                        f"{where}.phases.{p_i}.kind: comm_jitter needs a job with at least 2 GPUs; {job!r} has 1"
+                    )
+                rank = getattr(phase, "straggler_rank", None)
+                if rank is not None and rank >= world[job]:
+                    raise ValueError(
+                        f"{where}.phases.{p_i}.straggler_rank: {rank} but job {job!r} has {world[job]} ranks"
+                    )
+        return self
+
+    def node(self, name: str) -> Node:
+        for node in self.nodes:
+            if node.name == name:
+                return node
+        raise KeyError(name)
+
+
+# ----------------------------------------------------------------------------- loading
+
+
+def _format_loc(loc: tuple[int | str, ...]) -> str:
+    """Dotted field path, without pydantic's union-tag steps (``phases.0.compute.mfu``)."""
+    parts: list[str] = []
+    for i, item in enumerate(loc):
+        if isinstance(item, str) and item in PHASE_KINDS and i > 0 and isinstance(loc[i - 1], int):
+            continue
+        parts.append(str(item))
+    return ".".join(parts)
+
+
+_SUBPATH = re.compile(r"^([A-Za-z_]\w*(?:\.\w+)*): (.*)$", re.DOTALL)
+
+
+def _format_error(source: str, exc: ValidationError) -> str:
+    """One line per problem: ``<source>: <dotted.path>: <message>``.
+
+    Cross-field validators report the rest of the path at the start of their message
+    (``workloads.1.gpus: ...``); it is joined onto pydantic's location so the user sees one path.
+    """
+    lines = []
+    for err in exc.errors():
+        msg = err["msg"].removeprefix("Value error, ")
+        loc = _format_loc(tuple(err["loc"]))
+        match = _SUBPATH.match(msg)
+        if match:
+            loc = f"{loc}.{match.group(1)}" if loc else match.group(1)
+            msg = match.group(2)
+        lines.append(f"{source}: {loc}: {msg}" if loc else f"{source}: {msg}")
+    return "\n".join(lines)
+
+
+def parse_scenario(data: Any, source: str = "<scenario>") -> Scenario:
+    """Validate an already-parsed document (a dict, as from YAML) into a :class:`Scenario`."""
+    if not isinstance(data, dict):
+        raise ScenarioError(f"{source}: expected a mapping at the top level, got {type(data).__name__}")
+    # Top-level ``x-*`` keys are free (as in docker-compose): a place for YAML anchors.
+    data = {k: v for k, v in data.items() if not (isinstance(k, str) and k.startswith("x-"))}
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as exc:
+        raise ScenarioError(_format_error(source, exc)) from None
+
+
+def _parse_text(text: str, source: str) -> Scenario:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ScenarioError(f"{source}: invalid YAML: {exc}") from None
+    return parse_scenario(data, source)
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Read and validate a scenario file; raises :class:`ScenarioError` naming file and field."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ScenarioError(f"{path}: cannot read scenario: {exc.strerror or exc}") from None
+    return _parse_text(text, str(path))
+
+
+def builtin_scenario(name: str) -> Scenario:
+    """One of :data:`BUILTIN_SCENARIOS`, read from the installed package."""
+    if name not in BUILTIN_SCENARIOS:
+        raise ScenarioError(f"unknown built-in scenario {name!r}; built-in: {', '.join(BUILTIN_SCENARIOS)}")
+    text = resources.files("agent.virtual").joinpath("scenarios", f"{name}.yaml").read_text(encoding="utf-8")
+    return _parse_text(text, f"{name}.yaml")
+
+
+def resolve_scenario(name_or_path: str | Path) -> Scenario:
+    """A built-in scenario by name, otherwise a YAML file path (what ``--scenario`` accepts)."""
+    if isinstance(name_or_path, str) and name_or_path in BUILTIN_SCENARIOS:
+        return builtin_scenario(name_or_path)
+    return load_scenario(name_or_path)
