@@ -116,9 +116,14 @@ def _open(settings: Settings):
 def _make_collector(settings: Settings, backend):
     from agent.collector import Backoff, Collector
 
+    # A virtual agent plays one scenario node; naming it after that node (not this host) keeps
+    # several demo agents on one machine apart, as real nodes would be.
+    node = settings.node_name
+    if "node_name" not in settings.model_fields_set and getattr(backend, "name", "") == "virtual":
+        node = getattr(backend, "node", node)
     return Collector(
         backend,
-        node=settings.node_name,
+        node=node,
         interval_s=settings.interval_s,
         sample_timeout_s=settings.sample_timeout_s,
         history_len=settings.history_len,
@@ -179,7 +184,7 @@ def _attach_recorder(collector, path: str, settings: Settings):
     from agent.trace import TraceWriteError
 
     try:
-        recorder = SnapshotRecorder(path, node=settings.node_name)
+        recorder = SnapshotRecorder(path, node=collector.node)
     except (OSError, TraceWriteError) as exc:
         raise CliError(f"cannot write trace {path}: {exc}") from None
     collector.add_listener(recorder)

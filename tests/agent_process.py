@@ -1,0 +1,104 @@
+"""Run the real ``roofwatch`` CLI as a child process and talk to it over HTTP, as a user would."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+
+URL_PATTERN = re.compile(r"on (http://\S+/)")
+
+
+def roofwatch_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "agent.cli", *args]
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ROOFWATCH_")}
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra)
+    return env
+
+
+def poll(condition, timeout: float, interval: float = 0.05, what: str = "condition"):
+    """Return the first truthy value of ``condition()``; fail with ``what`` after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    last_error: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            value = condition()
+            if value:
+                return value
+        except (OSError, ValueError, KeyError) as exc:  # not up yet, or a half-written answer
+            last_error = exc
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last error: {last_error})")
+
+
+def http_get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read()
+
+
+def gauge_values(text: str, name: str) -> dict[str, float]:
+    """``{gpu: value}`` of one per-GPU family in an exposition."""
+    for family in text_string_to_metric_families(text):
+        if family.name == name:
+            return {s.labels["gpu"]: s.value for s in family.samples if s.name == name}
+    return {}
+
+
+class AgentProcess:
+    """``roofwatch demo`` (or ``run``) on a free port, with its URL read from its own output."""
+
+    def __init__(self, *args: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> None:
+        self.proc = subprocess.Popen(
+            roofwatch_cmd(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env=env or clean_env(), cwd=cwd,
+        )
+        line = self.proc.stdout.readline()
+        match = URL_PATTERN.search(line)
+        if not match:
+            self.proc.kill()
+            _, err = self.proc.communicate(timeout=10)
+            raise AssertionError(f"agent printed no URL: {line!r}; stderr: {err}")
+        self.url = match.group(1)
+
+    def get(self, path: str) -> tuple[int, bytes]:
+        return http_get(self.url + path.lstrip("/"))
+
+    def metrics(self) -> str:
+        status, body = self.get("metrics")
+        assert status == 200
+        return body.decode()
+
+    def wait_healthy(self, timeout: float = 20.0) -> None:
+        poll(lambda: self.get("healthz")[0] == 200, timeout, what="/healthz 200")
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 10.0) -> tuple[int, float, str]:
+        """Send ``sig``; return (exit code, seconds until exit, stderr)."""
+        started = time.monotonic()
+        self.proc.send_signal(sig)
+        try:
+            _, err = self.proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            _, err = self.proc.communicate()
+            raise AssertionError(f"agent ignored {signal.Signals(sig).name} for {timeout}s; stderr: {err}") from None
+        return self.proc.returncode, time.monotonic() - started, err
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.communicate()

@@ -1,0 +1,86 @@
+"""``roofwatch snapshot``, ``record`` and ``specs`` as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from agent.trace import TraceReader
+from tests.agent_process import AgentProcess, clean_env, gauge_values, poll, roofwatch_cmd
+
+
+def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(roofwatch_cmd(*args), capture_output=True, text=True, timeout=timeout, env=clean_env())
+
+
+def test_snapshot_table_and_json_from_virtual_backend():
+    table = run("snapshot", "--backend", "virtual", "--interval", "0.2")
+    assert table.returncode == 0, table.stderr
+    assert table.stdout.startswith("node demo-node: 8/8 GPUs up, backend virtual")
+    assert table.stdout.count("NVIDIA H100 80GB HBM3") == 8
+    data = json.loads(run("snapshot", "--backend", "virtual", "--interval", "0.2", "--json").stdout)
+    assert [d["info"]["gpu"] for d in data["devices"]] == [str(i) for i in range(8)]
+    assert all(d["sample"]["interval_s"] == pytest.approx(0.2, abs=0.15) for d in data["devices"])
+
+
+def test_record_simulate_writes_a_labelled_trace(tmp_path):
+    out = tmp_path / "demo.jsonl.gz"
+    result = run("record", "--simulate", "--duration", "30", "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    with TraceReader(out) as reader:
+        samples = list(reader)
+        header = reader.header
+    assert header["format"] == "roofwatch-trace" and "demo" in header["note"]
+    assert len(samples) == 30 * 8 and result.stdout.strip() == f"wrote 240 samples to {out}"
+    labels = {s.gpu: s.label for s in samples if s.ts == samples[-1].ts}
+    assert labels["0"] == "compute_bound" and labels["2"] == "memory_bound" and labels["6"] == "idle"
+    assert labels["3"] == "input_starved" and labels["4"] == "communication_jittered"
+
+
+def test_record_live_from_virtual_backend(tmp_path):
+    out = tmp_path / "live.jsonl"
+    result = run("record", "--backend", "virtual", "--interval", "0.2", "--duration", "1.5", "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    samples = list(TraceReader(out))
+    assert len(samples) >= 8 * 3
+    assert all(s.label is None for s in samples)  # a live trace has no ground truth
+    per_gpu = {}
+    for s in samples:
+        per_gpu.setdefault(s.gpu, []).append(s.ts)
+    assert sorted(per_gpu) == [str(i) for i in range(8)]
+
+
+def test_record_bad_duration_is_usage_error(tmp_path):
+    result = run("record", "--simulate", "--duration", "0", "--out", str(tmp_path / "x.jsonl"))
+    assert result.returncode == 2 and "--duration" in result.stderr
+
+
+def test_record_unwritable_path_is_a_clear_error(tmp_path):
+    result = run("record", "--simulate", "--duration", "5", "--out", str(tmp_path / "missing" / "x.jsonl"))
+    assert result.returncode == 1 and "missing/x.jsonl" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_disk_full_while_recording_keeps_exporting():
+    agent = AgentProcess("demo", "--listen", "127.0.0.1:0", "--interval", "0.2", "--record", "/dev/full")
+    try:
+        agent.wait_healthy()
+        first = gauge_values(agent.metrics(), "roofwatch_gpu_last_sample_timestamp_seconds")["0"]
+        poll(
+            lambda: gauge_values(agent.metrics(), "roofwatch_gpu_last_sample_timestamp_seconds")["0"] > first + 0.5,
+            timeout=15, what="export to continue after the trace write failed",
+        )
+        code, _, err = agent.stop()
+        assert code == 0
+        assert "trace recording stopped" in err and "No space left on device" in err
+    finally:
+        agent.kill()
+
+
+def test_specs_json_lists_the_catalogue():
+    data = json.loads(run("specs", "--json").stdout)
+    h100 = next(d for d in data if d["key"] == "h100-sxm")
+    assert h100["peak_flops"]["bf16"] == pytest.approx(989.4e12)
+    table = run("specs").stdout
+    assert "h100-sxm" in table and "mi300x" in table

@@ -1,0 +1,167 @@
+"""End to end: the real ``roofwatch`` process, scraped over HTTP, checked by promtool.
+
+These start the CLI exactly as a user does (``roofwatch demo``) and look only at what comes
+out of its sockets and streams.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+
+import pytest
+import yaml
+
+from tests.agent_process import AgentProcess, clean_env, gauge_values, poll, roofwatch_cmd
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def demo():
+    agent = AgentProcess("demo", "--listen", "127.0.0.1:0")
+    agent.wait_healthy()
+    yield agent
+    agent.kill()
+
+
+def test_demo_serves_eight_live_gpus(demo):
+    text = demo.metrics()
+    up = gauge_values(text, "roofwatch_gpu_up")
+    assert up == {str(i): 1.0 for i in range(8)}
+    models = {s for s in text.splitlines() if s.startswith("roofwatch_gpu_info{")}
+    assert len(models) == 8 and all('model="NVIDIA H100 80GB HBM3"' in line for line in models)
+    assert all('node="demo-node"' in line for line in models)
+    first_ts = gauge_values(text, "roofwatch_gpu_last_sample_timestamp_seconds")
+
+    def changed():
+        later = demo.metrics()
+        ts = gauge_values(later, "roofwatch_gpu_last_sample_timestamp_seconds")
+        return later if all(ts[g] > first_ts[g] for g in ts) else None
+
+    later = poll(changed, timeout=15, what="a new collection cycle")
+    before = gauge_values(text, "roofwatch_gpu_power_watts")
+    after = gauge_values(later, "roofwatch_gpu_power_watts")
+    assert any(before[g] != after[g] for g in before), "values should change between cycles"
+
+
+def test_demo_exposition_passes_promtool(demo):
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool is required (Debian package 'prometheus'; ./dev.sh test installs it)"
+    result = subprocess.run([promtool, "check", "metrics"], input=demo.metrics(), capture_output=True, text=True, timeout=30)
+    assert result.returncode == 0 and result.stdout == "" and result.stderr == "", result.stdout + result.stderr
+
+
+def test_demo_shows_every_workload_signature(demo):
+    text = demo.metrics()
+    engine = gauge_values(text, "roofwatch_gpu_engine_active_ratio")
+    tensor = gauge_values(text, "roofwatch_gpu_tensor_active_ratio")
+    dram = gauge_values(text, "roofwatch_gpu_dram_active_ratio")
+    assert tensor["0"] > 0.6  # GEMM at the compute roof
+    assert dram["2"] > 0.4 and tensor["2"] < 0.15  # decode: bandwidth-bound
+    assert engine["6"] < 0.05  # idle notebook
+    memory = gauge_values(text, "roofwatch_gpu_memory_used_bytes")
+    assert memory["6"] > 20 * 2**30  # ... holding memory
+
+
+def test_snapshot_api_and_cli_against_running_agent(demo):
+    status, body = demo.get("api/v1/snapshot")
+    data = json.loads(body)
+    assert status == 200 and len(data["devices"]) == 8 and data["visible_devices"] == 8
+    result = subprocess.run(roofwatch_cmd("snapshot", "--url", demo.url), capture_output=True, text=True, timeout=30, env=clean_env())
+    assert result.returncode == 0
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("node demo-node: 8/8 GPUs up")
+    assert sum(1 for line in lines if "NVIDIA H100 80GB HBM3" in line) == 8
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signals_stop_cleanly(sig):
+    agent = AgentProcess("demo", "--listen", "127.0.0.1:0")
+    agent.wait_healthy()
+    code, _elapsed, err = agent.stop(sig, timeout=5.0)
+    assert code == 0
+    assert "Traceback" not in err and "msg=stopping" in err
+
+
+def _demo_with_faults(tmp_path, faults):
+    data = yaml.safe_load(_builtin_text("demo"))
+    data["nodes"][0]["faults"] = faults
+    path = tmp_path / "faulty.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def _builtin_text(name: str) -> str:
+    from importlib import resources
+
+    return resources.files("agent.virtual").joinpath("scenarios", f"{name}.yaml").read_text()
+
+
+def test_failing_and_hanging_gpus_leave_the_others_reporting(tmp_path):
+    scenario = _demo_with_faults(
+        tmp_path,
+        [
+            {"gpu": 5, "kind": "hang", "start_s": 2, "duration_s": 600, "hang_s": 600},
+            {"gpu": 6, "kind": "error", "start_s": 2, "duration_s": 600},
+        ],
+    )
+    agent = AgentProcess("demo", "--listen", "127.0.0.1:0", "--scenario", str(scenario), "--interval", "0.5")
+    try:
+        agent.wait_healthy()
+
+        def faults_visible():
+            text = agent.metrics()
+            up = gauge_values(text, "roofwatch_gpu_up")
+            return text if up.get("5") == 0.0 and up.get("6") == 0.0 else None
+
+        text = poll(faults_visible, timeout=20, what="GPUs 5 and 6 marked down")
+        up = gauge_values(text, "roofwatch_gpu_up")
+        assert {g: v for g, v in up.items() if g not in ("5", "6")} == {g: 1.0 for g in "012347"}
+        assert "roofwatch_gpus_visible{node=\"demo-node\"} 6.0" in text
+        assert "5" not in gauge_values(text, "roofwatch_gpu_power_watts")
+        # The others keep moving while GPU 5 is stuck inside a driver call.
+        ts_then = gauge_values(text, "roofwatch_gpu_last_sample_timestamp_seconds")
+        poll(
+            lambda: gauge_values(agent.metrics(), "roofwatch_gpu_last_sample_timestamp_seconds")["0"] > ts_then["0"],
+            timeout=15, what="GPU 0 to keep reporting",
+        )
+        assert agent.get("healthz")[0] == 200  # a down GPU is not a dead agent
+        code, _, err = agent.stop(signal.SIGTERM, timeout=5.0)  # a hung call must not block shutdown
+        assert code == 0
+        assert "msg=\"device down\"" in err and "gpu=5" in err and "gpu=6" in err
+    finally:
+        agent.kill()
+
+
+def test_run_without_gpu_points_to_demo():
+    result = subprocess.run(
+        roofwatch_cmd("run", "--listen", "127.0.0.1:0"), capture_output=True, text=True, timeout=60, env=clean_env()
+    )
+    assert result.returncode == 1
+    assert "no GPU backend found" in result.stderr and "NVML" in result.stderr
+    assert "roofwatch demo" in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("command", [[], ["run"], ["demo"], ["snapshot"], ["record"], ["specs"]])
+def test_help_everywhere(command):
+    result = subprocess.run(roofwatch_cmd(*command, "--help"), capture_output=True, text=True, timeout=30, env=clean_env())
+    assert result.returncode == 0 and "usage: roofwatch" in result.stdout
+
+
+def test_version():
+    from agent import __version__
+
+    result = subprocess.run(roofwatch_cmd("--version"), capture_output=True, text=True, timeout=30, env=clean_env())
+    assert result.returncode == 0 and result.stdout.strip() == f"roofwatch {__version__}"
+
+
+def test_port_in_use_is_a_clear_error(demo):
+    port = demo.url.rsplit(":", 1)[1].strip("/")
+    result = subprocess.run(
+        roofwatch_cmd("demo", "--listen", f"127.0.0.1:{port}"), capture_output=True, text=True, timeout=60, env=clean_env()
+    )
+    assert result.returncode == 1
+    assert f"cannot listen on 127.0.0.1:{port}" in result.stderr and "Traceback" not in result.stderr
