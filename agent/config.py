@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextvars
 import ipaddress
+import os
 import socket
 from pathlib import Path
 from typing import Any, Literal
@@ -122,6 +123,9 @@ def _describe(error: dict[str, Any]) -> str:
         return f"{field}: unknown setting (valid settings: {', '.join(sorted(Settings.model_fields))})"
     given = error.get("input")
     shown = "" if isinstance(given, dict) else f" (got {given!r})"
+    env_name = f"ROOFWATCH_{field.upper()}"
+    if os.environ.get(env_name) is not None and str(given) == os.environ[env_name]:
+        shown += f" from {env_name}"
     return f"{field}: {message}{shown}"
 
 

@@ -100,7 +100,8 @@ def test_cli_bad_flag_value_exits_2_naming_field():
 def test_cli_bad_env_value_exits_2_naming_field():
     result = _roofwatch("run", env={"ROOFWATCH_BACKEND": "cuda"})
     assert result.returncode == 2
-    assert "backend" in result.stderr and "Traceback" not in result.stderr
+    assert "backend" in result.stderr and "from ROOFWATCH_BACKEND" in result.stderr
+    assert "Traceback" not in result.stderr
 
 
 def test_cli_bad_config_file_exits_2_naming_field(tmp_path):
