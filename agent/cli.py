@@ -114,6 +114,7 @@ def _open(settings: Settings):
 
 
 def _make_collector(settings: Settings, backend):
+    from agent.backends.base import BackendUnavailable
     from agent.collector import Backoff, Collector
 
     # A virtual agent plays one scenario node; naming it after that node (not this host) keeps
@@ -121,15 +122,19 @@ def _make_collector(settings: Settings, backend):
     node = settings.node_name
     if "node_name" not in settings.model_fields_set and getattr(backend, "name", "") == "virtual":
         node = getattr(backend, "node", node)
-    return Collector(
-        backend,
-        node=node,
-        interval_s=settings.interval_s,
-        sample_timeout_s=settings.sample_timeout_s,
-        history_len=settings.history_len,
-        expected_devices=settings.expected_gpus,
-        backoff=Backoff(initial_s=settings.interval_s),
-    )
+    try:
+        return Collector(
+            backend,
+            node=node,
+            interval_s=settings.interval_s,
+            sample_timeout_s=settings.sample_timeout_s,
+            history_len=settings.history_len,
+            expected_devices=settings.expected_gpus,
+            backoff=Backoff(initial_s=settings.interval_s),
+        )
+    except BackendUnavailable as exc:
+        backend.close()
+        raise CliError(str(exc)) from None
 
 
 def _serve(settings: Settings, record: str | None, *, announce: bool) -> int:

@@ -18,8 +18,10 @@ from __future__ import annotations
 import collections
 import concurrent.futures as cf
 import dataclasses
+import functools
 import logging
 import math
+import queue
 import threading
 import time
 from typing import Callable, Deque, Sequence
@@ -49,6 +51,38 @@ class Backoff:
     def delay(self, consecutive_failures: int) -> float:
         exponent = max(0, consecutive_failures - 1)
         return min(self.max_s, self.initial_s * (2.0 ** min(exponent, 30)))
+
+
+class _DeviceWorker:
+    """One daemon thread per device that runs its backend calls one at a time.
+
+    Not a ThreadPoolExecutor: executor threads are joined at interpreter exit, so one driver
+    call hung forever would keep the agent from ever exiting on SIGTERM. A daemon thread
+    stuck in a driver call dies with the process.
+    """
+
+    def __init__(self, name: str) -> None:
+        self._jobs: queue.SimpleQueue[tuple[cf.Future[GpuSample], Callable[[], GpuSample]] | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+        self._thread.start()
+
+    def submit(self, call: Callable[[], GpuSample]) -> cf.Future[GpuSample]:
+        future: cf.Future[GpuSample] = cf.Future()
+        self._jobs.put((future, call))
+        return future
+
+    def stop(self) -> None:
+        self._jobs.put(None)
+
+    def _loop(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            future, call = job
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(call())
+            except BaseException as exc:  # noqa: BLE001 - handed to the collector thread
+                future.set_exception(exc)
 
 
 @dataclasses.dataclass
@@ -144,11 +178,9 @@ class Collector:
             d.gpu: _DeviceSlot(info=d, history=collections.deque(maxlen=history_len)) for d in devices
         }
         self.expected_devices = expected_devices if expected_devices is not None else len(self._slots)
-        # One worker per device: a device never has two calls in flight, so this bounds threads
-        # even when every device hangs.
-        self._pool = cf.ThreadPoolExecutor(
-            max_workers=max(1, len(self._slots)), thread_name_prefix="roofwatch-sample"
-        )
+        # One worker per device: a device never has two calls in flight, so threads stay bounded
+        # by the device count even when every device hangs.
+        self._workers = {gpu: _DeviceWorker(f"roofwatch-sample-{gpu}") for gpu in self._slots}
         self._snapshot = self._build_snapshot(self._clock(), CollectorHealth(backend=backend.name, interval_s=interval_s))
 
     # -- reading -----------------------------------------------------------------------------
@@ -184,7 +216,8 @@ class Collector:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout)
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        for worker in self._workers.values():
+            worker.stop()
         try:
             self.backend.close()
         except Exception:  # noqa: BLE001 - shutdown must not fail on a broken driver
@@ -223,7 +256,7 @@ class Collector:
                 slot.in_flight = None
             if started < slot.next_attempt_mono:
                 continue
-            future = self._pool.submit(self.backend.sample, slot.info.gpu, now)
+            future = self._workers[slot.info.gpu].submit(functools.partial(self.backend.sample, slot.info.gpu, now))
             slot.in_flight = future
             submitted[future] = slot
 

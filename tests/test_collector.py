@@ -187,3 +187,62 @@ def test_counters_integrate_rates_and_prefer_energy_counter():
     assert c2.energy_j == pytest.approx(500.0)  # 200 + the driver's 300 J delta, not power x dt
     reset = accumulate_counters(c2, GpuSample(ts=2, gpu="0", energy_j=5000.0), GpuSample(ts=3, gpu="0", interval_s=1.0, energy_j=10.0))
     assert reset.energy_j == c2.energy_j  # a counter reset never makes the total go backwards
+
+
+HUNG_FOREVER_SCRIPT = """
+import threading, sys
+sys.path.insert(0, {root!r})
+from agent.collector import Collector
+from agent.model import DeviceInfo, GpuSample
+
+class HungDriver:
+    name = "hung"
+    def discover(self):
+        return [DeviceInfo(gpu=str(i), uuid=f"GPU-{{i}}", vendor="nvidia", model="T") for i in range(2)]
+    def sample(self, gpu, now):
+        if gpu == "1":
+            threading.Event().wait()  # a driver call that never returns, and ignores close()
+        return GpuSample(ts=now, gpu=gpu, interval_s=1.0)
+    def close(self):
+        pass
+
+c = Collector(HungDriver(), node="n", interval_s=0.05, sample_timeout_s=0.05)
+c.start()
+assert c.wait_for_cycles(3, timeout=20)
+snap = c.snapshot
+c.stop()
+print("up:", [d.up for d in snap.devices], flush=True)
+"""
+
+
+def test_process_exits_although_a_driver_call_never_returns(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = tmp_path / "hung.py"
+    script.write_text(HUNG_FOREVER_SCRIPT.format(root=str(Path(__file__).resolve().parent.parent)))
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "up: [True, False]"
+
+
+def test_cli_reports_discovery_failure_without_traceback():
+    from agent.backends.base import BackendUnavailable
+    from agent.cli import CliError, _make_collector
+    from agent.config import load_settings
+
+    class NoDevices:
+        name = "empty"
+        closed = False
+
+        def discover(self):
+            raise BackendUnavailable("driver loaded but no GPUs visible")
+
+        def close(self):
+            self.closed = True
+
+    backend = NoDevices()
+    with pytest.raises(CliError, match="no GPUs visible"):
+        _make_collector(load_settings(), backend)
+    assert backend.closed
