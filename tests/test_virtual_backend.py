@@ -16,6 +16,7 @@ from agent.model import GpuSample
 from agent.virtual.engine import VirtualEngine
 from agent.virtual.scenario import ScenarioError, builtin_scenario, parse_scenario
 from agent.backends.virtual import VirtualBackend
+from tests.agent_process import poll
 
 MIB = 1024**2
 
@@ -37,14 +38,6 @@ def faulty_backend(*faults: dict[str, Any], clock: FakeClock | None = None) -> t
         "workloads": [{"job": "j", "gpus": [0, 1, 2, 3], "phases": [{"kind": "compute", "duration_s": 60, "mfu": 0.5}]}],
         "faults": list(faults)}]})
     return VirtualBackend(scenario, clock=clock), clock
-
-
-def wait_until(condition: Any, timeout: float = 5.0) -> None:
-    """Poll ``condition`` (no fixed sleeps): fail if it is not true within ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.001)
 
 
 # ----------------------------------------------------------------------------- discovery
@@ -176,7 +169,7 @@ def test_hang_is_released_by_close() -> None:
 
     worker = threading.Thread(target=call, daemon=True)
     worker.start()
-    wait_until(lambda: backend.hung_calls == 1)
+    poll(lambda: backend.hung_calls == 1, timeout=5.0, what='the hang to start')
     assert worker.is_alive()
     backend.close()
     worker.join(timeout=5.0)
