@@ -84,3 +84,15 @@ def test_specs_json_lists_the_catalogue():
     assert h100["peak_flops"]["bf16"] == pytest.approx(989.4e12)
     table = run("specs").stdout
     assert "h100-sxm" in table and "mi300x" in table
+
+
+
+def test_first_cycle_of_the_demo_already_shows_the_workloads():
+    from agent.backends.registry import open_virtual
+    from agent.collector import Collector
+    from agent.config import load_settings
+
+    collector = Collector(open_virtual(load_settings(backend="virtual")), node="n")
+    first = {d.info.gpu: d.sample.gr_active for d in collector.collect_once().devices}
+    collector.stop()
+    assert first["0"] > 0.9 and first["2"] > 0.9 and first["6"] < 0.05

@@ -7,6 +7,8 @@ an import traceback.
 
 from __future__ import annotations
 
+import time
+
 from agent.backends.base import Backend, BackendUnavailable
 from agent.config import Settings
 
@@ -21,7 +23,10 @@ def open_virtual(settings: Settings) -> Backend:
         scenario = resolve_scenario(settings.scenario)
     except ScenarioError as exc:
         raise BackendUnavailable(f"virtual backend: {exc}") from None
-    return VirtualBackend(scenario, node=settings.virtual_node, interval_s=settings.interval_s)
+    # Virtual time 0 is one interval ago, so the very first sample already shows the workloads.
+    return VirtualBackend(
+        scenario, node=settings.virtual_node, interval_s=settings.interval_s, start_time=time.time() - settings.interval_s
+    )
 
 
 def probe_nvml() -> str:
