@@ -213,9 +213,12 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     from agent.snapshot_text import snapshot_table
 
     if args.url:
-        from agent.snapshot_text import fetch_snapshot_json
+        from agent.snapshot_text import SnapshotFetchError, fetch_snapshot_json
 
-        data = fetch_snapshot_json(args.url)
+        try:
+            data = fetch_snapshot_json(args.url)
+        except SnapshotFetchError as exc:
+            raise CliError(str(exc)) from None
         print(json.dumps(data, indent=2) if args.json else snapshot_table(data))
         return EXIT_OK
     settings = _settings_from(args)

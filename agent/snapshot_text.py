@@ -43,13 +43,15 @@ def snapshot_table(data: dict[str, Any]) -> str:
     return "\n".join([summary, *lines])
 
 
+class SnapshotFetchError(Exception):
+    """The agent at a URL could not be reached or did not answer with a snapshot."""
+
+
 def fetch_snapshot_json(url: str, timeout: float = 5.0) -> dict[str, Any]:
     """GET ``/api/v1/snapshot`` from an agent at ``url`` (base URL or the full endpoint)."""
-    from agent.cli import CliError
-
     endpoint = url if url.rstrip("/").endswith("/api/v1/snapshot") else url.rstrip("/") + "/api/v1/snapshot"
     try:
         with urllib.request.urlopen(endpoint, timeout=timeout) as response:  # noqa: S310 - user-given URL
             return json.loads(response.read())
     except (urllib.error.URLError, OSError, ValueError) as exc:
-        raise CliError(f"cannot read a snapshot from {endpoint}: {exc}") from None
+        raise SnapshotFetchError(f"cannot read a snapshot from {endpoint}: {exc}") from None

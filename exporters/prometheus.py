@@ -13,7 +13,7 @@ import threading
 from typing import Callable, Iterable, Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
-from prometheus_client.registry import Collector, CollectorRegistry
+from prometheus_client.registry import Collector
 
 from agent import __version__
 from agent.model import CLOCK_EVENT_REASONS, DeviceState, NodeSnapshot
@@ -145,38 +145,28 @@ def _device_families(node: str, devices: tuple[DeviceState, ...], max_processes:
 
 
 class ExpositionCache:
-    """Renders the exposition once per (snapshot, format) and serves the bytes to every scraper."""
+    """Renders the exposition once per (snapshot, format) and serves the bytes to every scraper.
+
+    The encoders only iterate ``collect()``, so each rendering gets a collector bound to exactly
+    the snapshot it was keyed by: concurrent scrapes can never mix two snapshots.
+    """
 
     def __init__(self, get_snapshot: Callable[[], NodeSnapshot], *, max_processes_per_gpu: int = 16) -> None:
         self._get_snapshot = get_snapshot
-        self._registry = CollectorRegistry(auto_describe=False)
-        self._current: NodeSnapshot | None = None
-        self._collector = SnapshotCollector(lambda: self._current_or_latest(), max_processes_per_gpu=max_processes_per_gpu)
-        self._registry.register(self._collector)
+        self._max_processes = max_processes_per_gpu
         self._lock = threading.Lock()
         self._cache: dict[tuple[int, str], bytes] = {}
 
-    def _current_or_latest(self) -> NodeSnapshot:
-        return self._current if self._current is not None else self._get_snapshot()
-
-    @property
-    def registry(self) -> CollectorRegistry:
-        return self._registry
-
-    def render(self, encoder: Callable[[CollectorRegistry], bytes], content_type: str) -> bytes:
+    def render(self, encoder: Callable[[Collector], bytes], content_type: str) -> bytes:
         snapshot = self._get_snapshot()
         key = (snapshot.sequence, content_type)
         cached = self._cache.get(key)
         if cached is not None:
             return cached
-        with self._lock:
+        with self._lock:  # one rendering per snapshot even when many scrapers arrive at once
             cached = self._cache.get(key)
             if cached is None:
-                self._current = snapshot
-                try:
-                    cached = encoder(self._registry)
-                finally:
-                    self._current = None
+                cached = encoder(SnapshotCollector(lambda: snapshot, max_processes_per_gpu=self._max_processes))
                 # Keep only the newest snapshot's renderings: memory stays bounded.
                 self._cache = {k: v for k, v in self._cache.items() if k[0] == snapshot.sequence}
                 self._cache[key] = cached

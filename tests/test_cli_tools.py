@@ -96,3 +96,15 @@ def test_first_cycle_of_the_demo_already_shows_the_workloads():
     first = {d.info.gpu: d.sample.gr_active for d in collector.collect_once().devices}
     collector.stop()
     assert first["0"] > 0.9 and first["2"] > 0.9 and first["6"] < 0.05
+
+
+def test_snapshot_from_unreachable_agent_is_a_clear_error():
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on once the socket closes
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    result = run("snapshot", "--url", f"http://127.0.0.1:{port}")
+    assert result.returncode == 1
+    assert f"cannot read a snapshot from http://127.0.0.1:{port}/api/v1/snapshot" in result.stderr
+    assert "Traceback" not in result.stderr
