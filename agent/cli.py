@@ -12,6 +12,7 @@ import logging
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -48,6 +49,8 @@ def _settings_flags(parser: argparse.ArgumentParser, *, backend: bool = True, li
     group.add_argument("--expected-gpus", type=int, metavar="N", help="GPUs this node should have")
     group.add_argument("--scenario", metavar="NAME|FILE", help="virtual backend scenario (default demo)")
     group.add_argument("--virtual-node", metavar="NAME", help="which scenario node to play (virtual backend)")
+    group.add_argument("--dtype", choices=["fp8", "bf16", "fp16", "tf32", "fp32", "fp64"],
+                       help="precision behind the peak FLOP/s when the workload does not say (default bf16, flagged as assumed)")
     group.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     group.add_argument("--log-format", choices=["logfmt", "json"])
 
@@ -81,6 +84,19 @@ def build_parser() -> argparse.ArgumentParser:
         "--simulate", action="store_true",
         help="write the virtual engine's samples in virtual time, labelled with the true class, without waiting",
     )
+
+    cls = sub.add_parser(
+        "classify", help="classify the GPUs of a recorded trace",
+        description="Replay traces through the classifier and print one verdict per GPU per window as JSON Lines "
+                    "(../shared/trace-format.md). With --evaluate, score the verdicts against the trace's labels.",
+    )
+    cls.add_argument("traces", nargs="+", metavar="TRACE", help="trace file(s): .jsonl or .jsonl.gz, - for stdin")
+    cls.add_argument("--evaluate", action="store_true", help="print per-class precision, recall and the confusion matrix")
+    cls.add_argument("--json", action="store_true", help="print the evaluation as one JSON line instead of a table")
+    cls.add_argument("-q", "--quiet", action="store_true", help="do not print the verdict lines (with --evaluate)")
+    cls.add_argument("--config", metavar="FILE", help="YAML settings file whose classifier: section sets the thresholds")
+    cls.add_argument("--dtype", choices=["fp8", "bf16", "fp16", "tf32", "fp32", "fp64"],
+                     help="precision behind the peak FLOP/s when the trace does not say (default bf16, flagged as assumed)")
 
     specs = sub.add_parser("specs", help="print the GPU peak-spec catalogue", description="Print dense peak FLOP/s, bandwidth and ridge points per GPU model.")
     specs.add_argument("--json", action="store_true", help="print JSON (SI units)")
@@ -117,13 +133,19 @@ def _make_collector(settings: Settings, backend):
     from agent.backends.base import BackendUnavailable
     from agent.collector import Backoff, Collector
 
+    analyzer = None
+    if settings.classify:
+        from agent.classifier.live import LiveClassifier
+
+        # The configured dtype counts as "said"; only the built-in default is flagged as assumed.
+        analyzer = LiveClassifier(settings.classifier, dtype=settings.dtype if "dtype" in settings.model_fields_set else None)
     # A virtual agent plays one scenario node; naming it after that node (not this host) keeps
     # several demo agents on one machine apart, as real nodes would be.
     node = settings.node_name
     if "node_name" not in settings.model_fields_set and getattr(backend, "name", "") == "virtual":
         node = getattr(backend, "node", node)
     try:
-        return Collector(
+        collector = Collector(
             backend,
             node=node,
             interval_s=settings.interval_s,
@@ -131,10 +153,16 @@ def _make_collector(settings: Settings, backend):
             history_len=settings.history_len,
             expected_devices=settings.expected_gpus,
             backoff=Backoff(initial_s=settings.interval_s),
+            analyzer=analyzer,
         )
     except BackendUnavailable as exc:
         backend.close()
         raise CliError(str(exc)) from None
+    warm = getattr(backend, "warm_samples", None)
+    if analyzer is not None and warm is not None:  # the virtual demo: verdicts from the first scrape
+        analyzer.prime(warm(time.time(), analyzer.thresholds.long_window_s / 2, settings.interval_s),
+                       {d.gpu: d.spec for d in collector.devices})
+    return collector
 
 
 def _serve(settings: Settings, record: str | None, *, announce: bool) -> int:
@@ -267,6 +295,41 @@ def cmd_record(args: argparse.Namespace) -> int:
     return EXIT_OK if recorder.error is None else EXIT_FAILURE
 
 
+def cmd_classify(args: argparse.Namespace) -> int:
+    from agent.classifier.engine import classify_samples
+    from agent.classifier.evaluate import evaluate
+    from agent.trace import TraceFormatError, read_trace
+
+    settings = _settings_from(argparse.Namespace(config=args.config))
+    dtype = args.dtype or (settings.dtype if "dtype" in settings.model_fields_set else None)
+    samples = []
+    for path in args.traces:
+        try:
+            samples.extend(read_trace(path))
+        except TraceFormatError as exc:
+            raise CliError(str(exc)) from None
+        except OSError as exc:
+            raise CliError(f"cannot read trace {path}: {exc.strerror or exc}") from None
+    if not samples:
+        raise CliError("no samples in " + ", ".join(args.traces))
+    kept = []
+    out = sys.stdout
+    for verdict in classify_samples(samples, settings.classifier, dtype=dtype):
+        if args.evaluate:
+            kept.append(verdict)
+        if not (args.quiet and args.evaluate):
+            out.write(json.dumps(verdict.to_json(), separators=(",", ":")) + "\n")
+    if args.evaluate:
+        result = evaluate(kept)
+        if result.scored == 0:
+            raise CliError("nothing to evaluate: the trace has no labelled samples outside phase changes")
+        if args.json:
+            out.write(json.dumps({"evaluation": result.to_json()}) + "\n")
+        else:
+            out.write(result.table() + "\n")
+    return EXIT_OK
+
+
 def cmd_specs(args: argparse.Namespace) -> int:
     from agent import specs
 
@@ -282,6 +345,7 @@ COMMANDS = {
     "demo": cmd_demo,
     "snapshot": cmd_snapshot,
     "record": cmd_record,
+    "classify": cmd_classify,
     "specs": cmd_specs,
 }
 

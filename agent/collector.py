@@ -24,7 +24,7 @@ import math
 import queue
 import threading
 import time
-from typing import Callable, Deque, Sequence
+from typing import TYPE_CHECKING, Callable, Deque, Sequence
 
 from agent.backends.base import Backend, DeviceLostError
 from agent.model import (
@@ -36,9 +36,14 @@ from agent.model import (
     NodeSnapshot,
 )
 
+if TYPE_CHECKING:
+    from agent.classifier.engine import Verdict
+
 log = logging.getLogger("roofwatch.collector")
 
 SnapshotListener = Callable[[NodeSnapshot], None]
+Analyzer = Callable[[NodeSnapshot], Sequence["Verdict"]]
+"""Turns a fresh snapshot into verdicts (the classifier); its result is published with the snapshot."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,6 +163,7 @@ class Collector:
         backoff: Backoff | None = None,
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
+        analyzer: Analyzer | None = None,
     ) -> None:
         self.backend = backend
         self.node = node
@@ -168,6 +174,7 @@ class Collector:
         self._clock = clock
         self._monotonic = monotonic
         self._listeners: list[SnapshotListener] = []
+        self._analyzer = analyzer
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._cycles = 0
@@ -289,6 +296,12 @@ class Collector:
             interval_s=self.interval_s,
         )
         snapshot = self._build_snapshot(now, health)
+        if self._analyzer is not None:
+            try:
+                snapshot = dataclasses.replace(snapshot, verdicts=tuple(self._analyzer(snapshot)))
+            except Exception:  # noqa: BLE001 - a classifier bug must not stop the raw metrics
+                log.exception("classification failed")
+                snapshot = dataclasses.replace(snapshot, verdicts=self._snapshot.verdicts)
         self._snapshot = snapshot
         for listener in self._listeners:
             try:

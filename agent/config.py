@@ -26,6 +26,7 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
+from agent.classifier.thresholds import Thresholds
 from agent.model import Dtype
 
 DEFAULT_PORT = 9477
@@ -61,7 +62,8 @@ def parse_listen(value: str) -> tuple[str, int]:
 class Settings(BaseSettings):
     """Every knob of the agent. Field names are the YAML keys; ``ROOFWATCH_<NAME>`` overrides."""
 
-    model_config = SettingsConfigDict(env_prefix="ROOFWATCH_", extra="forbid", validate_default=True)
+    model_config = SettingsConfigDict(env_prefix="ROOFWATCH_", env_nested_delimiter="__", extra="forbid",
+                                      validate_default=True)
 
     backend: Literal["auto", "nvml", "amd", "virtual"] = Field(
         "auto", description="Telemetry source: auto tries NVML, then AMD; virtual runs the simulated fleet."
@@ -83,6 +85,10 @@ class Settings(BaseSettings):
     scenario: str = Field("demo", min_length=1, description="Virtual backend: built-in scenario name or YAML path.")
     virtual_node: str | None = Field(None, description="Virtual backend: which scenario node this agent plays.")
     dtype: Dtype = Field("bf16", description="Math precision assumed for peak FLOP/s when the workload does not say.")
+    classify: bool = Field(True, description="Classify each GPU's workload and export verdicts, MFU and MBU.")
+    classifier: Thresholds = Field(
+        default_factory=Thresholds, description="Classifier thresholds and windows (see docs/classification.md)."
+    )
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="Log verbosity.")
     log_format: Literal["logfmt", "json"] = Field("logfmt", description="Structured log line format on stderr.")
 
@@ -118,12 +124,14 @@ class Settings(BaseSettings):
 
 def _describe(error: dict[str, Any]) -> str:
     field = ".".join(str(part) for part in error.get("loc", ())) or "(settings)"
-    message = error.get("msg", "invalid value")
+    message = str(error.get("msg", "invalid value")).removeprefix("Value error, ")
     if error.get("type") == "extra_forbidden":
-        return f"{field}: unknown setting (valid settings: {', '.join(sorted(Settings.model_fields))})"
+        loc = error.get("loc", ())
+        valid = Thresholds.model_fields if len(loc) > 1 and loc[0] == "classifier" else Settings.model_fields
+        return f"{field}: unknown setting (valid settings: {', '.join(sorted(valid))})"
     given = error.get("input")
     shown = "" if isinstance(given, dict) else f" (got {given!r})"
-    env_name = f"ROOFWATCH_{field.upper()}"
+    env_name = "ROOFWATCH_" + "__".join(str(part) for part in error.get("loc", ())).upper()
     if os.environ.get(env_name) is not None and str(given) == os.environ[env_name]:
         shown += f" from {env_name}"
     return f"{field}: {message}{shown}"

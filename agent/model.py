@@ -12,9 +12,12 @@ are optional additions, which the contract allows.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import Field
+
+if TYPE_CHECKING:
+    from agent.classifier.engine import Verdict
 
 Ratio = Annotated[float, Field(ge=0.0, le=1.0)]
 """A fraction in 0..1 (utilisation, duty cycle)."""
@@ -259,6 +262,8 @@ class NodeSnapshot:
     host: HostSample | None = None
     sequence: int = 0
     """Increments with every published snapshot; lets exporters cache per snapshot."""
+    verdicts: tuple["Verdict", ...] = ()
+    """The classifier's latest verdict per device (empty when classification is off)."""
 
     @property
     def visible_devices(self) -> int:

@@ -23,6 +23,7 @@ def to_jsonable(value: Any) -> Any:
 
 
 def snapshot_to_dict(snapshot: NodeSnapshot) -> dict[str, Any]:
-    data = to_jsonable(snapshot)
+    data = to_jsonable(dataclasses.replace(snapshot, verdicts=()))
+    data["verdicts"] = [to_jsonable(v.to_json()) for v in snapshot.verdicts]
     data["visible_devices"] = snapshot.visible_devices
     return data

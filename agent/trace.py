@@ -94,7 +94,8 @@ class TraceWriter:
     """
 
     def __init__(self, path: str | os.PathLike[str], *, node: str | None = None,
-                 agent_version: str | None = None, note: str | None = None, header: bool = True) -> None:
+                 agent_version: str | None = None, note: str | None = None, header: bool = True,
+                 started_at: float | None = None) -> None:
         self.path = os.fspath(path)
         self._owned = self.path != "-"
         self._closed = False
@@ -110,7 +111,8 @@ class TraceWriter:
             raise TraceWriteError(self.path, exc) from exc
         if header:
             meta = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "node": node,
-                    "agent_version": agent_version, "started_at": time.time(), "note": note}
+                    "agent_version": agent_version,
+                    "started_at": time.time() if started_at is None else started_at, "note": note}
             self._write_line({k: v for k, v in meta.items() if v is not None})
 
     def _write_line(self, obj: dict[str, Any]) -> None:

@@ -16,7 +16,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoM
 from prometheus_client.registry import Collector
 
 from agent import __version__
-from agent.model import CLOCK_EVENT_REASONS, DeviceState, NodeSnapshot
+from agent.model import CLOCK_EVENT_REASONS, WORKLOAD_CLASSES, DeviceState, NodeSnapshot
 from exporters import metrics as m
 
 
@@ -66,6 +66,7 @@ def families_for(snapshot: NodeSnapshot, *, max_processes_per_gpu: int = 16) -> 
     node_gauge(m.HOST_IO_PRESSURE, node_labels, host.io_pressure_ratio if host else None)
 
     out.extend(_device_families(node, snapshot.devices, max_processes_per_gpu))
+    out.extend(_verdict_families(node, snapshot))
     return out
 
 
@@ -142,6 +143,62 @@ def _device_families(node: str, devices: tuple[DeviceState, ...], max_processes:
                     process_memory.add_metric(labels + [str(proc.pid), proc.name or ""], proc.used_memory_bytes)
 
     return [info, up, last, errors, peak_flops, peak_bw, *gauges, pipes, clock_events, *counters.values(), processes, process_memory]
+
+
+def _verdict_families(node: str, snapshot: NodeSnapshot) -> list[Metric]:
+    """Class, confidence, scores, reasons, roofline and MFU/MBU per GPU.
+
+    The class one-hot, confidence and reason series exist for every GPU at all times (a GPU
+    without a verdict yet, or down, reads ``unknown``), so their count per GPU is fixed; the
+    measured values are absent while unknown, as everywhere else in roofwatch.
+    """
+    def gauge(defn: m.MetricDef) -> GaugeMetricFamily:
+        return GaugeMetricFamily(defn.name, defn.help, labels=defn.labels)
+
+    one_hot, confidence, scores = gauge(m.WORKLOAD_CLASS), gauge(m.WORKLOAD_CONFIDENCE), gauge(m.WORKLOAD_SCORE)
+    reason = InfoMetricFamily(m.WORKLOAD_REASON.family_name, m.WORKLOAD_REASON.help, labels=m.GPU_LABELS)
+    throttled, duty, wait, step_cv, skew = (gauge(d) for d in (m.THROTTLED, m.DUTY_CYCLE, m.COMM_WAIT, m.STEP_TIME_CV, m.RANK_SKEW))
+    flops, bandwidth, intensity, ridge, headroom, mfu, mbu = (gauge(d) for d in (
+        m.ACHIEVED_FLOPS, m.ACHIEVED_BANDWIDTH, m.INTENSITY, m.RIDGE_POINT, m.ROOF_HEADROOM, m.MFU, m.MBU))
+
+    verdicts = {v.gpu: v for v in snapshot.verdicts}
+    for device in snapshot.devices:
+        labels = [node, device.info.gpu, device.info.uuid]
+        verdict = verdicts.get(device.info.gpu) if device.up else None
+        cls = verdict.cls if verdict else "unknown"
+        for name in WORKLOAD_CLASSES:
+            one_hot.add_metric(labels + [name], 1.0 if name == cls else 0.0)
+        confidence.add_metric(labels, verdict.confidence if verdict else 0.0)
+        if verdict is None:
+            reason.add_metric(labels, {"class": "unknown", "detail": "warming_up" if device.up else "gpu_down", "throttle": "none"})
+            continue
+        throttle = "severe" if verdict.throttle_severe else "moderate" if verdict.throttled else "none"
+        reason.add_metric(labels, {"class": cls, "detail": verdict.detail, "throttle": throttle})
+        for name, value in verdict.scores.items():
+            scores.add_metric(labels + [name], value)
+        throttled.add_metric(labels, 1.0 if verdict.throttled else 0.0)
+        f, r = verdict.features, verdict.roofline
+        _add(duty, labels, f.duty)
+        _add(wait, labels, f.comm_wait_fraction)
+        _add(step_cv, labels, f.step_cv if f.steps >= 2 else None)
+        _add(skew, labels, verdict.rank_skew)
+        _add(flops, labels + [r.dtype], r.achieved_flops)
+        _add(bandwidth, labels, r.achieved_bytes_per_s)
+        _add(intensity, labels + [r.dtype], r.intensity)
+        _add(ridge, labels + [r.dtype], r.ridge_point)
+        _add(headroom, labels + ["compute"], r.compute_headroom)
+        _add(headroom, labels + ["memory"], r.memory_headroom)
+        _add(mfu, labels + ["counters", r.dtype], r.mfu_counters)
+        _add(mfu, labels + ["workload", r.dtype], r.mfu_workload)
+        _add(mbu, labels + ["counters"], r.mbu_counters)
+        _add(mbu, labels + ["workload"], r.mbu_workload)
+    return [one_hot, confidence, scores, reason, throttled, duty, wait, step_cv, skew,
+            flops, bandwidth, intensity, ridge, headroom, mfu, mbu]
+
+
+def _add(family: GaugeMetricFamily, labels: list[str], value: float | None) -> None:
+    if value is not None:
+        family.add_metric(labels, value)
 
 
 class ExpositionCache:

@@ -13,6 +13,9 @@ import subprocess
 
 import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from agent.model import WORKLOAD_CLASSES
 
 from tests.agent_process import AgentProcess, clean_env, gauge_values, poll, roofwatch_cmd
 
@@ -59,11 +62,28 @@ def test_demo_shows_every_workload_signature(demo):
     engine = gauge_values(text, "roofwatch_gpu_engine_active_ratio")
     tensor = gauge_values(text, "roofwatch_gpu_tensor_active_ratio")
     dram = gauge_values(text, "roofwatch_gpu_dram_active_ratio")
-    assert tensor["0"] > 0.6  # GEMM at the compute roof
+    assert tensor["7"] > 0.6  # capped GEMM near the compute roof
     assert dram["2"] > 0.4 and tensor["2"] < 0.15  # decode: bandwidth-bound
     assert engine["6"] < 0.05  # idle notebook
     memory = gauge_values(text, "roofwatch_gpu_memory_used_bytes")
     assert memory["6"] > 20 * 2**30  # ... holding memory
+
+
+def test_demo_shows_every_class_from_the_first_scrape(demo):
+    """The demo's verdicts: each of the six workload classes on at least one of its 8 GPUs."""
+    families = {f.name: f for f in text_string_to_metric_families(demo.metrics())}
+    published = {s.labels["gpu"]: s.labels["class"] for s in families["roofwatch_gpu_workload_class"].samples if s.value == 1.0}
+    assert len(published) == 8
+    assert set(published.values()) == set(WORKLOAD_CLASSES) - {"unknown"}
+    per_gpu = {}
+    for s in families["roofwatch_gpu_workload_class"].samples:
+        per_gpu[s.labels["gpu"]] = per_gpu.get(s.labels["gpu"], 0) + 1
+    assert set(per_gpu.values()) == {len(WORKLOAD_CLASSES)}  # one-hot over every class, always
+    reasons = {s.labels["gpu"]: s.labels for s in families["roofwatch_gpu_workload_reason_info"].samples}
+    assert reasons["3"]["detail"] == "dataloader" and reasons["5"]["detail"] == "straggler"
+    assert reasons["7"]["throttle"] != "none"
+    mfu = {(s.labels["gpu"], s.labels["source"]): s.value for s in families["roofwatch_gpu_mfu_ratio"].samples}
+    assert mfu[("0", "workload")] == pytest.approx(0.42, abs=0.01) and mfu[("0", "counters")] == pytest.approx(0.42, abs=0.03)
 
 
 def test_snapshot_api_and_cli_against_running_agent(demo):

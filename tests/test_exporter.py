@@ -14,7 +14,8 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from agent.collector import Collector
-from agent.model import DeviceInfo, GpuSample, GpuSpec, HostSample, ProcessSample
+from agent.classifier.live import LiveClassifier
+from agent.model import DeviceInfo, GpuSample, GpuSpec, HostSample, ProcessSample, WorkloadReport
 from exporters import docgen
 from exporters.http import AgentHTTPServer
 from exporters.metrics import METRICS
@@ -39,7 +40,9 @@ def full_sample(gpu: str, now: float, n_procs: int = 3) -> GpuSample:
             ProcessSample(pid=1000 + i, name=f'py"thon\n{i}', used_memory_bytes=(i + 1) * 2**30, cpu_cores=1.5)
             for i in range(n_procs)
         ),
-        host=HostSample(cpu_iowait_ratio=0.02, io_pressure_ratio=0.01),
+        host=HostSample(cpu_iowait_ratio=0.02, io_pressure_ratio=0.01), dtype="bf16",
+        workload=WorkloadReport(job="train", rank=int(gpu), world_size=2, step=int(now), step_time_s=1.0 + 0.1 * (int(now) % 3),
+                                tokens_per_s=2e4, flops_per_token=4.8e10, model_bytes=16e9),
     )
 
 
@@ -81,9 +84,14 @@ def families(text: str) -> dict[str, object]:
 
 @pytest.fixture
 def full_collector():
-    collector = Collector(FullBackend(), node="n1", interval_s=1.0)
-    collector.collect_once()
-    collector.collect_once()
+    """Every field known, and enough cycles (fake clock) for the classifier to publish verdicts."""
+    clock = {"t": 1_800_000_000.0}
+    collector = Collector(FullBackend(), node="n1", interval_s=1.0, clock=lambda: clock["t"],
+                          monotonic=lambda: clock["t"], analyzer=LiveClassifier())
+    for _ in range(25):
+        collector.collect_once()
+        clock["t"] += 1.0
+    assert len(collector.snapshot.verdicts) == 2
     yield collector
     collector.stop()
 
@@ -148,9 +156,10 @@ def test_process_series_are_capped_largest_first():
 def test_counters_accumulate_between_cycles(full_collector):
     fams = families(scrape_text(full_collector))
     energy = fams["roofwatch_gpu_energy_joules"].samples
-    assert all(s.value == pytest.approx(1300.0) for s in energy if s.name.endswith("_total"))  # 650 W x 2 cycles x 1 s
+    # The fixture ran 25 one-second cycles; the first sample opens the count.
+    assert all(s.value == pytest.approx(650.0 * 25) for s in energy if s.name.endswith("_total"))
     link = {(s.labels["gpu"], s.labels["direction"]): s.value for s in fams["roofwatch_gpu_link_bytes"].samples if s.name.endswith("_total")}
-    assert link[("0", "tx")] == pytest.approx(1e11) and link[("0", "rx")] == pytest.approx(8e10)
+    assert link[("0", "tx")] == pytest.approx(5e10 * 25) and link[("0", "rx")] == pytest.approx(4e10 * 25)
 
 
 def test_each_snapshot_rendered_once(full_collector):

@@ -15,6 +15,7 @@ from prometheus_client.exposition import generate_latest
 
 from agent import __version__
 from agent.backends.virtual import VirtualBackend
+from agent.classifier.live import LiveClassifier
 from agent.collector import Collector
 from exporters.prometheus import ExpositionCache
 
@@ -26,9 +27,10 @@ def render_fixed_demo() -> str:
     clock = {"t": START}
     backend = VirtualBackend("demo", start_time=START - 60.0, interval_s=1.0)
     collector = Collector(
-        backend, node="golden-node", interval_s=1.0, clock=lambda: clock["t"], monotonic=lambda: clock["t"]
+        backend, node="golden-node", interval_s=1.0, clock=lambda: clock["t"], monotonic=lambda: clock["t"],
+        analyzer=LiveClassifier(),
     )
-    for _ in range(3):
+    for _ in range(25):  # enough for a full classification window: the verdicts are in the golden file too
         collector.collect_once()
         clock["t"] += 1.0
     text = ExpositionCache(lambda: collector.snapshot).render(generate_latest, "text/plain").decode()

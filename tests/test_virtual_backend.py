@@ -211,3 +211,59 @@ def test_injected_faults_start_now_and_end() -> None:
 def test_fault_on_missing_gpu_is_rejected_by_the_scenario() -> None:
     with pytest.raises(ScenarioError, match=r"nodes\.0\.faults\.0\.gpu: GPU 9 does not exist"):
         faulty_backend({"gpu": 9, "kind": "error", "start_s": 0, "duration_s": 1})
+
+
+# ----------------------------------------------------------------------------- MIG instances
+
+
+def mig_backend(*faults: dict[str, Any]) -> tuple[VirtualBackend, FakeClock]:
+    clock = FakeClock()
+    scenario = parse_scenario({"name": "m", "seed": 5, "nodes": [{
+        "name": "n", "model": "h100-sxm", "gpus": 2, "mig": {0: ["3g.40gb", "4g.40gb"]},
+        "workloads": [{"job": "j", "gpus": ["0/1", "0/2", 1],
+                       "phases": [{"kind": "compute", "duration_s": 60, "mfu": 0.5}]}],
+        "faults": list(faults)}]})
+    return VirtualBackend(scenario, clock=clock, start_time=clock.now), clock
+
+
+def test_discovers_and_samples_mig_instances() -> None:
+    backend, clock = mig_backend()
+    devices = backend.discover()
+    assert [d.gpu for d in devices] == ["0/1", "0/2", "1"]
+    assert devices[0].model == "NVIDIA H100 80GB HBM3 MIG 3g.40gb" and devices[0].uuid.startswith("MIG-")
+    engine = VirtualEngine(backend.engine.scenario)
+    for k in range(1, 4):
+        got = backend.sample("0/2", clock.now + k)
+        assert got == engine.sample("n", "0/2", k - 1.0, float(k), ts=clock.now + k)
+        assert got.gpu == "0/2" and got.power_w is None and got.tensor_active is not None
+    with pytest.raises(DeviceError, match="no GPU '0'"):
+        backend.sample("0", clock.now + 1.0)
+
+
+def test_fault_on_a_mig_gpu_hits_all_its_instances() -> None:
+    backend, clock = mig_backend({"gpu": 0, "kind": "error", "start_s": 2, "duration_s": 2},
+                                 {"gpu": "0/2", "kind": "lost", "start_s": 10, "duration_s": 2})
+    t0 = backend.start_time
+    for gpu in ("0/1", "0/2"):
+        with pytest.raises(DeviceError, match=f"GPU {gpu} on n"):
+            backend.sample(gpu, t0 + 3.0)
+    assert backend.sample("1", t0 + 3.0).gpu == "1"
+    assert backend.sample("0/1", t0 + 11.0).gpu == "0/1"  # only 0/2 is lost
+    with pytest.raises(DeviceLostError):
+        backend.sample("0/2", t0 + 11.0)
+
+
+def test_inject_fault_accepts_instances() -> None:
+    backend, clock = mig_backend()
+    t0 = backend.start_time
+    window = backend.inject_fault("0/1", "error", duration_s=5.0, start_s=0.0)
+    assert window.gpu == "0/1"
+    with pytest.raises(DeviceError, match="injected"):
+        backend.sample("0/1", t0 + 1.0)
+    assert backend.sample("0/2", t0 + 1.0).gpu == "0/2"
+    backend.inject_fault(0, "error", duration_s=5.0, start_s=0.0)  # the whole GPU: both instances
+    with pytest.raises(DeviceError, match="injected"):
+        backend.sample("0/2", t0 + 2.0)
+    for bad in ("0/3", 2, "1/1"):
+        with pytest.raises(ValueError, match="no GPU"):
+            backend.inject_fault(bad, "error", duration_s=1.0)

@@ -11,8 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agent.model import CLOCK_EVENT_REASONS, WORKLOAD_CLASSES, GpuSample
+from agent.model import CLOCK_EVENT_REASONS, SAMPLE_FIELDS, WORKLOAD_CLASSES, GpuSample
 from agent.specs import achieved_flops, spec_by_key
+from agent.virtual.devices import default_counters
 from agent.virtual.engine import VirtualEngine
 from agent.virtual.physics import idle_power_w
 from agent.virtual.scenario import (
@@ -32,13 +33,14 @@ RATIO_FIELDS = ("gr_active", "sm_active", "sm_occupancy", "tensor_active", "fp64
 POWER_CAP = CLOCK_EVENT_REASONS["sw_power_cap"]
 
 
-def one_gpu(*phases: dict[str, Any], model: str = "h100-sxm", seed: int = 1, **workload: Any) -> VirtualEngine:
-    """An engine with one node of one GPU running ``phases``."""
-    return VirtualEngine(parse_scenario({
-        "name": "t", "seed": seed,
-        "nodes": [{"name": "n", "model": model, "gpus": 1,
-                   "workloads": [{"job": "j", "gpus": [0], "phases": list(phases), **workload}]}],
-    }))
+def one_gpu(*phases: dict[str, Any], model: str = "h100-sxm", seed: int = 1, counters: str | None = None,
+            **workload: Any) -> VirtualEngine:
+    """An engine with one node of one GPU running ``phases`` (``counters``: the node's preset)."""
+    node: dict[str, Any] = {"name": "n", "model": model, "gpus": 1,
+                            "workloads": [{"job": "j", "gpus": [0], "phases": list(phases), **workload}]}
+    if counters is not None:
+        node["counters"] = counters
+    return VirtualEngine(parse_scenario({"name": "t", "seed": seed, "nodes": [node]}))
 
 
 def series(engine: VirtualEngine, gpu: int = 0, *, start: float = 0.0, seconds: float = 60.0,
@@ -131,12 +133,13 @@ def scenarios(draw: st.DrawFn) -> dict[str, Any]:
     pair_phases = phases(pair_kinds, draw(st.integers(1, 3)))
     pair_phases[0] = {**draw(phase_strategy("comm_jitter", spec)), "power_cap_w": cap}
     pair = {"job": "pair", "gpus": [1, 2], "dtype": dtype, "phases": pair_phases}
+    # counters: full on every model, so the whole physics is checked (presets only hide fields).
     return {"name": "prop", "seed": draw(st.integers(0, 2**31)),
-            "nodes": [{"name": "n", "model": model, "gpus": 4, "workloads": [solo, pair]}]}
+            "nodes": [{"name": "n", "model": model, "gpus": 4, "counters": "full", "workloads": [solo, pair]}]}
 
 
 def check_invariants(s: GpuSample, engine: VirtualEngine, t0: float, t1: float, cap: float | None) -> None:
-    info = engine.devices(s.node)[int(s.gpu)]
+    info = engine.device(s.node, s.gpu)
     spec = info.spec
     assert spec is not None
     for name in RATIO_FIELDS:
@@ -279,6 +282,42 @@ def test_latency_signature() -> None:
     assert 0.1 <= mean(samples, "dram_active") <= 0.2
 
 
+def test_latency_defaults_are_the_old_signature() -> None:
+    plain = series(one_gpu({"kind": "latency", "duration_s": 600}), seconds=10)
+    explicit = series(one_gpu({"kind": "latency", "duration_s": 600, "sm": 0.28, "tensor": 0.1, "dram": 0.15}),
+                      seconds=10)
+    assert plain == explicit
+
+
+def test_latency_overrides_change_the_signature() -> None:
+    """Batch-1 decode of a small model on a big GPU: few SMs, almost no tensor work, more DRAM."""
+    default = series(one_gpu({"kind": "latency", "duration_s": 600}), seconds=30)
+    hard = series(one_gpu({"kind": "latency", "duration_s": 600, "sm": 0.12, "tensor": 0.02, "dram": 0.35}),
+                  seconds=30)
+    assert mean(hard, "gr_active") == pytest.approx(0.9, abs=0.03)  # engine busy as before
+    assert mean(hard, "sm_active") == pytest.approx(0.12, abs=0.01)
+    assert mean(hard, "tensor_active") == pytest.approx(0.02, abs=0.005)
+    assert mean(hard, "dram_active") == pytest.approx(0.35, abs=0.02)
+    assert all(s.sm_occupancy <= s.sm_active * 1.1 for s in hard)  # occupancy measured on active SMs
+    assert mean(hard, "dram_active") > mean(default, "dram_active") + 0.15
+    assert mean(hard, "sm_active") < mean(default, "sm_active") - 0.1
+    assert all(s.label is None for s in hard)
+    assert one_gpu({"kind": "latency", "duration_s": 9, "sm": 0.1}).true_class("n", 0, 1.0) == "latency_bound"
+
+
+@pytest.mark.parametrize(("extra", "path", "message"), [
+    ({"dram": 0.95}, "phases.0.dram", "less than or equal to 0.9"),
+    ({"tensor": 0.98, "sm": 1.0}, "phases.0.tensor", "less than or equal to 0.97"),
+    ({"sm": 1.2}, "phases.0.sm", "less than or equal to 1"),
+    ({"tensor": 0.3}, "phases.0.tensor", "exceeds sm (0.28)"),
+    ({"gr": 0.5}, "phases.0.gr", "Extra inputs"),
+])
+def test_latency_override_limits(extra: dict[str, float], path: str, message: str) -> None:
+    with pytest.raises(ScenarioError) as info:
+        one_gpu({"kind": "latency", "duration_s": 5, **extra})
+    assert f"nodes.0.workloads.0.{path}: " in str(info.value) and message in str(info.value)
+
+
 def test_idle_clocks_down_and_held_idle_keeps_memory() -> None:
     idle = series(one_gpu({"kind": "idle", "duration_s": 600}), seconds=20)
     held = series(one_gpu({"kind": "idle_held", "duration_s": 600, "mem_used_gib": 24}), seconds=20)
@@ -334,6 +373,89 @@ def test_temperature_lags_power_and_energy_is_monotonic() -> None:
     assert all(b > a for a, b in zip(energies, energies[1:]))
 
 
+# ----------------------------------------------------------------------------- counter presets
+
+PIPES = {"sm_active", "sm_occupancy", "tensor_active", "fp64_active", "fp32_active", "fp16_active"}
+PRESET_HIDES = {"full": set(), "amdsmi": PIPES, "nvml_basic": PIPES, "minimal": PIPES | {"gr_active", "dram_active"}}
+PRESET_LACKS = {"full": set(), "amdsmi": {"gpm", "sm_active", "sm_occupancy", "tensor_active", "pipe_activity"},
+                "nvml_basic": {"gpm", "sm_active", "sm_occupancy", "tensor_active", "pipe_activity"},
+                "minimal": {"gpm", "sm_active", "sm_occupancy", "tensor_active", "pipe_activity", "gr_active",
+                            "dram_active"}}
+FULL_CAPS = {"gpm", "gr_active", "sm_active", "sm_occupancy", "tensor_active", "dram_active", "pipe_activity",
+             "pcie", "power", "energy", "temperature", "clocks", "clock_event_reasons", "memory", "processes",
+             "nvlink"}
+
+
+@pytest.mark.parametrize("preset", ["full", "amdsmi", "nvml_basic", "minimal"])
+def test_counter_preset_nulls_exactly_its_fields(preset: str) -> None:
+    phase = {"kind": "comm_jitter", "duration_s": 600}
+    doc = {"name": "t", "seed": 4, "nodes": [{"name": "n", "model": "h100-sxm", "gpus": 2, "counters": "full",
+                                              "workloads": [{"job": "j", "gpus": [0, 1], "phases": [phase]}]}]}
+    full = VirtualEngine(parse_scenario(doc))
+    doc["nodes"][0]["counters"] = preset
+    engine = VirtualEngine(parse_scenario(doc))
+    for k in range(20):
+        want, got = full.sample("n", 0, k * 0.5, (k + 1) * 0.5), engine.sample("n", 0, k * 0.5, (k + 1) * 0.5)
+        for name in SAMPLE_FIELDS:
+            if name in PRESET_HIDES[preset]:
+                assert getattr(got, name) is None and getattr(want, name) is not None, name
+            else:
+                assert getattr(got, name) == getattr(want, name), name
+    caps = set(engine.device("n", 0).capabilities)
+    assert caps == FULL_CAPS - PRESET_LACKS[preset]
+
+
+@pytest.mark.parametrize(("model", "preset"), [
+    ("h100-sxm", "full"), ("h100-pcie", "full"), ("h100-nvl", "full"), ("h200-sxm", "full"),
+    ("gh200-96gb", "full"), ("gh200-144gb", "full"), ("b200", "full"),
+    ("a100-sxm-80gb", "nvml_basic"), ("a100-pcie-40gb", "nvml_basic"), ("l40s", "nvml_basic"), ("l4", "nvml_basic"),
+    ("a10", "nvml_basic"), ("a10g", "nvml_basic"),
+    ("mi250x", "amdsmi"), ("mi300x", "amdsmi"), ("mi325x", "amdsmi"), ("mi355x", "amdsmi"),
+])
+def test_default_counter_preset_by_vendor_and_architecture(model: str, preset: str) -> None:
+    assert default_counters(model, spec_by_key(model).vendor) == preset
+    engine = VirtualEngine(parse_scenario({"name": "t", "nodes": [{"name": "n", "model": model, "gpus": 1}]}))
+    s = engine.sample("n", 0, 0.0, 1.0)
+    hidden = {name for name in RATIO_FIELDS if getattr(s, name) is None}
+    assert hidden == PRESET_HIDES[preset]
+    caps = set(engine.device("n", 0).capabilities)
+    assert not caps & PRESET_LACKS[preset]
+    assert {"gr_active", "dram_active", "power", "clocks"} <= caps
+    assert ("gpm" in caps) == (preset == "full")
+    assert s.power_w is not None and s.sm_clock_mhz is not None and s.mem_total_bytes
+
+
+def test_counters_full_is_allowed_on_any_model_and_shows_the_physics() -> None:
+    for model in ("mi300x", "a100-sxm-80gb", "l40s"):
+        spec = spec_by_key(model)
+        samples = series(one_gpu({"kind": "compute", "duration_s": 60, "mfu": 0.5}, model=model, counters="full"),
+                         seconds=10)
+        mfus = [achieved_flops(spec, "bf16", s.tensor_active, s.sm_clock_mhz) / spec.peak_flops["bf16"]
+                for s in samples]
+        assert statistics.fmean(mfus) == pytest.approx(0.5, abs=0.05), model
+        default = series(one_gpu({"kind": "compute", "duration_s": 60, "mfu": 0.5}, model=model), seconds=3)
+        assert all(s.tensor_active is None and s.gr_active is not None for s in default)
+    with pytest.raises(ScenarioError, match=r"nodes\.0\.counters: Input should be 'full'"):
+        one_gpu({"kind": "idle", "duration_s": 5}, counters="dcgm")
+
+
+def test_minimal_preset_labels_are_unknown() -> None:
+    doc = {"name": "t", "nodes": [{"name": "n", "model": "h100-sxm", "gpus": 3, "counters": "minimal", "workloads": [
+        {"job": "a", "gpus": [0], "phases": [{"kind": "compute", "duration_s": 60, "mfu": 0.6}]},
+        {"job": "b", "gpus": [1], "phases": [{"kind": "memory", "duration_s": 60, "mbu": 0.6}]}]}]}
+    engine = VirtualEngine(parse_scenario(doc))
+    trace = list(engine.iter_trace(20))
+    assert len(trace) == 60 and {s.label for s in trace} == {"unknown"}
+    assert all(s.gr_active is None and s.dram_active is None and s.tensor_active is None for s in trace)
+    assert all(s.power_w is not None and s.sm_clock_mhz is not None for s in trace)
+    assert {engine.true_class("n", g, t) for g in range(3) for t in (-1.0, 5.0)} == {"unknown"}
+    assert engine.sample("n", 0, 1.0, 2.0, labelled=True).label == "unknown"
+    doc["nodes"][0]["counters"] = "nvml_basic"
+    basic = VirtualEngine(parse_scenario(doc))
+    assert [basic.true_class("n", g, 5.0) for g in range(3)] == ["compute_bound", "memory_bound", "idle"]
+    assert {s.label for s in basic.iter_trace(5) if s.gpu == "1"} == {"memory_bound"}
+
+
 def test_fp8_on_a100_is_rejected() -> None:
     with pytest.raises(ScenarioError, match=r"nodes\.0\.workloads\.0\.dtype: fp8 not supported"):
         one_gpu({"kind": "compute", "duration_s": 1, "mfu": 0.5}, model="a100-sxm-80gb", dtype="fp8")
@@ -344,11 +466,9 @@ def test_fp8_on_a100_is_rejected() -> None:
 
 def test_phases_change_over_time_and_repeat() -> None:
     engine = VirtualEngine(builtin_scenario("demo"))
-    assert [engine.true_class("demo-node", 1, t) for t in (10, 100, 130, 220)] == [
-        "compute_bound", "latency_bound", "compute_bound", "latency_bound"]
     assert [engine.true_class("demo-node", 7, t) for t in (10, 130, 200, 240)] == [
         "compute_bound", "idle", "compute_bound", "compute_bound"]
-    early, late = engine.sample("demo-node", 1, 10, 11), engine.sample("demo-node", 1, 100, 101)
+    early, late = engine.sample("demo-node", 7, 10, 11), engine.sample("demo-node", 7, 130, 131)
     assert early.tensor_active > 0.3 > late.tensor_active
 
 
@@ -427,6 +547,8 @@ def test_mi300x_scenario_is_amd() -> None:
                for d in devices)
     s = engine.sample(engine.nodes[0], 4, 0.0, 1.0)
     assert s.vendor == "amd" and s.dtype == "fp8" and s.dram_active == pytest.approx(0.55, abs=0.03)
+    assert s.gr_active is not None and s.sm_active is None and s.tensor_active is None  # amdsmi: no pipes
+    assert "tensor_active" not in devices[0].capabilities and "xgmi" in devices[0].capabilities
 
 
 @pytest.mark.parametrize("name", BUILTIN_SCENARIOS)

@@ -15,6 +15,10 @@ from agent.config import Settings
 DEMO_HINT = "To try roofwatch without a GPU, run `roofwatch demo` (a simulated 8-GPU H100 node)."
 
 
+VIRTUAL_HEAD_START_S = 60.0
+"""How long the virtual scenario has been running when the agent starts."""
+
+
 def open_virtual(settings: Settings) -> Backend:
     from agent.backends.virtual import VirtualBackend
     from agent.virtual.scenario import ScenarioError, resolve_scenario
@@ -23,9 +27,11 @@ def open_virtual(settings: Settings) -> Backend:
         scenario = resolve_scenario(settings.scenario)
     except ScenarioError as exc:
         raise BackendUnavailable(f"virtual backend: {exc}") from None
-    # Virtual time 0 is one interval ago, so the very first sample already shows the workloads.
+    # The scenario started VIRTUAL_HEAD_START_S ago: the first sample already shows the workloads,
+    # and the classifier can be primed with that minute (VirtualBackend.warm_samples).
     return VirtualBackend(
-        scenario, node=settings.virtual_node, interval_s=settings.interval_s, start_time=time.time() - settings.interval_s
+        scenario, node=settings.virtual_node, interval_s=settings.interval_s,
+        start_time=time.time() - settings.interval_s - VIRTUAL_HEAD_START_S,
     )
 
 

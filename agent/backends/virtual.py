@@ -8,6 +8,10 @@ It also fails on purpose. Scenario ``faults`` (and :meth:`VirtualBackend.inject_
 tests) make ``sample`` raise :class:`DeviceError`, raise :class:`DeviceLostError`, or hang until
 ``hang_s`` passes or :meth:`close` is called, so the collector's isolation, back-off and
 recovery paths can be exercised without a broken GPU.
+
+A GPU the scenario puts in MIG mode is discovered as its instances (``"0/1"``, ``"0/2"``), each
+sampled on its own. A fault on the whole GPU (``0``) takes all its instances down with it; a
+fault on ``"0/1"`` only that instance.
 """
 
 from __future__ import annotations
@@ -28,9 +32,13 @@ FaultKind = Literal["error", "lost", "hang"]
 
 @dataclass(frozen=True, slots=True)
 class FaultWindow:
-    """Reading ``gpu`` fails with ``kind`` during virtual time [start_s, start_s + duration_s)."""
+    """Reading ``gpu`` fails with ``kind`` during virtual time [start_s, start_s + duration_s).
 
-    gpu: int
+    ``gpu`` is a GPU id: ``"3"`` covers GPU 3 and, if it is in MIG mode, all its instances;
+    ``"3/1"`` covers one instance.
+    """
+
+    gpu: str
     kind: FaultKind
     start_s: float
     duration_s: float
@@ -39,6 +47,14 @@ class FaultWindow:
 
     def active(self, t: float) -> bool:
         return self.start_s <= t < self.start_s + self.duration_s
+
+    def covers(self, gpu: str) -> bool:
+        return _covers(self.gpu, gpu)
+
+
+def _covers(target: str, gpu: str) -> bool:
+    """A fault on ``target`` hits device ``gpu``: the same id, or an instance of that GPU."""
+    return gpu == target or gpu.startswith(target + "/")
 
 
 class _GpuSlot:
@@ -78,7 +94,7 @@ class VirtualBackend:
         self._devices = self.engine.devices(node)
         self._slots = {d.gpu: _GpuSlot() for d in self._devices}
         self._faults: list[FaultWindow] = [
-            FaultWindow(f.gpu, f.kind, f.start_s, f.duration_s, f.hang_s) for f in self.engine.faults(node)]
+            FaultWindow(str(f.gpu), f.kind, f.start_s, f.duration_s, f.hang_s) for f in self.engine.faults(node)]
         self._faults_lock = threading.Lock()
         self._closed = threading.Event()
         self._hung = 0
@@ -98,14 +114,32 @@ class VirtualBackend:
         if self._closed.is_set():
             raise DeviceError("virtual backend is closed")
         t1 = now - self.start_time
-        fault = self._fault_at(int(gpu), t1)
+        fault = self._fault_at(gpu, t1)
         if fault is not None:
             self._fail(slot, gpu, fault)
         with slot.lock:
             t0 = slot.last_t if slot.last_t is not None and slot.last_t < t1 else t1 - self.interval_s
-            sample = self.engine.sample(self.node, int(gpu), t0, t1, ts=now)
+            sample = self.engine.sample(self.node, gpu, t0, t1, ts=now)
             slot.last_t = t1
         return sample
+
+    def warm_samples(self, now: float, seconds: float, interval_s: float = 1.0) -> list[GpuSample]:
+        """Samples of the ``seconds`` before ``now``, as if the agent had been watching already.
+
+        Lets the demo come up with verdicts instead of a window's worth of ``unknown``. Drawn
+        from a fresh engine, so the live GPUs' energy counters and temperatures are untouched.
+        """
+        engine = VirtualEngine(self.engine.scenario)
+        t_end = now - self.start_time
+        steps = int(seconds // interval_s)
+        out = []
+        for k in range(steps, 0, -1):
+            t1 = t_end - (k - 1) * interval_s
+            t0 = t1 - interval_s
+            if t0 < 0.0:
+                continue
+            out.extend(engine.sample(self.node, d.gpu, t0, t1, ts=self.start_time + t1) for d in self._devices)
+        return out
 
     def close(self) -> None:
         """Release any call hanging in a fault window; later calls fail."""
@@ -115,14 +149,18 @@ class VirtualBackend:
 
     def inject_fault(self, gpu: int | str, kind: FaultKind, duration_s: float, *, hang_s: float = 30.0,
                      start_s: float | None = None) -> FaultWindow:
-        """Make ``gpu`` fail for ``duration_s`` virtual seconds from ``start_s`` (default: now)."""
-        index = int(gpu)
-        if str(index) not in self._slots:
+        """Make ``gpu`` fail for ``duration_s`` virtual seconds from ``start_s`` (default: now).
+
+        ``gpu`` is an index or id (``3``, ``"3"``), which in MIG mode covers all the GPU's
+        instances, or one instance (``"3/1"``).
+        """
+        gpu_id = str(gpu).strip()
+        if not any(_covers(gpu_id, g) for g in self._slots):
             raise ValueError(f"virtual node {self.node!r} has no GPU {gpu!r}")
         if kind not in ("error", "lost", "hang"):
             raise ValueError(f"unknown fault kind {kind!r}; expected error, lost or hang")
         start = self._clock() - self.start_time if start_s is None else start_s
-        window = FaultWindow(index, kind, start, duration_s, hang_s, source="injected")
+        window = FaultWindow(gpu_id, kind, start, duration_s, hang_s, source="injected")
         with self._faults_lock:
             self._faults.append(window)
         return window
@@ -137,10 +175,10 @@ class VirtualBackend:
         with self._hung_lock:
             return self._hung
 
-    def _fault_at(self, gpu: int, t: float) -> FaultWindow | None:
+    def _fault_at(self, gpu: str, t: float) -> FaultWindow | None:
         with self._faults_lock:
             for window in self._faults:
-                if window.gpu == gpu and window.active(t):
+                if window.covers(gpu) and window.active(t):
                     return window
         return None
 

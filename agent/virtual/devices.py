@@ -9,12 +9,48 @@ device ID and memory size, model-name labels) is exercised by the demo and the t
 from __future__ import annotations
 
 import hashlib
+import math
+import re
 import uuid as uuidlib
 from dataclasses import dataclass
+from typing import Literal
 
 from agent.model import DeviceInfo, GpuSpec
+from agent.specs import scale_spec
 
 MIB = 1024**2
+GIB = 1024**3
+
+CounterPreset = Literal["full", "amdsmi", "nvml_basic", "minimal"]
+COUNTER_PRESETS: tuple[str, ...] = ("full", "amdsmi", "nvml_basic", "minimal")
+
+_PIPE_FIELDS = ("sm_active", "sm_occupancy", "tensor_active", "fp64_active", "fp32_active", "fp16_active")
+HIDDEN_FIELDS: dict[str, tuple[str, ...]] = {
+    "full": (),
+    "amdsmi": _PIPE_FIELDS,
+    "nvml_basic": _PIPE_FIELDS,
+    "minimal": _PIPE_FIELDS + ("gr_active", "dram_active"),
+}
+"""GpuSample fields each counter preset cannot read (reported as None, i.e. unknown).
+
+``amdsmi`` has gfx_activity (engine) and umc_activity (DRAM) but no SM, occupancy, tensor or
+FP-pipe counters; ``nvml_basic`` is NVML without GPM/DCGM (pre-Hopper): utilization.gpu and
+utilization.memory only; ``minimal`` is a GPU whose utilisation cannot be read at all (e.g.
+NoPermission), so only power, clocks, temperature, memory, processes and bus rates remain.
+"""
+
+MIG_HIDDEN_FIELDS: tuple[str, ...] = (
+    "power_w", "energy_j", "power_limit_w", "temperature_c",
+    "pcie_tx_bytes_per_s", "pcie_rx_bytes_per_s", "link_tx_bytes_per_s", "link_rx_bytes_per_s")
+"""What NVML does not report per MIG instance: these are whole-GPU quantities."""
+
+_HOPPER_OR_NEWER = ("h100", "h200", "gh200", "b200")
+_MIG_CAPABLE = ("a100",) + _HOPPER_OR_NEWER
+MIG_SLICES = 7
+"""Compute slices of a MIG-capable GPU (``7g`` is the whole GPU)."""
+MIG_PROFILE = re.compile(r"^([1-7])g\.(\d+)gb$")
+_MIG_MEM_KEEP = 0.98
+_MIG_MEM_GRANULE_MIB = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,13 +122,72 @@ def pci_bus_id(index: int, vendor: str) -> str:
     return f"{domain}:{bus:02x}:00.0"
 
 
-def capabilities(vendor: str, links: int) -> tuple[str, ...]:
-    """What a real backend would find it can read on this model, for ``doctor``."""
-    base = ("gr_active", "sm_active", "sm_occupancy", "tensor_active", "dram_active", "pipe_activity",
-            "pcie", "power", "energy", "temperature", "clocks", "clock_event_reasons", "memory", "processes")
-    extra = ("gpm",) if vendor == "nvidia" else ()
+def default_counters(key: str, vendor: str) -> CounterPreset:
+    """The counters a real backend reads on this model without extra tooling.
+
+    AMD: amdsmi. NVIDIA Hopper and newer: NVML GPM gives the full per-pipe set. Older NVIDIA
+    (Ampere, Ada): NVML alone has only utilization.gpu / utilization.memory (DCGM would be needed).
+    """
+    if vendor == "amd":
+        return "amdsmi"
+    return "full" if key.startswith(_HOPPER_OR_NEWER) else "nvml_basic"
+
+
+def capabilities(vendor: str, links: int, counters: str = "full", *, mig_instance: bool = False) -> tuple[str, ...]:
+    """What a real backend would find it can read on this model, for ``doctor``.
+
+    Follows the counter preset (:data:`HIDDEN_FIELDS`); a MIG instance has no power, energy,
+    temperature, PCIe or fabric readings of its own (NVML reports those for the whole GPU).
+    """
+    util = {"full": ("gr_active", "sm_active", "sm_occupancy", "tensor_active", "dram_active", "pipe_activity"),
+            "amdsmi": ("gr_active", "dram_active"), "nvml_basic": ("gr_active", "dram_active"),
+            "minimal": ()}[counters]
+    device = () if mig_instance else ("pcie", "power", "energy", "temperature")
+    extra = ("gpm",) if vendor == "nvidia" and counters == "full" else ()
     fabric = ("nvlink",) if vendor == "nvidia" else ("xgmi",)
-    return extra + base + (fabric if links else ())
+    return (extra + util + device + ("clocks", "clock_event_reasons", "memory", "processes")
+            + (fabric if links and not mig_instance else ()))
+
+
+# ----------------------------------------------------------------------------- MIG
+
+
+def mig_capable(key: str, vendor: str) -> bool:
+    """NVIDIA data-centre parts with MIG: A100, H100, H200, GH200, B200."""
+    return vendor == "nvidia" and key.startswith(_MIG_CAPABLE)
+
+
+def parse_mig_profile(profile: str) -> tuple[int, int] | None:
+    """``"3g.40gb"`` -> (3 compute slices, 40 GB); None if it is not a MIG profile name."""
+    match = MIG_PROFILE.match(profile)
+    if match is None or int(match.group(2)) < 1:
+        return None
+    return int(match.group(1)), int(match.group(2))
+
+
+def mig_memory_mib(profile_gb: int) -> int:
+    """Memory the driver reports for a ``<g>g.<N>gb`` instance: 98% of N GiB, in 256 MiB steps.
+
+    Real instances report a little less than the profile name (the instance's own reservation):
+    10gb -> 9984 MiB, 40gb -> 39936 MiB, 80gb -> 80128 MiB, close to what nvidia-smi shows.
+    """
+    return math.floor(profile_gb * 1024 * _MIG_MEM_KEEP / _MIG_MEM_GRANULE_MIB) * _MIG_MEM_GRANULE_MIB
+
+
+def mig_spec(spec: GpuSpec, profile: str) -> GpuSpec:
+    """Peaks of one instance: FLOP and SMs x g/7, memory and bandwidth x its share of memory."""
+    parsed = parse_mig_profile(profile)
+    if parsed is None:
+        raise ValueError(f"invalid MIG profile {profile!r}")
+    slices, gb = parsed
+    parent_gb = spec.memory_bytes / GIB if spec.memory_bytes else float(gb)
+    return scale_spec(spec, slices / MIG_SLICES, suffix=f"-mig-{profile}", mem_fraction=min(1.0, gb / parent_gb))
+
+
+def mig_uuid(seed: int, node: str, gpu: str) -> str:
+    """``MIG-<uuid>``, stable per (seed, node, instance id) as NVML's MIG device UUIDs are."""
+    digest = hashlib.blake2b(f"{seed}/{node}/mig/{gpu}".encode(), digest_size=16).digest()
+    return f"MIG-{uuidlib.UUID(bytes=digest, version=4)}"
 
 
 def _pci_device_id(view: DriverView, spec: GpuSpec) -> int | None:
@@ -102,7 +197,7 @@ def _pci_device_id(view: DriverView, spec: GpuSpec) -> int | None:
     return view.pci_device_id
 
 
-def device_info(seed: int, node: str, index: int, key: str, spec: GpuSpec) -> DeviceInfo:
+def device_info(seed: int, node: str, index: int, key: str, spec: GpuSpec, counters: str = "full") -> DeviceInfo:
     """The static identity the virtual backend's ``discover()`` returns for one GPU."""
     view = driver_view(key, spec)
     return DeviceInfo(
@@ -117,5 +212,36 @@ def device_info(seed: int, node: str, index: int, key: str, spec: GpuSpec) -> De
         pci_bus_id=pci_bus_id(index, spec.vendor),
         sm_clock_max_mhz=spec.max_clock_mhz,
         spec=spec,
-        capabilities=capabilities(spec.vendor, view.link_count),
+        capabilities=capabilities(spec.vendor, view.link_count, counters),
+    )
+
+
+def mig_instance_info(seed: int, node: str, index: int, instance: int, profile: str, key: str, spec: GpuSpec,
+                      counters: str = "full") -> DeviceInfo:
+    """Identity of MIG instance ``<index>/<instance>`` as NVML's MIG device handle shows it.
+
+    Named like nvmlDeviceGetName does (``NVIDIA H100 80GB HBM3 MIG 3g.40gb``); bus ID and PCI
+    device ID are the parent's; no links of its own; peaks scaled to the slice.
+    """
+    view = driver_view(key, spec)
+    gpu = f"{index}/{instance}"
+    parsed = parse_mig_profile(profile)
+    assert parsed is not None, profile
+    memory = mig_memory_mib(parsed[1]) * MIB
+    if view.memory_mib:
+        memory = min(memory, view.memory_mib * MIB)
+    scaled = mig_spec(spec, profile)
+    return DeviceInfo(
+        gpu=gpu,
+        uuid=mig_uuid(seed, node, gpu),
+        vendor=spec.vendor,
+        model=f"{view.name} MIG {profile}",
+        memory_total_bytes=memory,
+        sm_count=scaled.sm_count,
+        link_count=0,
+        pci_device_id=_pci_device_id(view, spec),
+        pci_bus_id=pci_bus_id(index, spec.vendor),
+        sm_clock_max_mhz=spec.max_clock_mhz,
+        spec=scaled,
+        capabilities=capabilities(spec.vendor, 0, counters, mig_instance=True),
     )

@@ -12,6 +12,10 @@ test bed for the collector, classifier and exporters, so it has to be:
 * **physical**: achieved FLOP/s never exceeds the peak, power stays between idle and the
   enforced limit, a power cap lowers the clock and raises the ``sw_power_cap`` reason;
 * **cheap**: a few tens of microseconds per sample, since it runs inside the agent loop.
+
+A node's ``counters`` preset decides which fields a real backend could read (the others are
+``None``, i.e. unknown); GPUs listed under ``mig`` are replaced by their MIG instances, each
+simulated as a small GPU of its own (peaks scaled to its slice) without power or bus readings.
 """
 
 from __future__ import annotations
@@ -21,9 +25,20 @@ import threading
 from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
-from agent.model import DeviceInfo, GpuSample, HostSample, ProcessSample
+from agent.model import DeviceInfo, GpuSample, GpuSpec, HostSample, ProcessSample
 from agent.specs import spec_by_key
-from agent.virtual.devices import NET_BYTES_PER_S, device_info, driver_view
+from agent.virtual.devices import (
+    HIDDEN_FIELDS,
+    MIG_HIDDEN_FIELDS,
+    MIG_SLICES,
+    NET_BYTES_PER_S,
+    DriverView,
+    default_counters,
+    device_info,
+    driver_view,
+    mig_instance_info,
+    parse_mig_profile,
+)
 from agent.virtual.kinds import PhasePlan, Placement, compile_phase
 from agent.virtual.physics import (
     DRAM_MAX,
@@ -57,10 +72,11 @@ class _GpuState:
 
 @dataclass(slots=True)
 class _GpuPlan:
-    """Everything needed to sample one GPU, compiled once from the scenario."""
+    """Everything needed to sample one GPU (or MIG instance), compiled once from the scenario."""
 
     node: str
-    index: int
+    gpu: str
+    """The trace's GPU id: ``"3"``, or ``"3/1"`` for a MIG instance."""
     info: DeviceInfo
     dev: DeviceModel
     schedule: Schedule
@@ -71,6 +87,10 @@ class _GpuPlan:
     process_name: str
     noise_key: bytes
     energy_offset_j: float
+    hidden: tuple[str, ...] = ()
+    """Sample fields a real backend could not read here (counter preset, MIG instance)."""
+    blind: bool = False
+    """No utilisation counters at all: even a perfect classifier can only say ``unknown``."""
     processes: dict[int, tuple[ProcessSample, ...]] = field(default_factory=dict)
 
 
@@ -79,7 +99,7 @@ class VirtualEngine:
 
     def __init__(self, scenario: Scenario) -> None:
         self.scenario = scenario
-        self._plans: dict[tuple[str, int], _GpuPlan] = {}
+        self._plans: dict[tuple[str, str], _GpuPlan] = {}
         self._devices: dict[str, list[DeviceInfo]] = {}
         self._host_sources: dict[str, list[tuple[Schedule, tuple[float, ...]]]] = {}
         self._host_keys = {n.name: hash_prefix(scenario.seed, n.name, "host") for n in scenario.nodes}
@@ -94,25 +114,31 @@ class VirtualEngine:
         return [n.name for n in self.scenario.nodes]
 
     def devices(self, node: str) -> list[DeviceInfo]:
-        """Static identities of ``node``'s GPUs, in index order."""
+        """Static identities of ``node``'s devices in index order (a MIG GPU by its instances)."""
         return list(self._devices[self._check_node(node)])
 
-    def sample(self, node: str, gpu_index: int, t0: float, t1: float, *, ts: float | None = None,
+    def device(self, node: str, gpu: int | str) -> DeviceInfo:
+        """The identity of one device: a GPU index or id (``3``, ``"3"``) or an instance (``"3/1"``)."""
+        return self._plan(node, gpu).info
+
+    def sample(self, node: str, gpu: int | str, t0: float, t1: float, *, ts: float | None = None,
                labelled: bool = False) -> GpuSample:
-        """The interval-average sample of one GPU over virtual time [t0, t1).
+        """The interval-average sample of one GPU or MIG instance over virtual time [t0, t1).
 
-        Advances that GPU's energy counter and temperature, so call it with consecutive
-        intervals as a collector would. ``labelled`` adds the true class (see :meth:`true_class`).
+        ``gpu`` is an index or a GPU id (``3``, ``"3"``, ``"3/1"``). Advances that device's energy
+        counter and temperature, so call it with consecutive intervals as a collector would.
+        ``labelled`` adds the true class (see :meth:`true_class`).
         """
-        plan = self._plan(node, gpu_index)
-        return self._sample(plan, self._state[(plan.node, plan.index)], t0, t1, t1 if ts is None else ts, labelled)
+        plan = self._plan(node, gpu)
+        return self._sample(plan, self._state[(plan.node, plan.gpu)], t0, t1, t1 if ts is None else ts, labelled)
 
-    def true_class(self, node: str, gpu_index: int, t: float) -> str:
-        """Class label of the phase active at virtual time ``t`` (``idle`` before time 0)."""
-        plan = self._plan(node, gpu_index)
-        if t < 0.0:
-            return plan.before_start.label
-        return plan.plans[plan.schedule.locate(t).index].label
+    def true_class(self, node: str, gpu: int | str, t: float) -> str:
+        """Class label of the phase active at virtual time ``t`` (``idle`` before time 0).
+
+        ``unknown`` on a node whose counter preset is ``minimal``: without utilisation counters
+        no classifier can tell the classes apart, so that is the right answer there.
+        """
+        return _label(self._plan(node, gpu), t)
 
     def iter_trace(self, duration_s: float, interval_s: float = 1.0, *, start_ts: float = 0.0,
                    nodes: Sequence[str] | None = None) -> Iterator[GpuSample]:
@@ -124,13 +150,13 @@ class VirtualEngine:
         if interval_s <= 0.0:
             raise ValueError("interval_s must be positive")
         names = [self._check_node(n) for n in (nodes if nodes is not None else self.nodes)]
-        plans = [self._plans[(name, i)] for name in names for i in range(len(self._devices[name]))]
+        plans = [self._plans[(name, d.gpu)] for name in names for d in self._devices[name]]
         state = self._fresh_state()
         steps = int(math.floor(duration_s / interval_s + 1e-9))
         for k in range(1, steps + 1):
             t0, t1 = (k - 1) * interval_s, k * interval_s
             for plan in plans:
-                yield self._sample(plan, state[(plan.node, plan.index)], t0, t1, start_ts + t1, True)
+                yield self._sample(plan, state[(plan.node, plan.gpu)], t0, t1, start_ts + t1, True)
 
     def faults(self, node: str) -> list[Fault]:
         """The scenario's fault windows for ``node`` (used by the virtual backend)."""
@@ -143,14 +169,18 @@ class VirtualEngine:
             raise KeyError(f"unknown node {node!r}; nodes: {', '.join(self.nodes)}")
         return node
 
-    def _plan(self, node: str, gpu_index: int) -> _GpuPlan:
-        plan = self._plans.get((node, gpu_index))
+    def _plan(self, node: str, gpu: int | str) -> _GpuPlan:
+        gpu_id = str(gpu).strip()
+        plan = self._plans.get((node, gpu_id))
         if plan is None:
             self._check_node(node)
-            raise KeyError(f"node {node!r} has no GPU {gpu_index}")
+            instances = [d.gpu for d in self._devices[node] if d.gpu.startswith(f"{gpu_id}/")]
+            if instances:
+                raise KeyError(f"GPU {gpu_id} of node {node!r} is in MIG mode; its instances: {', '.join(instances)}")
+            raise KeyError(f"node {node!r} has no GPU {gpu!r}")
         return plan
 
-    def _fresh_state(self) -> dict[tuple[str, int], _GpuState]:
+    def _fresh_state(self) -> dict[tuple[str, str], _GpuState]:
         return {key: _GpuState(energy_j=plan.energy_offset_j) for key, plan in self._plans.items()}
 
     def _compile(self) -> None:
@@ -161,25 +191,26 @@ class VirtualEngine:
         for node in self.scenario.nodes:
             spec = spec_by_key(node.model)
             view = driver_view(node.model, spec)
-            infos = [device_info(seed, node.name, i, node.model, spec) for i in range(node.gpus)]
-            self._devices[node.name] = infos
-            owner = {g: w for w in node.workloads for g in w.gpus}
-            for i, info in enumerate(infos):
-                dev = DeviceModel.from_spec(
-                    spec, pcie_bytes_per_s=view.pcie_bytes_per_s,
-                    link_bytes_per_s=(spec.link_bandwidth_bytes_per_s or view.fabric_bytes_per_s) if view.link_count else 0.0,
-                    net_bytes_per_s=NET_BYTES_PER_S, mem_total_bytes=info.memory_total_bytes or 0)
-                workload = owner.get(i)
+            counters = node.counters or default_counters(node.model, spec.vendor)
+            targets = _node_devices(seed, node, spec, view, counters)
+            self._devices[node.name] = [info for info, _ in targets]
+            owner = {str(g): w for w in node.workloads for g in w.gpus}
+            for info, dev in targets:
+                workload = owner.get(info.gpu)
                 job = workload.job if workload else None
+                assert info.spec is not None
                 where = Placement(
-                    rank=ranks.get((node.name, i), 0), world=world.get(job, 1) if job else 1,
+                    rank=ranks.get((node.name, info.gpu), 0), world=world.get(job, 1) if job else 1,
                     multi_node=len(nodes_of.get(job, ())) > 1 if job else False,
-                    peak_flops=spec.peak_flops.get(workload.dtype if workload else "bf16", 0.0),
+                    peak_flops=info.spec.peak_flops.get(workload.dtype if workload else "bf16", 0.0),
                     clock=clocks.get(job) if job else None)
-                self._plans[(node.name, i)] = self._gpu_plan(node, i, info, dev, workload, where, clocks)
+                plan = self._gpu_plan(node, info, dev, workload, where, clocks)
+                plan.hidden = HIDDEN_FIELDS[counters] + (MIG_HIDDEN_FIELDS if "/" in info.gpu else ())
+                plan.blind = counters == "minimal"
+                self._plans[(node.name, info.gpu)] = plan
             self._host_sources[node.name] = _host_sources(node, clocks)
 
-    def _gpu_plan(self, node: Node, index: int, info: DeviceInfo, dev: DeviceModel, workload: Workload | None,
+    def _gpu_plan(self, node: Node, info: DeviceInfo, dev: DeviceModel, workload: Workload | None,
                   where: Placement, clocks: dict[str, JobClock]) -> _GpuPlan:
         seed = self.scenario.seed
         idle_where = Placement(rank=0, world=1, multi_node=False, peak_flops=0.0, clock=None)
@@ -193,9 +224,9 @@ class VirtualEngine:
             dtype, job = workload.dtype, workload.job
             busy = [p.kind for p in workload.phases if not isinstance(p, IdlePhase)]
             name = workload.process or _DEFAULT_PROCESS.get(busy[0] if busy else "", "python")
-        key = hash_prefix(seed, node.name, index)
+        key = hash_prefix(seed, node.name, info.gpu)  # "3" hashes as 3 did: whole-GPU noise unchanged
         pid = 2000 + int(unit_hash(hash_prefix(seed, "pid", job, where.rank), node.name) * 4_000_000)
-        return _GpuPlan(node=node.name, index=index, info=info, dev=dev, schedule=schedule, plans=plans,
+        return _GpuPlan(node=node.name, gpu=info.gpu, info=info, dev=dev, schedule=schedule, plans=plans,
                         before_start=before, dtype=dtype, pid=pid, process_name=name, noise_key=key,
                         energy_offset_j=1e6 + unit_hash(key, "energy") * 4e8)
 
@@ -222,7 +253,7 @@ class VirtualEngine:
         mem_used = min(dev.mem_total_bytes, used + _DRIVER_RESERVE) if processes else 0
         busy = end_plan.kind != "idle" and end_plan.kind != "idle_held"
         report = end_plan.report(end_occ, t1) if end_occ is not None else None
-        return GpuSample(
+        values = dict(
             ts=ts, gpu=plan.info.gpu, node=plan.node, uuid=plan.info.uuid, vendor=plan.info.vendor,
             model=plan.info.model, interval_s=dt,
             gr_active=_ratio(act[0], 0.01 * n[0]),
@@ -244,9 +275,12 @@ class VirtualEngine:
             mem_used_bytes=mem_used, mem_total_bytes=dev.mem_total_bytes,
             clock_event_reasons=reasons, dtype=plan.dtype if busy else None,  # type: ignore[arg-type]
             processes=processes, host=self._host(plan.node, t1), workload=report,
-            label=self.true_class(plan.node, plan.index, t0 + dt / 2) if labelled else None,  # type: ignore[arg-type]
+            label=_label(plan, t0 + dt / 2) if labelled else None,
             energy_j=energy, power_limit_w=limit,
         )
+        for name in plan.hidden:
+            values[name] = None
+        return GpuSample(**values)  # type: ignore[arg-type]
 
     def _processes(self, plan: _GpuPlan, phase: PhasePlan) -> tuple[ProcessSample, ...]:
         """The (cached, immutable) process list while ``phase`` runs: one process or none."""
@@ -278,6 +312,43 @@ class VirtualEngine:
 
 
 # ---------------------------------------------------------------------- helpers
+
+
+def _label(plan: _GpuPlan, t: float) -> str:
+    """The true class at virtual time ``t``; ``unknown`` where no utilisation can be read."""
+    if plan.blind:
+        return "unknown"
+    if t < 0.0:
+        return plan.before_start.label
+    return plan.plans[plan.schedule.locate(t).index].label
+
+
+def _node_devices(seed: int, node: Node, spec: GpuSpec, view: DriverView, counters: str
+                  ) -> list[tuple[DeviceInfo, DeviceModel]]:
+    """Every device the node exposes, in index order: whole GPUs, or a MIG GPU's instances.
+
+    An instance is simulated as a small GPU: its own peaks (scaled spec), memory and a
+    g/7 share of the power budget so that clocks and caps behave as on the whole GPU.
+    """
+    link = (spec.link_bandwidth_bytes_per_s or view.fabric_bytes_per_s) if view.link_count else 0.0
+    out: list[tuple[DeviceInfo, DeviceModel]] = []
+    for index in range(node.gpus):
+        profiles = node.mig.get(index)
+        if not profiles:
+            info = device_info(seed, node.name, index, node.model, spec, counters)
+            out.append((info, DeviceModel.from_spec(
+                spec, pcie_bytes_per_s=view.pcie_bytes_per_s, link_bytes_per_s=link,
+                net_bytes_per_s=NET_BYTES_PER_S, mem_total_bytes=info.memory_total_bytes or 0)))
+            continue
+        for j, profile in enumerate(profiles, start=1):
+            info = mig_instance_info(seed, node.name, index, j, profile, node.model, spec, counters)
+            parsed = parse_mig_profile(profile)
+            assert parsed is not None and info.spec is not None
+            dev = DeviceModel.from_spec(
+                info.spec, pcie_bytes_per_s=view.pcie_bytes_per_s, link_bytes_per_s=0.0,
+                net_bytes_per_s=NET_BYTES_PER_S, mem_total_bytes=info.memory_total_bytes or 0)
+            out.append((info, dev.share(parsed[0] / MIG_SLICES)))
+    return out
 
 
 def _ratio(value: float, relative_noise: float, hi: float = 1.0) -> float:
@@ -334,10 +405,13 @@ def _mix(pieces: list[tuple[State, float]], dt: float) -> tuple[list[float], flo
     return act, clock, power, limit, reasons | top, temp
 
 
-def _job_layout(scenario: Scenario) -> tuple[dict[tuple[str, int], int], dict[str, int], dict[str, set[str]],
+def _job_layout(scenario: Scenario) -> tuple[dict[tuple[str, str], int], dict[str, int], dict[str, set[str]],
                                                dict[str, Workload]]:
-    """Global ranks (node order, then the workload's GPU order), world sizes, nodes per job."""
-    ranks: dict[tuple[str, int], int] = {}
+    """Global ranks (node order, then the workload's GPU order), world sizes, nodes per job.
+
+    A MIG instance is one rank, like a GPU; keys are GPU ids (``"3"``, ``"3/1"``).
+    """
+    ranks: dict[tuple[str, str], int] = {}
     world: dict[str, int] = {}
     nodes_of: dict[str, set[str]] = {}
     first: dict[str, Workload] = {}
@@ -346,7 +420,7 @@ def _job_layout(scenario: Scenario) -> tuple[dict[tuple[str, int], int], dict[st
             first.setdefault(w.job, w)
             nodes_of.setdefault(w.job, set()).add(node.name)
             for gpu in w.gpus:
-                ranks[(node.name, gpu)] = world.get(w.job, 0)
+                ranks[(node.name, str(gpu))] = world.get(w.job, 0)
                 world[w.job] = world.get(w.job, 0) + 1
     return ranks, world, nodes_of, first
 

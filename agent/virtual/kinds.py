@@ -35,6 +35,7 @@ from agent.virtual.scenario import (
     ComputePhase,
     IdlePhase,
     InputStarvedPhase,
+    LatencyPhase,
     MemoryPhase,
 )
 from agent.virtual.timeline import JobClock, Occurrence, periodic_on_time
@@ -56,7 +57,7 @@ def compute_activity(mfu: float, dev: DeviceModel, *, multi_gpu: bool) -> Activi
         gr=0.99, sm=0.96 + 0.03 * min(1.0, mfu), occ=0.30 + 0.2 * (1.0 - mfu),
         tensor=min(TENSOR_MAX, mfu * dev.tensor_scale),
         fp32=0.06 + 0.10 * (1.0 - mfu), fp16=0.03,
-        dram=clamp(0.40 - 0.25 * mfu, 0.15, 0.35),
+        dram=clamp(0.34 - 0.25 * mfu, 0.12, 0.30),
         pcie_tx=0.002, pcie_rx=0.004, link=0.08 if multi_gpu else 0.0,
     )
 
@@ -73,6 +74,17 @@ def memory_activity(mbu: float, *, multi_gpu: bool) -> Activity:
 LATENCY_ACTIVITY = Activity(gr=0.9, sm=0.28, occ=0.12, tensor=0.1, fp32=0.06, fp16=0.03, dram=0.15,
                             pcie_tx=0.01, pcie_rx=0.01)
 """Small kernels and launch gaps: resident most of the time, neither roof near."""
+
+
+def latency_activity(phase: LatencyPhase) -> Activity:
+    """:data:`LATENCY_ACTIVITY` with the phase's SM / tensor / DRAM overrides (GR stays 0.9).
+
+    Occupancy and the FP pipes cannot exceed SM activity (they are measured on active SMs), so
+    they are held at or below it; with the defaults the signature is exactly the constant.
+    """
+    base = LATENCY_ACTIVITY
+    return base._replace(sm=phase.sm, tensor=phase.tensor, dram=phase.dram, occ=min(base.occ, phase.sm),
+                         fp32=min(base.fp32, phase.sm), fp16=min(base.fp16, phase.sm))
 
 
 def comm_wait_activity(*, multi_node: bool) -> Activity:
@@ -151,7 +163,7 @@ class SteadyPlan(PhasePlan):
         elif isinstance(phase, IdlePhase):
             self.state = make_state(IDLE_ACTIVITY, dev, mode="idle", **self.state_kw())
         else:
-            self.state = make_state(LATENCY_ACTIVITY, dev, **self.state_kw())
+            self.state = make_state(latency_activity(phase), dev, **self.state_kw())
 
     def weights(self, occ: Occurrence, a: float, b: float) -> list[tuple[State, float]]:
         return [(self.state, b - a)]

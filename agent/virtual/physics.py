@@ -17,6 +17,7 @@ The model is deliberately small and linear so that every sample stays physically
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 import struct
@@ -81,6 +82,8 @@ class DeviceModel:
     link_bytes_per_s: float
     net_bytes_per_s: float
     mem_total_bytes: int
+    power_share: float = 1.0
+    """Share of the GPU's power this device stands for (a MIG instance's g/7), applied to caps."""
 
     @classmethod
     def from_spec(cls, spec: GpuSpec, *, pcie_bytes_per_s: float, link_bytes_per_s: float | None,
@@ -98,6 +101,15 @@ class DeviceModel:
             net_bytes_per_s=net_bytes_per_s,
             mem_total_bytes=mem_total_bytes,
         )
+
+    def share(self, fraction: float) -> "DeviceModel":
+        """A MIG instance's slice of this GPU: TDP, idle draw and any power cap times ``fraction``.
+
+        Clocks and capping then behave as on the whole GPU (same relative load), while the
+        instance's own power stays internal: NVML reports no power per MIG instance.
+        """
+        return dataclasses.replace(self, tdp_w=self.tdp_w * fraction, idle_w=self.idle_w * fraction,
+                                   power_share=self.power_share * fraction)
 
     @property
     def tensor_scale(self) -> float:
@@ -134,7 +146,7 @@ def make_state(act: Activity, dev: DeviceModel, *, power_cap_w: float | None = N
     ``gap`` is an awake GPU between kernels (sub-second data-loader gaps): no work, but the
     clock stays where ``clock_of`` (the busy state) put it and no idle reason is raised.
     """
-    limit = min(dev.tdp_w, power_cap_w) if power_cap_w else dev.tdp_w
+    limit = min(dev.tdp_w, power_cap_w * dev.power_share) if power_cap_w else dev.tdp_w
     if mode == "idle":
         return State(act, dev.idle_clock_mhz, dev.idle_w, limit, GPU_IDLE, 0.0)
     if mode == "gap":

@@ -24,6 +24,10 @@ Example::
 
 Top-level keys starting with ``x-`` are ignored, so they can hold YAML anchors shared by the
 workloads of a job that spans several nodes (its ranks must run the same phases).
+
+A node may also set ``counters`` (what a real backend can read there: ``full``, ``amdsmi``,
+``nvml_basic``, ``minimal``; default by model) and ``mig`` (``{0: [3g.40gb, 3g.40gb]}``: GPU 0 is
+replaced by two MIG instances that workloads and faults name ``"0/1"`` and ``"0/2"``).
 """
 
 from __future__ import annotations
@@ -34,10 +38,11 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from agent.model import Dtype
+from agent.model import Dtype, GpuSpec
 from agent.specs import spec_by_key
+from agent.virtual.devices import MIG_SLICES, CounterPreset, mig_capable, parse_mig_profile
 
 GIB = 1024**3
 
@@ -121,9 +126,22 @@ class CommJitterPhase(_PhaseBase):
 
 
 class LatencyPhase(_PhaseBase):
-    """Small kernels, launch-bound loops: resident most of the time, neither roof reached."""
+    """Small kernels, launch-bound loops: resident most of the time, neither roof reached.
+
+    ``sm``, ``tensor`` and ``dram`` move the signature for hard cases (batch-1 decode of a small
+    model on a big GPU: few SMs busy, little DRAM traffic); the engine stays busy (GR 0.9).
+    """
 
     kind: Literal["latency"]
+    sm: float = Field(0.28, ge=0.0, le=1.0, description="SM activity.")
+    tensor: float = Field(0.1, ge=0.0, le=0.97, description="Tensor-pipe activity.")
+    dram: float = Field(0.15, ge=0.0, le=0.9, description="DRAM activity.")
+
+    @model_validator(mode="after")
+    def _tensor_within_sm(self) -> "LatencyPhase":
+        if self.tensor > self.sm:
+            raise ValueError(f"tensor: {self.tensor} exceeds sm ({self.sm}); tensor pipes only run on active SMs")
+        return self
 
 
 class IdlePhase(_PhaseBase):
@@ -144,11 +162,46 @@ Phase = Annotated[
 PHASE_KINDS: tuple[str, ...] = tuple(KIND_CLASS)
 
 
+_GPU_REF = re.compile(r"^(\d+)(?:/(\d+))?$")
+
+
+def _gpu_ref(value: Any) -> Any:
+    """A GPU index (``3``, ``"3"``) or a MIG instance ``"<index>/<instance>"``, canonicalised.
+
+    Indices stay ints (what scenarios always used); instances become ``"3/1"``, the trace
+    format's GPU id. Anything else is left for pydantic to reject with its usual message.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        return value
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError(f"GPU index must be >= 0, got {value}")
+        return value
+    match = _GPU_REF.match(value.strip())
+    if match is None:
+        raise ValueError(f"{value!r} is neither a GPU index nor a MIG instance '<index>/<instance>'")
+    if match.group(2) is None:
+        return int(match.group(1))
+    instance = int(match.group(2))
+    if instance < 1:
+        raise ValueError(f"{value!r}: MIG instances are numbered from 1")
+    return f"{int(match.group(1))}/{instance}"
+
+
+GpuRef = Annotated[Union[int, str], BeforeValidator(_gpu_ref)]
+"""What a workload or fault names: a whole GPU (int) or a MIG instance (``"i/j"``)."""
+
+
+def gpu_parent(ref: int | str) -> int:
+    """The physical GPU index of a reference (the GPU itself, or a MIG instance's parent)."""
+    return ref if isinstance(ref, int) else int(ref.split("/", 1)[0])
+
+
 class Workload(_Strict):
-    """One job's share of a node: the GPUs it uses and the phases it cycles through."""
+    """One job's share of a node: the GPUs (or MIG instances) it uses and the phases it cycles through."""
 
     job: str = Field(min_length=1)
-    gpus: list[Annotated[int, Field(ge=0)]] = Field(min_length=1)
+    gpus: list[GpuRef] = Field(min_length=1)
     dtype: Dtype = "bf16"
     repeat: bool = True
     process: str | None = Field(None, min_length=1, description="Process name (default by kind).")
@@ -156,7 +209,7 @@ class Workload(_Strict):
 
     @field_validator("gpus")
     @classmethod
-    def _distinct(cls, gpus: list[int]) -> list[int]:
+    def _distinct(cls, gpus: list[int | str]) -> list[int | str]:
         if len(set(gpus)) != len(gpus):
             raise ValueError(f"GPU listed twice: {gpus}")
         return gpus
@@ -165,7 +218,7 @@ class Workload(_Strict):
 class Fault(_Strict):
     """A window of virtual time in which reading one GPU fails (for collector tests)."""
 
-    gpu: int = Field(ge=0)
+    gpu: GpuRef = Field(description="A GPU (all its MIG instances fail with it) or one instance 'i/j'.")
     kind: Literal["error", "lost", "hang"]
     start_s: float = Field(ge=0.0)
     duration_s: float = Field(gt=0.0)
@@ -178,6 +231,10 @@ class Node(_Strict):
     name: str = Field(min_length=1)
     model: str
     gpus: int = Field(ge=1, le=64)
+    counters: CounterPreset | None = Field(
+        None, description="What a real backend can read (default by model: see devices.default_counters).")
+    mig: dict[Annotated[int, Field(ge=0)], list[str]] = Field(
+        default_factory=dict, description="GPU index -> its MIG instance profiles, e.g. {0: [3g.40gb, 3g.40gb]}.")
     workloads: list[Workload] = Field(default_factory=list)
     faults: list[Fault] = Field(default_factory=list)
 
@@ -193,37 +250,91 @@ class Node(_Strict):
     @model_validator(mode="after")
     def _consistent(self) -> "Node":
         spec = spec_by_key(self.model)
-        owner: dict[int, str] = {}
+        self._check_mig(spec)
+        owner: dict[str, str] = {}
         for w_i, workload in enumerate(self.workloads):
             where = f"workloads.{w_i}"
             for gpu in workload.gpus:
-                if gpu >= self.gpus:
-                    raise ValueError(f"{where}.gpus: GPU {gpu} does not exist (node has {self.gpus})")
-                if gpu in owner:
-                    raise ValueError(f"{where}.gpus: GPU {gpu} already used by job {owner[gpu]!r}")
-                owner[gpu] = workload.job
+                self._check_ref(gpu, f"{where}.gpus", whole_ok=False)
+                if str(gpu) in owner:
+                    raise ValueError(f"{where}.gpus: GPU {gpu} already used by job {owner[str(gpu)]!r}")
+                owner[str(gpu)] = workload.job
             if workload.dtype not in spec.peak_flops:
                 supported = ", ".join(sorted(spec.peak_flops))
                 raise ValueError(f"{where}.dtype: {workload.dtype} not supported by {self.model} ({supported})")
+            memory, what = min((self._memory_of(gpu, spec) for gpu in workload.gpus), key=lambda mw: mw[0] or 0)
             for p_i, phase in enumerate(workload.phases):
-                _check_phase_limits(phase, spec, f"{where}.phases.{p_i}", self.model)
+                _check_phase_limits(phase, spec, f"{where}.phases.{p_i}", what, memory)
         for f_i, fault in enumerate(self.faults):
-            if fault.gpu >= self.gpus:
-                raise ValueError(f"faults.{f_i}.gpu: GPU {fault.gpu} does not exist (node has {self.gpus})")
+            self._check_ref(fault.gpu, f"faults.{f_i}.gpu", whole_ok=True)
         return self
 
+    def _check_mig(self, spec: GpuSpec) -> None:
+        """MIG only on capable models, real GPUs, valid profiles, within 7 slices and the memory."""
+        if self.mig and not mig_capable(self.model, spec.vendor):
+            raise ValueError(f"mig: {self.model} does not support MIG (MIG-capable: A100, H100, H200, GH200, B200)")
+        memory_gb = spec.memory_bytes / GIB if spec.memory_bytes else None
+        for index, profiles in self.mig.items():
+            where = f"mig.{index}"
+            if index >= self.gpus:
+                raise ValueError(f"{where}: GPU {index} does not exist (node has {self.gpus})")
+            if not profiles:
+                raise ValueError(f"{where}: a GPU in MIG mode needs at least one instance")
+            slices = gb = 0
+            for p_i, profile in enumerate(profiles):
+                parsed = parse_mig_profile(profile)
+                if parsed is None:
+                    raise ValueError(f"{where}.{p_i}: invalid MIG profile {profile!r}; expected '<g>g.<N>gb' "
+                                     "with g in 1..7 and N >= 1, e.g. '3g.40gb'")
+                slices, gb = slices + parsed[0], gb + parsed[1]
+            if slices > MIG_SLICES:
+                raise ValueError(f"{where}: instances use {slices} compute slices; a GPU has {MIG_SLICES}")
+            if memory_gb is not None and gb > memory_gb + 1e-9:
+                raise ValueError(f"{where}: instances use {gb} GB of memory; {self.model} has {memory_gb:.0f} GB")
 
-def _check_phase_limits(phase: Any, spec: Any, where: str, model: str) -> None:
-    """Reject values the modelled GPU cannot take (memory larger than the card, absurd caps)."""
-    if phase.mem_used_gib is not None and spec.memory_bytes and phase.mem_used_gib * GIB > spec.memory_bytes:
+    def _check_ref(self, ref: int | str, where: str, *, whole_ok: bool) -> None:
+        """The GPU exists; a MIG GPU is named by its instances (faults may name the whole GPU)."""
+        index = gpu_parent(ref)
+        if index >= self.gpus:
+            raise ValueError(f"{where}: GPU {index} does not exist (node has {self.gpus})")
+        profiles = self.mig.get(index)
+        if isinstance(ref, int):
+            if profiles and not whole_ok:
+                ids = ", ".join(f"{index}/{j}" for j in range(1, len(profiles) + 1))
+                raise ValueError(f"{where}: GPU {index} is in MIG mode; use its instances ({ids})")
+            return
+        if not profiles:
+            raise ValueError(f"{where}: GPU {index} is not in MIG mode (no mig entry), so it has no instance {ref}")
+        instance = int(ref.split("/", 1)[1])
+        if instance > len(profiles):
+            raise ValueError(f"{where}: MIG instance {ref} does not exist (GPU {index} has {len(profiles)})")
+
+    def _memory_of(self, ref: int | str, spec: GpuSpec) -> tuple[int | None, str]:
+        """Device memory a job on ``ref`` can hold, and how to name that device in errors."""
+        if isinstance(ref, int):
+            return spec.memory_bytes, self.model
+        index, instance = (int(x) for x in ref.split("/", 1))
+        profile = self.mig[index][instance - 1]
+        parsed = parse_mig_profile(profile)
+        assert parsed is not None
+        return parsed[1] * GIB, f"{self.model} MIG {profile}"
+
+
+def _check_phase_limits(phase: Any, spec: Any, where: str, what: str, memory_bytes: int | None) -> None:
+    """Reject values the modelled GPU cannot take (memory larger than the card, absurd caps).
+
+    ``memory_bytes`` is the smallest device the job runs on (a MIG instance holds only its share).
+    A power cap is always the whole GPU's limit: MIG instances share it.
+    """
+    if phase.mem_used_gib is not None and memory_bytes and phase.mem_used_gib * GIB > memory_bytes:
         raise ValueError(
-            f"{where}.mem_used_gib: {phase.mem_used_gib} GiB exceeds the {model} memory "
-            f"({spec.memory_bytes / GIB:.0f} GiB)"
+            f"{where}.mem_used_gib: {phase.mem_used_gib} GiB exceeds the {what} memory "
+            f"({memory_bytes / GIB:.0f} GiB)"
         )
     if phase.power_cap_w is not None and spec.tdp_w:
         if not 0.25 * spec.tdp_w <= phase.power_cap_w <= spec.tdp_w:
             raise ValueError(
-                f"{where}.power_cap_w: {phase.power_cap_w} W outside {0.25 * spec.tdp_w:.0f}..{spec.tdp_w:.0f} W for {model}"
+                f"{where}.power_cap_w: {phase.power_cap_w} W outside {0.25 * spec.tdp_w:.0f}..{spec.tdp_w:.0f} W for {spec.key}"
             )
 
 

@@ -1,0 +1,253 @@
+"""The classifier as a stream: samples in, one verdict per GPU per evaluation out.
+
+Used three ways with the same code: the daemon feeds it each cycle's samples, ``roofwatch
+classify`` replays a trace through it, and tests drive it with virtual traces. It does no I/O
+and keeps only the long window of samples per GPU, so memory is bounded by
+``long_window_s / interval`` samples per GPU.
+
+Evaluations run on a fixed grid (multiples of ``evaluate_every_s``) for all GPUs at once,
+because the straggler rules compare ranks of one job against each other at the same moment.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Iterator
+
+from agent.classifier.features import WindowFeatures, split_at_change, window_features
+from agent.classifier.peaks import spec_for_sample
+from agent.classifier.roofline import Roofline, roofline
+from agent.classifier.rules import Decision, JobContext, decide
+from agent.classifier.thresholds import DEFAULT_THRESHOLDS, Thresholds
+from agent.model import GpuSample, GpuSpec
+
+SpecResolver = Callable[[GpuSample], "GpuSpec | None"]
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What bounds one GPU now: the published (stabilised) class and the evidence behind it."""
+
+    node: str
+    gpu: str
+    uuid: str | None
+    window_start: float
+    window_end: float
+    cls: str
+    detail: str
+    confidence: float
+    throttled: bool
+    throttle_severe: bool
+    reasons: tuple[str, ...]
+    scores: dict[str, float]
+    raw_class: str
+    """This window's own decision before hysteresis (what a flapping classifier would say)."""
+    roofline: Roofline
+    features: WindowFeatures
+    job: str | None = None
+    rank_skew: float | None = None
+    truth: str | None = None
+    """The labelled class of the window's last sample (labelled traces only)."""
+
+    def to_json(self) -> dict[str, object]:
+        """The verdict line of ../shared/trace-format.md, plus optional fields readers may ignore."""
+        r = self.roofline
+        return {
+            "node": self.node, "gpu": self.gpu, "window_start": self.window_start, "window_end": self.window_end,
+            "class": self.cls, "confidence": self.confidence, "throttled": self.throttled,
+            "mfu": _round(r.mfu), "mbu": _round(r.mbu), "reasons": list(self.reasons),
+            "scores": {k: round(v, 3) for k, v in self.scores.items()},
+            "detail": self.detail, "raw_class": self.raw_class, "throttle_severe": self.throttle_severe,
+            "mfu_source": r.mfu_source, "mfu_counters": _round(r.mfu_counters), "mfu_workload": _round(r.mfu_workload),
+            "mbu_source": r.mbu_source, "mbu_counters": _round(r.mbu_counters), "mbu_workload": _round(r.mbu_workload),
+            "dtype": r.dtype, "dtype_assumed": r.dtype_assumed,
+            "roofline": {
+                "achieved_flops": _round(r.achieved_flops, 0), "achieved_bytes_per_s": _round(r.achieved_bytes_per_s, 0),
+                "intensity": _round(r.intensity, 2), "ridge_point": _round(r.ridge_point, 2),
+                "compute_headroom": _round(r.compute_headroom), "memory_headroom": _round(r.memory_headroom),
+            },
+            "job": self.job, "rank_skew": _round(self.rank_skew), "label": self.truth,
+        }
+
+
+def _round(value: float | None, digits: int = 4) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+@dataclass
+class _Stabiliser:
+    """Hysteresis on the published class: a challenger must win several evaluations in a row."""
+
+    published: str | None = None
+    since: float = -math.inf
+    challenger: str | None = None
+    wins: int = 0
+
+    def update(self, raw: str, now: float, t: Thresholds) -> str:
+        if self.published is None or self.published == "unknown" or raw == "unknown":
+            # Nothing to defend, or nothing to judge with: report what this window says at once.
+            if raw != self.published:
+                self.published, self.since = raw, now
+            self.challenger, self.wins = None, 0
+            return raw
+        if raw == self.published:
+            self.challenger, self.wins = None, 0
+            return raw
+        self.wins = self.wins + 1 if raw == self.challenger else 1
+        self.challenger = raw
+        if self.wins >= t.confirm_evaluations and now - self.since >= t.min_dwell_s:
+            self.published, self.since = raw, now
+            self.challenger, self.wins = None, 0
+        return self.published
+
+
+@dataclass
+class _Track:
+    """One GPU's recent samples and its hysteresis state."""
+
+    node: str
+    gpu: str
+    spec: GpuSpec | None
+    samples: collections.deque[GpuSample] = field(default_factory=collections.deque)
+    stabiliser: _Stabiliser = field(default_factory=_Stabiliser)
+
+
+class Classifier:
+    """Streaming classifier for any number of GPUs (and nodes)."""
+
+    def __init__(self, thresholds: Thresholds = DEFAULT_THRESHOLDS, *, dtype: str | None = None,
+                 spec_resolver: SpecResolver = spec_for_sample) -> None:
+        self.thresholds = thresholds
+        self.dtype = dtype
+        self._resolve = spec_resolver
+        self._tracks: dict[tuple[str, str], _Track] = {}
+
+    def observe(self, sample: GpuSample, spec: GpuSpec | None = None) -> None:
+        """Add one sample; ``spec`` overrides the catalogue lookup (the daemon knows it already)."""
+        key = (sample.node, sample.gpu)
+        track = self._tracks.get(key)
+        if track is None:
+            track = self._tracks[key] = _Track(sample.node, sample.gpu, spec if spec is not None else self._resolve(sample))
+        elif spec is not None:
+            track.spec = spec
+        if track.samples and sample.ts <= track.samples[-1].ts:
+            return  # a repeated or out-of-order sample would double-count its interval
+        track.samples.append(sample)
+
+    @property
+    def tracking(self) -> bool:
+        """Whether any GPU has samples left in its long window."""
+        return bool(self._tracks)
+
+    def evaluate(self, now: float) -> list[Verdict]:
+        """A verdict for every GPU seen within the long window before ``now``."""
+        t = self.thresholds
+        prepared = []
+        for key, track in list(self._tracks.items()):
+            while track.samples and track.samples[0].ts <= now - t.long_window_s:
+                track.samples.popleft()
+            if not track.samples:
+                del self._tracks[key]
+                continue
+            long_window = [s for s in track.samples if s.ts <= now]
+            interval = _interval(long_window)
+            span = max(t.window_s, 3.0 * interval)
+            window = [s for s in long_window if s.ts > now - span]
+            expected = max(1, round(span / interval))
+            recent = split_at_change(window, t.phase_change_jump)
+            if len(recent) < len(window):
+                window, expected = list(recent), max(1, expected - expected // 2)
+            features = window_features(window, long_window, track.spec, t)
+            prepared.append((track, window, features, expected))
+
+        contexts = _job_contexts([(tr, f) for tr, _, f, _ in prepared])
+        verdicts = []
+        for track, window, features, expected in prepared:
+            job = contexts.get((track.node, track.gpu), JobContext())
+            decision = decide(features, job, t, track.stabiliser.published, expected)
+            published = track.stabiliser.update(decision.cls, now, t)
+            verdicts.append(self._verdict(track, window, features, job, decision, published, now))
+        return verdicts
+
+    def _verdict(self, track: _Track, window: list[GpuSample], features: WindowFeatures, job: JobContext,
+                 decision: Decision, published: str, now: float) -> Verdict:
+        t = self.thresholds
+        if published != decision.cls:
+            # Held by hysteresis: say so, and score the published class as this window sees it.
+            reasons = (f"holding {published}: {decision.cls} must win {t.confirm_evaluations} evaluations in a row "
+                       f"to replace it",) + decision.reasons
+            confidence = round(decision.scores.get(published, 0.0) * features.valid_fraction * 0.5, 3)
+            detail = decision.detail if published == decision.cls else "none"
+        else:
+            reasons, confidence, detail = decision.reasons, decision.confidence, decision.detail
+        last = window[-1] if window else None
+        return Verdict(
+            node=track.node, gpu=track.gpu, uuid=last.uuid if last else None,
+            window_start=round(now - max(t.window_s, 0.0), 3), window_end=round(now, 3),
+            cls=published, detail=detail, confidence=confidence, throttled=decision.throttled,
+            throttle_severe=decision.throttle_severe, reasons=reasons, scores=decision.scores,
+            raw_class=decision.cls, roofline=roofline(features, track.spec, self.dtype), features=features,
+            job=job.job or (features.workload.job if features.workload else None), rank_skew=job.rank_skew, truth=last.label if last else None,
+        )
+
+
+def _interval(samples: list[GpuSample]) -> float:
+    """The sampling interval: what the samples say, else the median gap between them."""
+    stated = [s.interval_s for s in samples[-10:] if s.interval_s]
+    if stated:
+        return sorted(stated)[len(stated) // 2]
+    gaps = [b.ts - a.ts for a, b in zip(samples[-11:], samples[-10:]) if b.ts > a.ts]
+    return sorted(gaps)[len(gaps) // 2] if gaps else 1.0
+
+
+def _compute_share(f: WindowFeatures) -> float | None:
+    """How much of the window a rank spent computing (tensor activity, else SM, else duty)."""
+    if f.tensor_mean is not None:
+        return f.tensor_mean
+    if f.sm_busy is not None and f.duty is not None:
+        return f.sm_busy * f.duty
+    return None
+
+
+def _job_contexts(items: list[tuple[_Track, WindowFeatures]]) -> dict[tuple[str, str], JobContext]:
+    """Rank skew within each job whose ranks report a job name (cross-node in a trace)."""
+    jobs: dict[str, list[tuple[_Track, float]]] = {}
+    for track, f in items:
+        share = _compute_share(f)
+        if f.workload is not None and f.workload.job and share is not None:
+            jobs.setdefault(f.workload.job, []).append((track, share))
+    out: dict[tuple[str, str], JobContext] = {}
+    for job, ranks in jobs.items():
+        if len(ranks) < 2:
+            continue
+        top = max(share for _, share in ranks)
+        if top <= 0.0:
+            continue
+        skews = [(track, 1.0 - share / top) for track, share in ranks]
+        for track, skew in skews:
+            peers = [s for other, s in skews if other is not track]
+            out[(track.node, track.gpu)] = JobContext(
+                job=job, ranks_seen=len(ranks), rank_skew=skew, peer_skew=max(peers, default=None),
+                is_busiest=skew == 0.0)
+    return out
+
+
+def classify_samples(samples: Iterable[GpuSample], thresholds: Thresholds = DEFAULT_THRESHOLDS, *,
+                     dtype: str | None = None, spec_resolver: SpecResolver = spec_for_sample) -> Iterator[Verdict]:
+    """Replay samples (any GPU order) and yield the verdicts the daemon would have published."""
+    ordered = sorted(samples, key=lambda s: s.ts)
+    if not ordered:
+        return
+    classifier = Classifier(thresholds, dtype=dtype, spec_resolver=spec_resolver)
+    step = thresholds.evaluate_every_s
+    next_eval = (math.floor(ordered[0].ts / step) + 1) * step
+    for sample in ordered:
+        if not classifier.tracking and sample.ts > next_eval:  # skip an empty gap in one jump
+            next_eval = (math.floor(sample.ts / step) + 1) * step
+        while sample.ts > next_eval + 1e-9:
+            yield from classifier.evaluate(next_eval)
+            next_eval += step
+        classifier.observe(sample)
+    yield from classifier.evaluate(next_eval)

@@ -1,0 +1,276 @@
+"""Window features: what a GPU did over the last few seconds, reduced to a handful of numbers.
+
+Pure functions over :class:`~agent.model.GpuSample` sequences. Missing counters stay ``None``
+all the way through: a GPU without a tensor counter has ``tensor_busy=None``, never 0, so the
+rules can lower their confidence instead of reading "tensor pipes idle".
+
+Busy-normalised values (``tensor_busy``, ``dram_busy``) divide by the duty cycle: they say what
+bounds the GPU *while a kernel is resident*, which keeps duty-cycle loss (starvation) apart from
+the roofline position (classification.md §7.2).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import Counter
+from dataclasses import dataclass
+from typing import Sequence
+
+from agent.model import THROTTLE_REASON_MASK, GpuSample, GpuSpec, WorkloadReport
+from agent.classifier.thresholds import Thresholds
+
+_MIN_DUTY = 0.05
+"""Floor of the duty cycle when normalising by it (classification.md §7.2: max(d, 0.05))."""
+BLOCK_S = 5.0
+"""Block length for the activity-variation fallback when the job reports no steps."""
+
+
+@dataclass(frozen=True, slots=True)
+class WindowFeatures:
+    """One GPU over one short window (plus step statistics over the long window)."""
+
+    samples: int
+    valid_fraction: float
+    duty: float | None
+    idle_fraction: float | None
+    tensor_busy: float | None
+    fp_busy: float | None
+    dram_busy: float | None
+    sm_busy: float | None
+    u_compute: float | None
+    """Busy-normalised compute utilisation against its roof (tensor or FP pipes)."""
+    u_memory: float | None
+    comm_wait_fraction: float | None
+    link_utilization: float | None
+    link_active: bool
+    clock_ratio: float | None
+    """Mean SM clock / the clock the peaks are quoted at (busy samples)."""
+    throttle_fraction: float
+    throttle_bits: int
+    power_ratio: float | None
+    """Mean power / enforced limit over busy samples (a compute proxy when pipes are unreadable)."""
+    process_alive: bool | None
+    memory_held_bytes: int | None
+    process_cpu_cores: float | None
+    iowait: float | None
+    io_pressure: float | None
+    tensor_mean: float | None
+    """Duty-inclusive, clock-scaled tensor activity (the counter MFU before the dtype peak)."""
+    dram_mean: float | None
+    pipe_means: dict[str, float]
+    """Duty-inclusive, clock-scaled FP64/FP32/FP16 pipe activity (keys only for readable pipes)."""
+    step_cv: float | None
+    steps: int
+    step_cv_long: float | None
+    """The same over more steps (``steps_for_cv_exit``): what keeps a jitter verdict."""
+    steps_long: int
+    activity_cv: float | None
+    workload: WorkloadReport | None
+    dtype: str | None
+    mig: bool
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return math.fsum(values) / len(values) if values else None
+
+
+def _values(samples: Sequence[GpuSample], name: str) -> list[float]:
+    return [v for s in samples if (v := getattr(s, name)) is not None]
+
+
+def clock_factor(sample: GpuSample, spec: GpuSpec | None) -> float:
+    """SM clock / the peak's reference clock, capped at 1: boost above it is not credited."""
+    ref = spec.ref_clock_mhz if spec and spec.ref_clock_mhz else sample.sm_clock_max_mhz
+    if sample.sm_clock_mhz is None or not ref:
+        return 1.0
+    return max(0.0, min(1.0, sample.sm_clock_mhz / ref))
+
+
+def _clock_ratio(sample: GpuSample, spec: GpuSpec | None) -> float | None:
+    ref = spec.ref_clock_mhz if spec and spec.ref_clock_mhz else sample.sm_clock_max_mhz
+    if sample.sm_clock_mhz is None or not ref:
+        return None
+    return sample.sm_clock_mhz / ref
+
+
+def _link_util(sample: GpuSample, spec: GpuSpec | None) -> float | None:
+    peak = spec.link_bandwidth_bytes_per_s if spec else None
+    rates = [r for r in (sample.link_tx_bytes_per_s, sample.link_rx_bytes_per_s) if r is not None]
+    if not peak or not rates:
+        return None
+    return min(1.0, max(rates) / peak)
+
+
+def is_comm_wait(sample: GpuSample, spec: GpuSpec | None, t: Thresholds) -> bool | None:
+    """A kernel resident but doing nothing: NCCL spinning while peers catch up (§7.2)."""
+    gr, sm, tc = sample.gr_active, sample.sm_active, sample.tensor_active
+    if gr is None or sm is None or tc is None:
+        return None
+    link = _link_util(sample, spec)
+    return (gr >= t.comm_wait_gr and sm <= t.comm_wait_sm and tc <= t.comm_wait_tensor
+            and (sample.dram_active is None or sample.dram_active <= t.comm_wait_dram)
+            and (link is None or link <= t.comm_wait_link))
+
+
+def _recent_steps(samples: Sequence[GpuSample]) -> list[float]:
+    """Reported step times, one per distinct step, oldest first."""
+    times: dict[int, float] = {}
+    for s in samples:
+        w = s.workload
+        if w is not None and w.step is not None and w.step_time_s:
+            times[w.step] = w.step_time_s
+    return [times[k] for k in sorted(times)]
+
+
+def step_statistics(samples: Sequence[GpuSample], last: int, recent: int) -> tuple[float | None, int]:
+    """CV of the step times the job reported over its ``last`` distinct steps.
+
+    If the median of the ``recent`` newest steps differs from the median of the older ones by
+    more than a third, the job changed phase (a level shift, not jitter): only the newest
+    steps count, so a phase change is not mistaken for step-time variation.
+    """
+    values = _recent_steps(samples)[-last:]
+    if len(values) > recent:
+        old, new = statistics.median(values[:-recent]), statistics.median(values[-recent:])
+        if old > 0 and abs(new - old) / old > 1.0 / 3.0:
+            values = values[-recent:]
+    if len(values) < 2:
+        return None, len(values)
+    mean = statistics.fmean(values)
+    return (statistics.pstdev(values) / mean if mean > 0 else None), len(values)
+
+
+def activity_variation(samples: Sequence[GpuSample]) -> float | None:
+    """CV of tensor activity over consecutive 5 s blocks: stalls make whole blocks drop.
+
+    A fallback for jobs that report no steps; steady work (even with periodic communication
+    shorter than a block) varies little between blocks.
+    """
+    if not samples:
+        return None
+    t0 = samples[0].ts
+    blocks: dict[int, list[float]] = {}
+    for s in samples:
+        if s.tensor_active is not None:
+            blocks.setdefault(int((s.ts - t0) // BLOCK_S), []).append(s.tensor_active)
+    means = [statistics.fmean(v) for v in blocks.values() if len(v) >= BLOCK_S / 2]
+    if len(means) < 4:
+        return None
+    mean = statistics.fmean(means)
+    return statistics.pstdev(means) / mean if mean > 0.02 else None
+
+
+def _pipe_means(window: Sequence[GpuSample], spec: GpuSpec | None) -> dict[str, float]:
+    means = {}
+    for pipe in ("fp64", "fp32", "fp16"):
+        scaled = [v * clock_factor(s, spec) for s in window if (v := getattr(s, f"{pipe}_active")) is not None]
+        if scaled:
+            means[pipe] = math.fsum(scaled) / len(scaled)
+    return means
+
+
+def split_at_change(window: Sequence[GpuSample], jump: float) -> Sequence[GpuSample]:
+    """The recent half of the window if the workload visibly changed between the halves.
+
+    A window that straddles a phase change averages two workloads into one that never ran
+    (idle + GEMM reads as a starved GEMM). When duty, tensor or DRAM activity differ by more
+    than ``jump`` between the halves, only the recent half describes the GPU now.
+    """
+    half = len(window) // 2
+    if half < 2:
+        return window
+    old, new = window[:half], window[half:]
+    for name in ("gr_active", "tensor_active", "dram_active"):
+        a, b = _mean(_values(old, name)), _mean(_values(new, name))
+        if a is not None and b is not None and abs(a - b) > jump:
+            return new
+    return window
+
+
+def window_features(window: Sequence[GpuSample], long_window: Sequence[GpuSample], spec: GpuSpec | None,
+                    t: Thresholds) -> WindowFeatures:
+    """Reduce one GPU's samples to features. ``window`` must be a suffix of ``long_window``."""
+    n = len(window)
+    valid = [s for s in window if s.gr_active is not None]
+    duty = _mean([s.gr_active for s in valid])  # type: ignore[misc]
+    idle_fraction = _mean([1.0 if s.gr_active < 0.10 else 0.0 for s in valid]) if valid else None  # type: ignore[operator]
+    norm = max(duty, _MIN_DUTY) if duty is not None else None
+
+    def busy(name: str) -> float | None:
+        mean = _mean(_values(window, name))
+        return None if mean is None or norm is None else min(1.0, mean / norm)
+
+    tensor_busy, dram_busy, sm_busy = busy("tensor_active"), busy("dram_active"), busy("sm_active")
+    pipes = [v for v in (busy("fp64_active"), busy("fp32_active"), busy("fp16_active")) if v is not None]
+    fp_busy = max(pipes) if pipes else None
+    parts = []
+    if tensor_busy is not None:
+        parts.append(tensor_busy / t.tensor_saturation)
+    if fp_busy is not None:
+        parts.append(fp_busy / t.fp_pipe_saturation)
+    u_compute = max(parts) if parts else None
+    u_memory = dram_busy / t.dram_saturation if dram_busy is not None else None
+
+    waits = [w for s in window if (w := is_comm_wait(s, spec, t)) is not None]
+    links = [u for s in window if (u := _link_util(s, spec)) is not None]
+    link_active = any((s.link_tx_bytes_per_s or 0) + (s.link_rx_bytes_per_s or 0)
+                      + (s.net_tx_bytes_per_s or 0) + (s.net_rx_bytes_per_s or 0) > 1e8 for s in window)
+
+    busy_samples = [s for s in valid if s.gr_active >= 0.5]  # type: ignore[operator]
+    clocks = [c for s in busy_samples if (c := _clock_ratio(s, spec)) is not None]
+    throttled = [s for s in busy_samples if s.clock_event_reasons is not None and s.clock_event_reasons & THROTTLE_REASON_MASK]
+    bits = 0
+    for s in window:
+        bits |= (s.clock_event_reasons or 0) & THROTTLE_REASON_MASK
+    powers = [s.power_w / s.power_limit_w for s in (busy_samples or valid or window)
+              if s.power_w is not None and s.power_limit_w]
+
+    latest = window[-1] if window else None
+    procs = latest.processes if latest is not None else None
+    cpu = [p.cpu_cores for p in procs if p.cpu_cores is not None] if procs else []
+    held = sum(p.used_memory_bytes or 0 for p in procs) if procs is not None else None
+    if held == 0 and latest is not None and procs and latest.mem_used_bytes is not None:
+        held = latest.mem_used_bytes
+    hosts = [s.host for s in window if s.host is not None]
+    tensor_scaled = [s.tensor_active * clock_factor(s, spec) for s in window if s.tensor_active is not None]
+    reports = [s.workload for s in window if s.workload is not None]
+    step_cv, steps = step_statistics(long_window, t.steps_for_cv, t.min_steps)
+    step_cv_long, steps_long = step_statistics(long_window, t.steps_for_cv_exit, t.min_steps)
+    dtypes = [s.dtype for s in window if s.dtype is not None]
+
+    return WindowFeatures(
+        samples=n,
+        valid_fraction=len(valid) / n if n else 0.0,
+        duty=duty,
+        idle_fraction=idle_fraction,
+        tensor_busy=tensor_busy,
+        fp_busy=fp_busy,
+        dram_busy=dram_busy,
+        sm_busy=sm_busy,
+        u_compute=u_compute,
+        u_memory=u_memory,
+        comm_wait_fraction=_mean([1.0 if w else 0.0 for w in waits]) if waits else None,
+        link_utilization=_mean(links),
+        link_active=link_active,
+        clock_ratio=_mean(clocks),
+        throttle_fraction=len(throttled) / len(busy_samples) if busy_samples else 0.0,
+        throttle_bits=bits,
+        power_ratio=_mean(powers),
+        process_alive=(len(procs) > 0) if procs is not None else None,
+        memory_held_bytes=held,
+        process_cpu_cores=max(cpu) if cpu else None,
+        iowait=_mean([h.cpu_iowait_ratio for h in hosts if h.cpu_iowait_ratio is not None]),
+        io_pressure=_mean([h.io_pressure_ratio for h in hosts if h.io_pressure_ratio is not None]),
+        tensor_mean=_mean(tensor_scaled),
+        dram_mean=_mean(_values(window, "dram_active")),
+        pipe_means=_pipe_means(window, spec),
+        step_cv=step_cv,
+        steps=steps,
+        step_cv_long=step_cv_long,
+        steps_long=steps_long,
+        activity_cv=activity_variation(long_window),
+        workload=reports[-1] if reports else None,
+        dtype=Counter(dtypes).most_common(1)[0][0] if dtypes else None,
+        mig=bool(latest is not None and "/" in latest.gpu),
+    )

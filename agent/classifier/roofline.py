@@ -1,0 +1,129 @@
+"""Roofline coordinates, MFU and MBU of one GPU over one window.
+
+Two MFUs are kept apart on purpose (classification.md §2):
+
+* **counters** — a hardware FLOPs-utilisation estimate ("OFU"): clock-scaled tensor activity,
+  i.e. achieved tensor FLOP/s over the dense peak of the dtype. Needs a tensor counter; a GPU
+  without one (AMD via amdsmi, NVIDIA before Hopper without DCGM) has no counter MFU at all.
+* **workload** — what the job reported: tokens/s x FLOPs/token / (world size x per-GPU peak).
+
+MBU likewise: from the reported model bytes and step time or token rate, else DRAM activity.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from agent.classifier.features import WindowFeatures
+from agent.model import GpuSpec
+
+DEFAULT_DTYPE = "bf16"
+
+
+@dataclass(frozen=True, slots=True)
+class Roofline:
+    """Where the GPU sits on its roofline, and how much of its peaks it uses."""
+
+    dtype: str
+    dtype_assumed: bool
+    """True when neither the workload nor the configuration said which precision runs."""
+    peak_flops: float | None
+    peak_bytes_per_s: float | None
+    achieved_flops: float | None
+    achieved_bytes_per_s: float | None
+    intensity: float | None
+    """Estimated arithmetic intensity, FLOP per DRAM byte."""
+    ridge_point: float | None
+    compute_headroom: float | None
+    """1 - achieved / peak FLOP/s: 0 at the compute roof."""
+    memory_headroom: float | None
+    """1 - achieved / peak bytes/s: 0 at the memory roof."""
+    mfu_counters: float | None
+    mfu_workload: float | None
+    mbu_counters: float | None
+    mbu_workload: float | None
+
+    @property
+    def mfu(self) -> float | None:
+        """The best MFU available: what the workload reported, else the counter estimate."""
+        return self.mfu_workload if self.mfu_workload is not None else self.mfu_counters
+
+    @property
+    def mfu_source(self) -> str | None:
+        return "workload" if self.mfu_workload is not None else "counters" if self.mfu_counters is not None else None
+
+    @property
+    def mbu(self) -> float | None:
+        return self.mbu_workload if self.mbu_workload is not None else self.mbu_counters
+
+    @property
+    def mbu_source(self) -> str | None:
+        return "workload" if self.mbu_workload is not None else "counters" if self.mbu_counters is not None else None
+
+
+def pipe_flops(f: WindowFeatures, peaks: dict[str, float]) -> float:
+    """FLOP/s of the non-tensor pipes: FP32 and FP64 at their catalogue peaks, FP16 at twice FP32.
+
+    Approximate by construction (NVIDIA: pipe activity does not convert to FLOPs exactly
+    [DCGM#164]); the catalogue's FP64 figure is the tensor FP64 peak, so this is an upper bound.
+    """
+    fp32 = peaks.get("fp32")
+    pipe_peaks = {"fp32": fp32, "fp64": peaks.get("fp64"), "fp16": 2.0 * fp32 if fp32 else None}
+    return sum(f.pipe_means[p] * peak for p, peak in pipe_peaks.items() if peak and p in f.pipe_means)
+
+
+def _ratio(value: float | None, peak: float | None) -> float | None:
+    if value is None or not peak:
+        return None
+    return value / peak
+
+
+def roofline(f: WindowFeatures, spec: GpuSpec | None, configured_dtype: str | None = None) -> Roofline:
+    """Roofline coordinates from window features and the GPU's peaks (``None`` where unknown).
+
+    The dtype comes from the samples (the workload said so), then the configuration, then the
+    bf16 default, which is flagged as assumed. A dtype the GPU has no peak for gives no FLOP
+    numbers rather than a peak borrowed from another precision.
+    """
+    dtype = f.dtype or configured_dtype or DEFAULT_DTYPE
+    assumed = f.dtype is None and configured_dtype is None
+    peaks = spec.peak_flops if spec else {}
+    peak = peaks.get(dtype)
+    bandwidth = spec.mem_bandwidth_bytes_per_s if spec else None
+
+    tensor_flops = f.tensor_mean * peak if f.tensor_mean is not None and peak else None
+    achieved = tensor_flops
+    if achieved is not None:
+        achieved += pipe_flops(f, peaks)
+    achieved_bytes = f.dram_mean * bandwidth if f.dram_mean is not None and bandwidth else None
+    intensity = achieved / achieved_bytes if achieved is not None and achieved_bytes else None
+    ridge = spec.ridge_point(dtype) if spec else None
+
+    mfu_workload = mbu_workload = None
+    w = f.workload
+    if w is not None:
+        world = w.world_size or 1
+        if w.tokens_per_s is not None and w.flops_per_token is not None and peak:
+            mfu_workload = w.tokens_per_s * w.flops_per_token / (world * peak)
+        if w.model_bytes is not None and bandwidth:
+            if w.step_time_s:
+                mbu_workload = w.model_bytes / w.step_time_s / (world * bandwidth)
+            elif w.tokens_per_s is not None:  # batch-1 decode: every token reads the whole model
+                mbu_workload = w.model_bytes * w.tokens_per_s / (world * bandwidth)
+
+    return Roofline(
+        dtype=dtype,
+        dtype_assumed=assumed,
+        peak_flops=peak,
+        peak_bytes_per_s=bandwidth,
+        achieved_flops=achieved,
+        achieved_bytes_per_s=achieved_bytes,
+        intensity=intensity,
+        ridge_point=ridge,
+        compute_headroom=None if (r := _ratio(achieved, peak)) is None else max(0.0, 1.0 - r),
+        memory_headroom=None if (r := _ratio(achieved_bytes, bandwidth)) is None else max(0.0, 1.0 - r),
+        mfu_counters=min(1.0, tensor_flops / peak) if tensor_flops is not None and peak else None,
+        mfu_workload=mfu_workload,
+        mbu_counters=f.dram_mean,
+        mbu_workload=mbu_workload,
+    )

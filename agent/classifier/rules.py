@@ -1,0 +1,276 @@
+"""The class rules: window features in, per-class scores, a class, a detail and reasons out.
+
+Each class has a score in 0..1: a logistic step ``σ((x - θ)/w)`` around its entry threshold θ
+on the feature that governs it, and the minimum over components for classes with several
+conditions (classification.md §7.4). The incumbent class is scored against its *exit*
+thresholds, which is the hysteresis that keeps a steady workload from flapping.
+
+Classes are decided in tiers, first match wins (§7.3): ``idle``, then ``input_starved`` (duty
+lost while a process lives), then ``communication_jittered`` (resident time wasted waiting on
+peers), then the roofline tier, where ``compute_bound``, ``memory_bound`` and
+``latency_bound`` compete on busy-normalised utilisation.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from agent.classifier.features import WindowFeatures
+from agent.classifier.thresholds import Thresholds
+
+SCORED_CLASSES: tuple[str, ...] = (
+    "idle", "compute_bound", "memory_bound", "input_starved", "communication_jittered", "latency_bound",
+)
+ROOFLINE_TIER: tuple[str, ...] = ("compute_bound", "memory_bound", "latency_bound")
+PRIORITY_TIER: tuple[str, ...] = ("idle", "input_starved", "communication_jittered")
+
+DETAILS: tuple[str, ...] = (
+    "none", "warming_up", "gpu_down", "no_counters", "idle_held", "idle_free", "dataloader", "io", "host_launch",
+    "unattributed", "straggler", "straggler_victim", "unstable_steps", "bandwidth_bound", "at_roof",
+    "leaning", "balanced", "power_proxy", "small_kernels",
+)
+"""Every value the ``detail`` of a verdict can take: a bounded label set for the info metric."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobContext:
+    """Where this GPU stands among the ranks of its job (from peers visible in the same window)."""
+
+    job: str | None = None
+    ranks_seen: int = 1
+    rank_skew: float | None = None
+    """1 - this rank's compute share / the busiest rank's share."""
+    peer_skew: float | None = None
+    """Largest skew among the *other* ranks: high when this rank is the one they wait for."""
+    is_busiest: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The unstabilised outcome of one evaluation."""
+
+    cls: str
+    detail: str
+    scores: dict[str, float]
+    confidence: float
+    reasons: tuple[str, ...]
+    throttled: bool
+    throttle_severe: bool
+
+
+def sigmoid(x: float) -> float:
+    if x >= 0:
+        return 1.0 / (1.0 + math.exp(-x))
+    e = math.exp(x)
+    return e / (1.0 + e)
+
+
+def _above(x: float | None, theta: float, width: float) -> float | None:
+    return None if x is None else sigmoid((x - theta) / width)
+
+
+def _below(x: float | None, theta: float, width: float) -> float | None:
+    return None if x is None else sigmoid((theta - x) / width)
+
+
+def _all(*parts: float | None) -> float | None:
+    """Minimum of the known components; unknown if the first (governing) one is unknown."""
+    if not parts or parts[0] is None:
+        return None
+    return min(p for p in parts if p is not None)
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{100.0 * x:.0f}%"
+
+
+# ------------------------------------------------------------------------------ scores
+
+
+def score_classes(f: WindowFeatures, job: JobContext, t: Thresholds, incumbent: str | None = None) -> dict[str, float | None]:
+    """Score of every class (``None`` where the counters to judge it are missing)."""
+    w, wcv = t.score_width, t.score_width_cv
+    c_roof = t.dominant_roof_exit if incumbent == "compute_bound" else t.dominant_roof
+    m_roof = t.dominant_memory_roof_exit if incumbent == "memory_bound" else t.dominant_memory_roof
+    starved_share = t.starved_idle_share_exit if incumbent == "input_starved" else t.starved_idle_share
+    idle_share = None if f.duty is None else 1.0 - f.duty
+
+    idle = _all(_below(f.duty, t.idle_duty, w), _below(f.dram_mean, t.idle_dram, w),
+                _below(f.link_utilization, t.idle_link, w))
+
+    alive = None if f.process_alive is None else (1.0 if f.process_alive else 0.0)
+    starved = _all(_above(idle_share, starved_share, w), alive,
+                   _below(f.comm_wait_fraction, t.starved_max_comm_wait, w),
+                   _below(job.rank_skew, t.rank_skew, wcv))
+
+    multi = (job.ranks_seen > 1 or (f.workload is not None and (f.workload.world_size or 1) > 1) or f.link_active)
+    jitter: float | None = None
+    if multi:
+        steady_steps = f.step_cv if f.steps >= t.min_steps else None
+        if incumbent == "communication_jittered" and f.step_cv_long is not None and f.steps_long >= t.min_steps:
+            steady_steps = max(steady_steps or 0.0, f.step_cv_long)
+        variation = [v for v in (_above(steady_steps, t.step_cv, wcv), _above(job.rank_skew, t.rank_skew, wcv),
+                                 _above(f.activity_cv, t.activity_cv, wcv) if steady_steps is None else None)
+                     if v is not None]
+        wait_rule = _all(_above(f.comm_wait_fraction, t.comm_wait_fraction, w), max(variation) if variation else None)
+        steps_rule = _above(steady_steps, t.step_cv_alone, wcv)
+        culprit = _all(_above(job.peer_skew, t.rank_skew, wcv), 1.0 if job.is_busiest else 0.0)
+        victim = _above(job.rank_skew, t.rank_skew, wcv)
+        rules = [r for r in (wait_rule, steps_rule, culprit, victim) if r is not None]
+        jitter = max(rules) if rules else None
+    elif f.duty is not None:
+        jitter = 0.0
+
+    busy = _above(f.duty, t.busy_duty, w)
+    u_c, u_m = f.u_compute, f.u_memory
+    if u_c is not None:
+        compute = _all(busy, _above(u_c, c_roof, w), _above(None if u_m is None else u_c - u_m, t.roof_margin, w))
+        memory = _all(busy, _above(u_m, m_roof, w), _above(None if u_m is None else u_m - u_c, t.roof_margin, w))
+        latency = _all(busy, _below(u_c, t.dominant_roof, w), _below(u_m, t.dominant_memory_roof, w))
+    else:  # no tensor or pipe counter: compute vs latency rests on power draw
+        # Without a compute counter DRAM cannot be compared with compute, so memory-bound
+        # needs a clear lead over the dominant level and power separates compute from latency.
+        power, level = f.power_ratio, m_roof + t.roof_margin
+        memory = _all(busy, _above(u_m, level, w))
+        not_memory = _below(u_m, level, w)
+        compute = _all(busy, _above(power, t.power_proxy_compute, w), not_memory) if power is not None else None
+        latency = _all(busy, _below(power, t.power_proxy_latency, w), not_memory) if power is not None else None
+    return {"idle": idle, "input_starved": starved, "communication_jittered": jitter,
+            "compute_bound": compute, "memory_bound": memory, "latency_bound": latency}
+
+
+# ------------------------------------------------------------------------------ decision
+
+
+def decide(f: WindowFeatures, job: JobContext, t: Thresholds, incumbent: str | None = None,
+           expected_samples: int | None = None) -> Decision:
+    """Class, detail, confidence and reasons for one window."""
+    throttled, severe, throttle_reasons = _throttle(f, t)
+    expected = max(f.samples, expected_samples or 0)
+    valid = f.valid_fraction * f.samples / expected if expected else 0.0
+    raw = score_classes(f, job, t, incumbent)
+    scores = {c: (0.0 if raw[c] is None else raw[c]) for c in SCORED_CLASSES}  # type: ignore[misc]
+
+    if expected == 0 or valid < t.min_valid_fraction:
+        if f.samples and f.valid_fraction < t.min_valid_fraction:
+            why = (f"utilisation counters unreadable in {_pct(1 - f.valid_fraction)} of {f.samples} samples; "
+                   "this GPU cannot be classified")
+            detail = "no_counters"
+        else:
+            why = f"only {f.samples} of {expected} samples in the window so far"
+            detail = "warming_up"
+        return Decision("unknown", detail, scores, 0.0, (why,), throttled, severe)
+
+    cls = next((c for c in PRIORITY_TIER if (raw[c] or 0.0) >= 0.5), None)
+    if cls is None:
+        tier = {c: raw[c] for c in ROOFLINE_TIER if raw[c] is not None}
+        if not tier:
+            return Decision("unknown", "no_counters", scores, 0.0,
+                            ("no compute, memory or power counters to place this GPU on the roofline",), throttled, severe)
+        cls = max(tier, key=lambda c: tier[c])  # type: ignore[arg-type, return-value]
+
+    # The rival is whatever could have taken the verdict instead: higher tiers that fell short
+    # and, on the roofline, the other roofs.
+    if cls in PRIORITY_TIER:
+        rivals = PRIORITY_TIER[:PRIORITY_TIER.index(cls)]
+    else:
+        rivals = PRIORITY_TIER + tuple(c for c in ROOFLINE_TIER if c != cls)
+    rival = max((scores[c] for c in rivals), default=0.0)
+    detail, reasons, quality = _explain(cls, f, job, t)
+    confidence = max(0.0, min(1.0, scores[cls] * (1.0 - rival) * valid * quality))
+    return Decision(cls, detail, scores, round(confidence, 3), reasons + throttle_reasons, throttled, severe)
+
+
+def _throttle(f: WindowFeatures, t: Thresholds) -> tuple[bool, bool, tuple[str, ...]]:
+    """The throttled flag (§7.3): clocks held down by a throttle reason while the GPU is busy."""
+    if f.duty is None or f.duty < t.throttle_duty or f.clock_ratio is None:
+        return False, False, ()
+    hard = bool(f.throttle_bits & (0x8 | 0x40 | 0x80))
+    if f.throttle_fraction < t.throttle_fraction or f.clock_ratio >= t.throttle_clock:
+        return False, False, ()
+    severe = f.clock_ratio < t.throttle_severe_clock or hard
+    names = [n for bit, n in ((0x4, "power cap"), (0x8, "hardware slowdown"), (0x20, "software thermal"),
+                              (0x40, "hardware thermal"), (0x80, "power brake")) if f.throttle_bits & bit]
+    why = (f"clock at {_pct(f.clock_ratio)} of the peak's reference clock, held down by "
+           f"{' and '.join(names) or 'a throttle reason'} in {_pct(f.throttle_fraction)} of busy samples")
+    return True, severe, (why,)
+
+
+def _explain(cls: str, f: WindowFeatures, job: JobContext, t: Thresholds) -> tuple[str, tuple[str, ...], float]:
+    """(detail, reasons, confidence factor) for the chosen class."""
+    if cls == "idle":
+        held = f.memory_held_bytes or 0
+        if f.process_alive and held >= t.idle_held_bytes:
+            return "idle_held", (f"no kernel ran ({_pct(f.duty)} duty) but a process holds "
+                                 f"{held / 2**30:.1f} GiB of device memory",), 1.0
+        return "idle_free", (f"no kernel ran ({_pct(f.duty)} duty)",), 1.0
+    if cls == "input_starved":
+        return _starved_detail(f, t)
+    if cls == "communication_jittered":
+        return _jitter_detail(f, job, t)
+    return _roofline_detail(cls, f, t)
+
+
+def _starved_detail(f: WindowFeatures, t: Thresholds) -> tuple[str, tuple[str, ...], float]:
+    lost = 1.0 - (f.duty or 0.0)
+    base = f"no kernel ran in {_pct(lost)} of the time while the process stayed alive"
+    io = (f.iowait is not None and f.iowait >= t.io_wait) or (f.io_pressure is not None and f.io_pressure >= t.io_pressure)
+    cpu = f.process_cpu_cores
+    if io:
+        return "io", (base, f"host iowait {_pct(f.iowait)}, I/O pressure {_pct(f.io_pressure)}: reading the data is the bottleneck"), 1.0
+    if cpu is not None and cpu >= t.dataloader_cores:
+        return "dataloader", (base, f"the job burns {cpu:.1f} CPU cores: loader workers cannot keep up (more workers or cheaper transforms)"), 1.0
+    if cpu is not None and t.launch_cores <= cpu < t.dataloader_cores:
+        return "host_launch", (base, f"the job uses {cpu:.1f} cores, about one busy thread: the main loop cannot launch work fast enough"), 1.0
+    return "unattributed", (base, "host signals do not say why (no CPU or I/O evidence)"), t.confidence_inferred
+
+
+def _jitter_detail(f: WindowFeatures, job: JobContext, t: Thresholds) -> tuple[str, tuple[str, ...], float]:
+    reasons = []
+    quality = 1.0
+    if f.comm_wait_fraction is not None:
+        reasons.append(f"kernels resident but idle (waiting on peers) in {_pct(f.comm_wait_fraction)} of samples")
+    if f.step_cv is not None and f.steps >= t.min_steps:
+        reasons.append(f"step time varies by {_pct(f.step_cv)} (CV over {f.steps} steps)")
+    elif f.activity_cv is not None:
+        reasons.append(f"compute activity varies by {_pct(f.activity_cv)} between 5 s blocks (no step reports)")
+        quality = t.confidence_inferred
+    if job.is_busiest and job.peer_skew is not None and job.peer_skew >= t.rank_skew:
+        severity = "high" if job.peer_skew >= t.rank_skew_high else "moderate"
+        reasons.insert(0, f"this rank is the straggler: peers of job {job.job} compute {_pct(job.peer_skew)} less "
+                          f"and wait for it ({severity})")
+        return "straggler", tuple(reasons), quality
+    if job.rank_skew is not None and job.rank_skew >= t.rank_skew:
+        reasons.insert(0, f"this rank computes {_pct(job.rank_skew)} less than the busiest rank of job {job.job}: "
+                          "it waits for a straggler")
+        return "straggler_victim", tuple(reasons), quality
+    if f.link_utilization is not None and f.link_utilization >= t.comm_bandwidth_link:
+        reasons.append(f"fabric {_pct(f.link_utilization)} busy: communication is bandwidth-bound")
+        return "bandwidth_bound", tuple(reasons), quality
+    return "unstable_steps", tuple(reasons), quality
+
+
+def _roofline_detail(cls: str, f: WindowFeatures, t: Thresholds) -> tuple[str, tuple[str, ...], float]:
+    u_c, u_m = f.u_compute, f.u_memory
+    if u_c is None:
+        power = f"power at {_pct(f.power_ratio)} of its limit"
+        lead = "no tensor or FP-pipe counter on this GPU; "
+        if cls == "memory_bound":
+            return "at_roof" if (u_m or 0) >= t.at_roof else "leaning", (
+                f"DRAM {_pct(f.dram_busy)} busy while kernels run (memory roof at {_pct(t.dram_saturation)})",), t.confidence_no_compute_counter
+        return "power_proxy", (lead + power + (" suggests heavy math" if cls == "compute_bound" else " suggests small kernels"),
+                               f"DRAM {_pct(f.dram_busy)} busy while kernels run"), t.confidence_no_compute_counter
+    pipes = f"tensor pipes {_pct(f.tensor_busy)} busy" if f.tensor_busy is not None else f"FP pipes {_pct(f.fp_busy)} busy"
+    dram = f"DRAM {_pct(f.dram_busy)} busy" if f.dram_busy is not None else "DRAM activity unknown"
+    if cls == "latency_bound":
+        return "small_kernels", (f"a kernel is resident {_pct(f.duty)} of the time, yet {pipes} and {dram}: "
+                                 "neither roof is near (small kernels, launch gaps, under-filled grids)",), 1.0
+    mine, other = (u_c, u_m) if cls == "compute_bound" else (u_m, u_c)
+    if other is not None and abs(mine - other) < t.roof_margin:
+        detail = "balanced"
+    else:
+        detail = "at_roof" if mine >= t.at_roof else "leaning"
+    lead = (f"{pipes} while kernels run, {_pct(u_c)} of the compute roof; {dram}" if cls == "compute_bound"
+            else f"{dram} while kernels run, {_pct(u_m)} of the memory roof; {pipes}")
+    return detail, (lead,), 1.0

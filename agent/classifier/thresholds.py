@@ -1,0 +1,166 @@
+"""Every number the classifier decides with, in one place, each with where it comes from.
+
+The values start from the rule set in ../shared/reference/classification.md §7 and were then
+calibrated on the labelled virtual traces (``traces/labelled``). None of them is validated on
+real hardware yet, which is why they are all configurable (``classifier:`` in the YAML config,
+or ``roofwatch classify --config``) and why ``docs/classification.md`` prints each one with its
+source: users are expected to recalibrate them on their own golden traces.
+
+``SOURCES`` maps each field to ``(kind, source)``; a test keeps it complete, and the docs table
+is generated from it, so a new threshold cannot ship without saying where it came from.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class Thresholds(BaseModel):
+    """Classifier thresholds and windows. Ratios are 0..1; times are seconds."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # -- windows and switching ------------------------------------------------------------------
+    window_s: float = Field(20.0, gt=0.0, le=600.0, description="Short window the roofline and duty features average over.")
+    long_window_s: float = Field(300.0, gt=0.0, le=3600.0, description="Long window for step-time statistics (jitter).")
+    evaluate_every_s: float = Field(5.0, gt=0.0, le=600.0, description="How often a verdict is produced per GPU.")
+    min_valid_fraction: float = Field(0.8, ge=0.0, le=1.0, description="Below this share of usable samples in the window the verdict is unknown.")
+    confirm_evaluations: int = Field(2, ge=1, le=20, description="Consecutive wins a challenger needs before the published class changes.")
+    phase_change_jump: float = Field(0.3, gt=0.0, le=1.0, description="Change in duty, tensor or DRAM activity between the window's halves that means a new phase.")
+    min_dwell_s: float = Field(15.0, ge=0.0, le=3600.0, description="Least time a published class is held before a challenger may replace it.")
+
+    # -- roofline ----------------------------------------------------------------------------------
+    tensor_saturation: float = Field(0.93, gt=0.0, le=1.0, description="Tensor activity that counts as the compute roof (T_sat).")
+    fp_pipe_saturation: float = Field(0.9, gt=0.0, le=1.0, description="Non-tensor pipe activity that counts as the compute roof.")
+    dram_saturation: float = Field(0.8, gt=0.0, le=1.0, description="DRAM activity that counts as the memory roof (D_sat).")
+    busy_duty: float = Field(0.8, ge=0.0, le=1.0, description="Duty cycle above which a kernel is resident enough to read the roofline.")
+    dominant_roof: float = Field(0.35, ge=0.0, le=1.0, description="Normalised compute utilisation that makes the compute roof dominant (entry).")
+    dominant_roof_exit: float = Field(0.28, ge=0.0, le=1.0, description="Level the incumbent compute roof must fall below to lose the class (exit).")
+    dominant_memory_roof: float = Field(0.45, ge=0.0, le=1.0, description="Normalised DRAM utilisation that makes the memory roof dominant (entry).")
+    dominant_memory_roof_exit: float = Field(0.38, ge=0.0, le=1.0, description="Level the incumbent memory roof must fall below to lose the class (exit).")
+    roof_margin: float = Field(0.10, ge=0.0, le=1.0, description="Lead one roof needs over the other.")
+    at_roof: float = Field(0.75, ge=0.0, le=1.0, description="Normalised utilisation reported as 'at the roof'.")
+
+    # -- idle ----------------------------------------------------------------------------------------
+    idle_duty: float = Field(0.05, ge=0.0, le=1.0, description="Duty cycle below which a GPU is idle.")
+    idle_dram: float = Field(0.05, ge=0.0, le=1.0, description="DRAM activity below which a GPU is idle.")
+    idle_link: float = Field(0.02, ge=0.0, le=1.0, description="Fabric utilisation below which a GPU is idle.")
+    idle_held_bytes: float = Field(2**30, ge=0.0, description="Memory a process must hold for an idle GPU to count as held.")
+
+    # -- input starvation -----------------------------------------------------------------------------
+    starved_idle_share: float = Field(0.20, ge=0.0, le=1.0, description="Share of time with no kernel (1 - duty) that means starvation (entry).")
+    starved_idle_share_exit: float = Field(0.12, ge=0.0, le=1.0, description="Idle share the incumbent starvation verdict must fall below (exit).")
+    starved_max_comm_wait: float = Field(0.15, ge=0.0, le=1.0, description="Above this comm-wait fraction the lost time is resident (not starvation).")
+    dataloader_cores: float = Field(2.0, ge=0.0, description="Process CPU (cores, with children) that means loader workers are busy.")
+    launch_cores: float = Field(0.9, ge=0.0, description="Process CPU around one core, workers idle: the main thread is the bottleneck.")
+    io_wait: float = Field(0.10, ge=0.0, le=1.0, description="Host iowait ratio that means data fetching is slow.")
+    io_pressure: float = Field(0.20, ge=0.0, le=1.0, description="Host I/O pressure (PSI some) that means data fetching is slow.")
+
+    # -- communication jitter ---------------------------------------------------------------------------
+    comm_wait_gr: float = Field(0.8, ge=0.0, le=1.0, description="A comm-wait sample has a kernel resident at least this much ...")
+    comm_wait_sm: float = Field(0.3, ge=0.0, le=1.0, description="... SM activity at most this ...")
+    comm_wait_tensor: float = Field(0.05, ge=0.0, le=1.0, description="... tensor activity at most this ...")
+    comm_wait_dram: float = Field(0.15, ge=0.0, le=1.0, description="... DRAM activity at most this ...")
+    comm_wait_link: float = Field(0.2, ge=0.0, le=1.0, description="... and fabric utilisation at most this.")
+    comm_wait_fraction: float = Field(0.10, ge=0.0, le=1.0, description="Share of comm-wait samples that, with step variation or skew, means jitter.")
+    step_cv: float = Field(0.10, ge=0.0, description="Step-time coefficient of variation that means jitter (with comm wait).")
+    step_cv_alone: float = Field(0.15, ge=0.0, description="Step-time CV that means jitter on its own.")
+    rank_skew: float = Field(0.10, ge=0.0, le=1.0, description="Compute-share deficit against the job's busiest rank that means a straggler.")
+    rank_skew_high: float = Field(0.30, ge=0.0, le=1.0, description="Skew reported as high severity (NVRx score below 0.7).")
+    activity_cv: float = Field(0.20, ge=0.0, description="Without step reports: CV of 5 s tensor-activity blocks that suggests jitter.")
+    steps_for_cv: int = Field(10, ge=2, le=10_000, description="Most recent reported steps the step-time CV is taken over.")
+    steps_for_cv_exit: int = Field(30, ge=2, le=10_000, description="Steps the CV is taken over while jitter is already the verdict (a quiet half minute is not the end of jitter).")
+    min_steps: int = Field(5, ge=2, le=1000, description="Steps needed before a step-time CV is trusted.")
+    comm_bandwidth_link: float = Field(0.6, ge=0.0, le=1.0, description="Fabric utilisation reported as bandwidth-bound communication.")
+
+    # -- throttling -------------------------------------------------------------------------------------------
+    throttle_fraction: float = Field(0.5, ge=0.0, le=1.0, description="Share of busy samples with a throttle reason that sets the flag.")
+    throttle_clock: float = Field(0.90, gt=0.0, le=2.0, description="SM clock / reference clock below which throttling costs performance.")
+    throttle_severe_clock: float = Field(0.75, gt=0.0, le=2.0, description="Clock ratio below which throttling is severe.")
+    throttle_duty: float = Field(0.5, ge=0.0, le=1.0, description="Duty cycle a GPU needs for its clock drops to matter.")
+
+    # -- scores and confidence --------------------------------------------------------------------------------
+    score_width: float = Field(0.05, gt=0.0, le=1.0, description="Softness of the score around a ratio threshold.")
+    score_width_cv: float = Field(0.03, gt=0.0, le=1.0, description="Softness of the score around a CV threshold.")
+    power_proxy_compute: float = Field(0.6, ge=0.0, le=1.0, description="Without compute counters: power / limit that suggests compute-bound.")
+    power_proxy_latency: float = Field(0.45, ge=0.0, le=1.0, description="Without compute counters: power / limit below which a busy GPU looks latency-bound.")
+    confidence_mig: float = Field(0.8, ge=0.0, le=1.0, description="Confidence factor for MIG instances and partitions.")
+    confidence_inferred: float = Field(0.6, ge=0.0, le=1.0, description="Confidence factor for unattributed starvation or jitter without step reports.")
+    confidence_no_compute_counter: float = Field(0.5, ge=0.0, le=1.0, description="Confidence factor when compute-vs-latency rests on the power proxy.")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "Thresholds":
+        """Exit levels must sit below entry levels, or hysteresis turns into flapping."""
+        pairs = (("dominant_roof_exit", "dominant_roof"), ("dominant_memory_roof_exit", "dominant_memory_roof"), ("starved_idle_share_exit", "starved_idle_share"),
+                 ("throttle_severe_clock", "throttle_clock"), ("power_proxy_latency", "power_proxy_compute"))
+        for low, high in pairs:
+            if getattr(self, low) > getattr(self, high):
+                raise ValueError(f"{low} ({getattr(self, low)}) must not exceed {high} ({getattr(self, high)})")
+        if self.evaluate_every_s > self.window_s:
+            raise ValueError(f"evaluate_every_s ({self.evaluate_every_s}) must not exceed window_s ({self.window_s})")
+        if self.window_s > self.long_window_s:
+            raise ValueError(f"window_s ({self.window_s}) must not exceed long_window_s ({self.long_window_s})")
+        return self
+
+
+DEFAULT_THRESHOLDS = Thresholds()
+
+_NCU = "Nsight Compute SOL rule 80/60/10 [NCU-SOL], lowered for 1 Hz kernel mixes"
+_CAL = "calibrated on the labelled virtual traces"
+
+SOURCES: dict[str, tuple[str, str]] = {
+    "window_s": ("engineering band", "30 s proposed (§7.2); shortened to 20 s so a phase change is reported within 30 s"),
+    "long_window_s": ("engineering band", "matches the NVRx 300 s report interval [NVRx]"),
+    "evaluate_every_s": ("engineering band", "10 s proposed (§7.2); 5 s halves detection latency at negligible cost"),
+    "min_valid_fraction": ("engineering band", "classification.md §7.1: fewer than 80% valid samples -> unknown"),
+    "confirm_evaluations": ("engineering band", "§7.4 proposes 3 x 10 s; 2 x 5 s keeps the 30 s detection promise"),
+    "phase_change_jump": ("engineering band", _CAL + "; stalls and loader gaps move the halves far less"),
+    "min_dwell_s": ("engineering band", "§7.4 proposes 60 s; " + _CAL + " (60 s breaks the 30 s detection promise)"),
+    "tensor_saturation": ("sourced", "cuBLAS/dcgmproftester reach 0.90-0.95 tensor activity [DCGM-FO][DCGM#40]"),
+    "fp_pipe_saturation": ("engineering band", "classification.md §7.2"),
+    "dram_saturation": ("sourced", "NVIDIA: ~0.8 DRAM_ACTIVE is the practical maximum [DCGM-FO]"),
+    "busy_duty": ("sourced", "NVIDIA: SM activity 0.8 or more is needed for effective use [DCGM-FO]"),
+    "dominant_roof": ("sourced, adapted", _NCU + "; §7.3 proposes 0.45, lowered so that training at 40% MFU (TC ~0.4, §5) is compute-leaning"),
+    "dominant_roof_exit": ("engineering band", "about 20% below entry (§7.3 hysteresis)"),
+    "dominant_memory_roof": ("sourced, adapted", _NCU + " (§7.3: 0.45, i.e. DRAM ~0.36; KempnerPulse calls DRAM >= 0.40 memory-active)"),
+    "dominant_memory_roof_exit": ("engineering band", "about 15% below entry (§7.3 hysteresis)"),
+    "roof_margin": ("sourced", "Nsight Compute's 10-point margin [NCU-SOL]"),
+    "at_roof": ("sourced, adapted", "NCU's 80% 'bound' level less 5 points for DCGM-vs-NCU normalisation [NCU-SOL]"),
+    "idle_duty": ("sourced", "KempnerPulse idle floor of 5% [Kempner]"),
+    "idle_dram": ("sourced", "KempnerPulse idle floor of 5% [Kempner]"),
+    "idle_link": ("engineering band", "classification.md §7.3"),
+    "idle_held_bytes": ("engineering band", "classification.md §7.3 (idle_held above 1 GiB)"),
+    "starved_idle_share": ("sourced, adapted", "TB plugin's 5% DataLoader rule made robust to 1 Hz noise [TB-plugin]"),
+    "starved_idle_share_exit": ("engineering band", "1-2% DVFS drift plus sampling noise [Llama3]"),
+    "starved_max_comm_wait": ("engineering band", "classification.md §7.3"),
+    "dataloader_cores": ("engineering band", _CAL + "; §7.3 proposes 90% of the workers' allotted cores, which a trace does not carry"),
+    "launch_cores": ("engineering band", "HTA 'host wait': main thread pinned near one core [HTA]"),
+    "io_wait": ("engineering band", _CAL),
+    "io_pressure": ("engineering band", _CAL),
+    "comm_wait_gr": ("engineering band", "classification.md §7.2 comm_wait_frac"),
+    "comm_wait_sm": ("engineering band", "classification.md §7.2; NCCL-heavy nodes show SM 0.1-0.2 [packet]"),
+    "comm_wait_tensor": ("engineering band", "classification.md §7.2"),
+    "comm_wait_dram": ("engineering band", "classification.md §7.2"),
+    "comm_wait_link": ("engineering band", "classification.md §7.2 (20% of link peak)"),
+    "comm_wait_fraction": ("engineering band", "§7.3 proposes 0.25; " + _CAL + " (stalls rarely fill whole 1 s samples)"),
+    "step_cv": ("sourced", "~10% stragglers in MegaScale and What-if [MegaScale][WhatIf]"),
+    "step_cv_alone": ("engineering band", "classification.md §7.3 rule (b)"),
+    "rank_skew": ("sourced", "~10% slow ranks [MegaScale][WhatIf]"),
+    "rank_skew_high": ("sourced", "NVRx score 0.7 = a rank 1.43x slower [NVRx]"),
+    "activity_cv": ("engineering band", _CAL),
+    "steps_for_cv": ("engineering band", _CAL + "; recent steps follow a phase change quickly"),
+    "steps_for_cv_exit": ("engineering band", _CAL + "; exit hysteresis for jitter, whose stalls come at random"),
+    "min_steps": ("engineering band", "a CV of fewer steps is noise"),
+    "comm_bandwidth_link": ("engineering band", "classification.md §7.3 comm_bandwidth_bound"),
+    "throttle_fraction": ("engineering band", "classification.md §7.3"),
+    "throttle_clock": ("engineering band", "classification.md §7.3; SW power cap at >= 0.9 clock is normal under GEMM"),
+    "throttle_severe_clock": ("sourced", "HW slowdown / power brake roughly halve clocks [DCGM-H]; §7.3"),
+    "throttle_duty": ("engineering band", "classification.md §7.3"),
+    "score_width": ("engineering band", "classification.md §7.4"),
+    "score_width_cv": ("engineering band", "classification.md §7.4"),
+    "power_proxy_compute": ("engineering band", _CAL + "; tensor work draws the most power"),
+    "power_proxy_latency": ("engineering band", _CAL),
+    "confidence_mig": ("engineering band", "classification.md §7.4"),
+    "confidence_inferred": ("engineering band", "classification.md §7.4"),
+    "confidence_no_compute_counter": ("engineering band", "no tensor counter: compute vs latency rests on power"),
+}
