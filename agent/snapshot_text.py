@@ -17,9 +17,10 @@ def _num(value: Any, unit: str, scale: float = 1.0) -> str:
 
 
 def snapshot_table(data: dict[str, Any]) -> str:
-    """One line per GPU: state, duty, SM, tensor, DRAM, power, clock, memory."""
-    header = ("GPU", "MODEL", "STATE", "ENGINE", "SM", "TENSOR", "DRAM", "POWER", "SM CLOCK", "MEMORY USED")
+    """One line per GPU: state, duty, SM, tensor, DRAM, power, clock, memory, and the verdict."""
+    header = ("GPU", "MODEL", "STATE", "ENGINE", "SM", "TENSOR", "DRAM", "POWER", "SM CLOCK", "MEMORY USED", "CLASS", "MFU")
     rows = [header]
+    verdicts = {v["gpu"]: v for v in data.get("verdicts") or []}
     for device in data["devices"]:
         info, sample = device["info"], device.get("sample") or {}
         state = "up" if device["up"] else f"DOWN ({device.get('error') or 'unknown'})"
@@ -31,6 +32,7 @@ def snapshot_table(data: dict[str, Any]) -> str:
                 _pct(sample.get("tensor_active")), _pct(sample.get("dram_active")),
                 _num(sample.get("power_w"), "W"), _num(sample.get("sm_clock_mhz"), "MHz"),
                 "—" if used is None else f"{used / 2**30:.1f} GiB",
+                *_verdict_cells(verdicts.get(info["gpu"]) if device["up"] else None),
             )
         )
     widths = [max(len(str(r[i])) for r in rows) for i in range(len(header))]
@@ -41,6 +43,14 @@ def snapshot_table(data: dict[str, Any]) -> str:
         f"backend {health['backend']}, cycle {health['cycles_total']}"
     )
     return "\n".join([summary, *lines])
+
+
+def _verdict_cells(verdict: dict[str, Any] | None) -> tuple[str, str]:
+    if verdict is None:
+        return "—", "—"
+    cls = verdict["class"] + (" (throttled)" if verdict.get("throttled") else "")
+    mfu = _pct(verdict.get("mfu"))
+    return cls, mfu if verdict.get("mfu_source") != "counters" else f"{mfu} est."
 
 
 class SnapshotFetchError(Exception):

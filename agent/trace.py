@@ -104,7 +104,8 @@ class TraceWriter:
             if not self._owned:
                 self._file = sys.stdout
             elif self.path.endswith(".gz"):
-                self._file = gzip.open(self.path, "wt", encoding="utf-8", newline="\n")
+                # mtime=0: the same samples give the same bytes (shipped traces stay diff-free).
+                self._file = io.TextIOWrapper(gzip.GzipFile(self.path, "wb", mtime=0), encoding="utf-8", newline="\n")
             else:
                 self._file = open(self.path, "w", encoding="utf-8", newline="\n")
         except OSError as exc:

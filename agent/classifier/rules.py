@@ -178,6 +178,8 @@ def decide(f: WindowFeatures, job: JobContext, t: Thresholds, incumbent: str | N
         rivals = PRIORITY_TIER + tuple(c for c in ROOFLINE_TIER if c != cls)
     rival = max((scores[c] for c in rivals), default=0.0)
     detail, reasons, quality = _explain(cls, f, job, t)
+    if f.mig:
+        quality *= t.confidence_mig
     confidence = max(0.0, min(1.0, scores[cls] * (1.0 - rival) * valid * quality))
     return Decision(cls, detail, scores, round(confidence, 3), reasons + throttle_reasons, throttled, severe)
 
