@@ -46,19 +46,26 @@ class Roofline:
     @property
     def mfu(self) -> float | None:
         """The best MFU available: what the workload reported, else the counter estimate."""
-        return self.mfu_workload if self.mfu_workload is not None else self.mfu_counters
+        return _preferred(self.mfu_workload, self.mfu_counters)[0]
 
     @property
     def mfu_source(self) -> str | None:
-        return "workload" if self.mfu_workload is not None else "counters" if self.mfu_counters is not None else None
+        return _preferred(self.mfu_workload, self.mfu_counters)[1]
 
     @property
     def mbu(self) -> float | None:
-        return self.mbu_workload if self.mbu_workload is not None else self.mbu_counters
+        return _preferred(self.mbu_workload, self.mbu_counters)[0]
 
     @property
     def mbu_source(self) -> str | None:
-        return "workload" if self.mbu_workload is not None else "counters" if self.mbu_counters is not None else None
+        return _preferred(self.mbu_workload, self.mbu_counters)[1]
+
+
+def _preferred(workload: float | None, counters: float | None) -> tuple[float | None, str | None]:
+    """(value, source): the workload's own figure wins; the counter estimate stands in."""
+    if workload is not None:
+        return workload, "workload"
+    return (counters, "counters") if counters is not None else (None, None)
 
 
 def pipe_flops(f: WindowFeatures, peaks: dict[str, float]) -> float:
