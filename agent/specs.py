@@ -370,10 +370,17 @@ def achieved_flops(spec: GpuSpec, dtype: str, tensor_active: float | None,
     peak = spec.peak_flops.get(dtype)
     if peak is None or tensor_active is None or not math.isfinite(tensor_active):
         return None
-    ratio = 1.0
-    if sm_clock_mhz is not None and math.isfinite(sm_clock_mhz) and _positive(spec.ref_clock_mhz):
-        ratio = min(1.0, max(0.0, sm_clock_mhz / spec.ref_clock_mhz))
-    return min(1.0, max(0.0, tensor_active)) * peak * ratio
+    return min(1.0, max(0.0, tensor_active)) * peak * clock_factor(sm_clock_mhz, spec.ref_clock_mhz)
+
+
+def clock_factor(sm_clock_mhz: float | None, ref_clock_mhz: float | None) -> float:
+    """min(1, clock / the clock the peaks are quoted at): boost above it is not credited.
+
+    1 when either clock is unknown, so an unknown clock never shrinks an estimate to zero.
+    """
+    if sm_clock_mhz is None or not math.isfinite(sm_clock_mhz) or not _positive(ref_clock_mhz):
+        return 1.0
+    return min(1.0, max(0.0, sm_clock_mhz / ref_clock_mhz))  # type: ignore[operator]
 
 
 def _fmt(value: float | None, scale: float, digits: int) -> str:

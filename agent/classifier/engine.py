@@ -156,36 +156,38 @@ class Classifier:
             span = max(t.window_s, 3.0 * interval)
             window = [s for s in long_window if s.ts > now - span]
             expected = max(1, round(span / interval))
+            start = now - span
             recent = split_at_change(window, t.phase_change_jump)
             if len(recent) < len(window):
                 window, expected = list(recent), max(1, expected - expected // 2)
+                start = window[0].ts - interval
             features = window_features(window, long_window, track.spec, t)
-            prepared.append((track, window, features, expected))
+            prepared.append((track, window, features, expected, start))
 
-        contexts = _job_contexts([(tr, f) for tr, _, f, _ in prepared])
+        contexts = _job_contexts([(p[0], p[2]) for p in prepared])
         verdicts = []
-        for track, window, features, expected in prepared:
+        for track, window, features, expected, start in prepared:
             job = contexts.get((track.node, track.gpu), JobContext())
             decision = decide(features, job, t, track.stabiliser.published, expected)
             published = track.stabiliser.update(decision.cls, now, t)
-            verdicts.append(self._verdict(track, window, features, job, decision, published, now))
+            verdicts.append(self._verdict(track, window, features, job, decision, published, start, now))
         return verdicts
 
     def _verdict(self, track: _Track, window: list[GpuSample], features: WindowFeatures, job: JobContext,
-                 decision: Decision, published: str, now: float) -> Verdict:
+                 decision: Decision, published: str, start: float, now: float) -> Verdict:
         t = self.thresholds
         if published != decision.cls:
             # Held by hysteresis: say so, and score the published class as this window sees it.
             reasons = (f"holding {published}: {decision.cls} must win {t.confirm_evaluations} evaluations in a row "
                        f"to replace it",) + decision.reasons
             confidence = round(decision.scores.get(published, 0.0) * features.valid_fraction * 0.5, 3)
-            detail = decision.detail if published == decision.cls else "none"
+            detail = "none"  # the detail codes describe this window's class, not the held one
         else:
             reasons, confidence, detail = decision.reasons, decision.confidence, decision.detail
         last = window[-1] if window else None
         return Verdict(
             node=track.node, gpu=track.gpu, uuid=last.uuid if last else None,
-            window_start=round(now - max(t.window_s, 0.0), 3), window_end=round(now, 3),
+            window_start=round(start, 3), window_end=round(now, 3),
             cls=published, detail=detail, confidence=confidence, throttled=decision.throttled,
             throttle_severe=decision.throttle_severe, reasons=reasons, scores=decision.scores,
             raw_class=decision.cls, roofline=roofline(features, track.spec, self.dtype), features=features,
@@ -234,20 +236,47 @@ def _job_contexts(items: list[tuple[_Track, WindowFeatures]]) -> dict[tuple[str,
     return out
 
 
+class Grid:
+    """Replays time-ordered samples, evaluating at every multiple of ``evaluate_every_s`` passed.
+
+    Shared by ``roofwatch classify`` and the demo's head start, so a replay evaluates exactly
+    when a live agent would have.
+    """
+
+    def __init__(self, classifier: Classifier) -> None:
+        self.classifier = classifier
+        self.step = classifier.thresholds.evaluate_every_s
+        self.next_eval: float | None = None
+
+    def first_after(self, ts: float) -> float:
+        """The first grid time strictly after ``ts``."""
+        return (math.floor(ts / self.step) + 1) * self.step
+
+    def feed(self, sample: GpuSample, spec: GpuSpec | None = None) -> list[list[Verdict]]:
+        """Observe one sample; returns the evaluations that fell due before it (oldest first)."""
+        if self.next_eval is None or (not self.classifier.tracking and sample.ts > self.next_eval):
+            self.next_eval = self.first_after(sample.ts)  # first sample, or an empty gap skipped in one jump
+        due = []
+        while sample.ts > self.next_eval + 1e-9:
+            due.append(self.classifier.evaluate(self.next_eval))
+            self.next_eval += self.step
+        self.classifier.observe(sample, spec)
+        return due
+
+    def flush(self) -> list[Verdict]:
+        """The evaluation at the next grid time (after the last sample fed)."""
+        if self.next_eval is None:
+            return []
+        verdicts = self.classifier.evaluate(self.next_eval)
+        self.next_eval += self.step
+        return verdicts
+
+
 def classify_samples(samples: Iterable[GpuSample], thresholds: Thresholds = DEFAULT_THRESHOLDS, *,
                      dtype: str | None = None, spec_resolver: SpecResolver = spec_for_sample) -> Iterator[Verdict]:
     """Replay samples (any GPU order) and yield the verdicts the daemon would have published."""
-    ordered = sorted(samples, key=lambda s: s.ts)
-    if not ordered:
-        return
-    classifier = Classifier(thresholds, dtype=dtype, spec_resolver=spec_resolver)
-    step = thresholds.evaluate_every_s
-    next_eval = (math.floor(ordered[0].ts / step) + 1) * step
-    for sample in ordered:
-        if not classifier.tracking and sample.ts > next_eval:  # skip an empty gap in one jump
-            next_eval = (math.floor(sample.ts / step) + 1) * step
-        while sample.ts > next_eval + 1e-9:
-            yield from classifier.evaluate(next_eval)
-            next_eval += step
-        classifier.observe(sample)
-    yield from classifier.evaluate(next_eval)
+    grid = Grid(Classifier(thresholds, dtype=dtype, spec_resolver=spec_resolver))
+    for sample in sorted(samples, key=lambda s: s.ts):
+        for verdicts in grid.feed(sample):
+            yield from verdicts
+    yield from grid.flush()

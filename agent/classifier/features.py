@@ -17,6 +17,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Sequence
 
+from agent import specs
 from agent.model import THROTTLE_REASON_MASK, GpuSample, GpuSpec, WorkloadReport
 from agent.classifier.thresholds import Thresholds
 
@@ -79,16 +80,19 @@ def _values(samples: Sequence[GpuSample], name: str) -> list[float]:
     return [v for s in samples if (v := getattr(s, name)) is not None]
 
 
+def _ref_clock(sample: GpuSample, spec: GpuSpec | None) -> float | None:
+    """The clock the peaks are quoted at; without a spec, the GPU's own maximum clock."""
+    return spec.ref_clock_mhz if spec and spec.ref_clock_mhz else sample.sm_clock_max_mhz
+
+
 def clock_factor(sample: GpuSample, spec: GpuSpec | None) -> float:
-    """SM clock / the peak's reference clock, capped at 1: boost above it is not credited."""
-    ref = spec.ref_clock_mhz if spec and spec.ref_clock_mhz else sample.sm_clock_max_mhz
-    if sample.sm_clock_mhz is None or not ref:
-        return 1.0
-    return max(0.0, min(1.0, sample.sm_clock_mhz / ref))
+    """The sample's share of the peak clock, as :func:`agent.specs.clock_factor` credits it."""
+    return specs.clock_factor(sample.sm_clock_mhz, _ref_clock(sample, spec))
 
 
 def _clock_ratio(sample: GpuSample, spec: GpuSpec | None) -> float | None:
-    ref = spec.ref_clock_mhz if spec and spec.ref_clock_mhz else sample.sm_clock_max_mhz
+    """Uncapped clock / reference clock, for the throttle rule (None when unknown)."""
+    ref = _ref_clock(sample, spec)
     if sample.sm_clock_mhz is None or not ref:
         return None
     return sample.sm_clock_mhz / ref

@@ -8,10 +8,9 @@ and at most ``long_window_s`` of samples per GPU.
 
 from __future__ import annotations
 
-import math
 import threading
 
-from agent.classifier.engine import Classifier, Verdict
+from agent.classifier.engine import Classifier, Grid, Verdict
 from agent.classifier.thresholds import DEFAULT_THRESHOLDS, Thresholds
 from typing import Mapping, Sequence
 
@@ -23,9 +22,7 @@ class LiveClassifier:
 
     def __init__(self, thresholds: Thresholds = DEFAULT_THRESHOLDS, *, dtype: str | None = None) -> None:
         self.thresholds = thresholds
-        self._classifier = Classifier(thresholds, dtype=dtype)
-        self._seen: dict[str, float] = {}
-        self._next_eval: float | None = None
+        self._grid = Grid(Classifier(thresholds, dtype=dtype))
         self._verdicts: tuple[Verdict, ...] = ()
         self._lock = threading.Lock()
 
@@ -37,31 +34,24 @@ class LiveClassifier:
         live evaluation.
         """
         with self._lock:
-            step = self.thresholds.evaluate_every_s
             for sample in sorted(samples, key=lambda s: s.ts):
-                if self._next_eval is None:
-                    self._next_eval = (math.floor(sample.ts / step) + 1) * step
-                while sample.ts > self._next_eval:
-                    self._verdicts = tuple(self._classifier.evaluate(self._next_eval))
-                    self._next_eval += step
-                if sample.ts > self._seen.get(sample.gpu, -math.inf):
-                    self._seen[sample.gpu] = sample.ts
-                    self._classifier.observe(sample, specs.get(sample.gpu))
+                due = self._grid.feed(sample, specs.get(sample.gpu))
+                if due:
+                    self._verdicts = tuple(due[-1])
 
     def __call__(self, snapshot: NodeSnapshot) -> tuple[Verdict, ...]:
         with self._lock:  # one collector thread in practice; the lock keeps tests honest
+            classifier = self._grid.classifier
             for device in snapshot.devices:
-                sample = device.sample
-                if not device.up or sample is None or sample.ts <= self._seen.get(device.info.gpu, -math.inf):
-                    continue
-                self._seen[device.info.gpu] = sample.ts
-                self._classifier.observe(sample, device.info.spec)
-            step = self.thresholds.evaluate_every_s
-            if self._next_eval is None:
-                self._next_eval = (math.floor(snapshot.ts / step) + 1) * step
-            if snapshot.ts >= self._next_eval:
+                if device.up and device.sample is not None:
+                    classifier.observe(device.sample, device.info.spec)  # repeats are ignored there
+            grid = self._grid
+            if grid.next_eval is None:
+                grid.next_eval = grid.first_after(snapshot.ts)
+            if snapshot.ts >= grid.next_eval:
                 order = {d.info.gpu: i for i, d in enumerate(snapshot.devices)}
-                verdicts = [v for v in self._classifier.evaluate(snapshot.ts) if v.gpu in order]
+                verdicts = [v for v in classifier.evaluate(snapshot.ts) if v.gpu in order]
                 self._verdicts = tuple(sorted(verdicts, key=lambda v: order[v.gpu]))
-                self._next_eval += step * max(1, math.ceil((snapshot.ts - self._next_eval) / step + 1e-9))
+                # The next grid time after now: a slow cycle skips evaluations rather than bunching them.
+                grid.next_eval = grid.first_after(snapshot.ts)
             return self._verdicts

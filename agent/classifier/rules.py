@@ -18,6 +18,11 @@ from dataclasses import dataclass
 
 from agent.classifier.features import WindowFeatures
 from agent.classifier.thresholds import Thresholds
+from agent.model import CLOCK_EVENT_REASONS, THROTTLE_REASON_MASK
+
+_HARD_THROTTLE = (CLOCK_EVENT_REASONS["hw_slowdown"] | CLOCK_EVENT_REASONS["hw_thermal_slowdown"]
+                  | CLOCK_EVENT_REASONS["hw_power_brake_slowdown"])
+"""Reasons that cut clocks hard (roughly halve them), making a throttle severe at any ratio."""
 
 SCORED_CLASSES: tuple[str, ...] = (
     "idle", "compute_bound", "memory_bound", "input_starved", "communication_jittered", "latency_bound",
@@ -188,12 +193,12 @@ def _throttle(f: WindowFeatures, t: Thresholds) -> tuple[bool, bool, tuple[str, 
     """The throttled flag (§7.3): clocks held down by a throttle reason while the GPU is busy."""
     if f.duty is None or f.duty < t.throttle_duty or f.clock_ratio is None:
         return False, False, ()
-    hard = bool(f.throttle_bits & (0x8 | 0x40 | 0x80))
+    hard = bool(f.throttle_bits & _HARD_THROTTLE)
     if f.throttle_fraction < t.throttle_fraction or f.clock_ratio >= t.throttle_clock:
         return False, False, ()
     severe = f.clock_ratio < t.throttle_severe_clock or hard
-    names = [n for bit, n in ((0x4, "power cap"), (0x8, "hardware slowdown"), (0x20, "software thermal"),
-                              (0x40, "hardware thermal"), (0x80, "power brake")) if f.throttle_bits & bit]
+    names = [name.replace("_", " ") for name, bit in CLOCK_EVENT_REASONS.items()
+             if bit & THROTTLE_REASON_MASK and f.throttle_bits & bit]
     why = (f"clock at {_pct(f.clock_ratio)} of the peak's reference clock, held down by "
            f"{' and '.join(names) or 'a throttle reason'} in {_pct(f.throttle_fraction)} of busy samples")
     return True, severe, (why,)

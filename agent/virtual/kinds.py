@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent.model import WorkloadReport
+from agent.specs import clock_factor
 from agent.virtual.physics import (
     DRAM_MAX,
     IDLE_ACTIVITY,
@@ -145,7 +146,7 @@ class PhasePlan:
 
     def clock_factor(self, state: State) -> float:
         """Achieved FLOP/s falls with the clock once it is below the peak's reference clock."""
-        return min(1.0, state.clock_mhz / self.dev.ref_clock_mhz)
+        return clock_factor(state.clock_mhz, self.dev.ref_clock_mhz)
 
 
 class SteadyPlan(PhasePlan):
