@@ -23,6 +23,8 @@ log = logging.getLogger("roofwatch")
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 DEMO_LISTEN = f"127.0.0.1:{DEFAULT_PORT}"
+BACKENDS = ("auto", "nvml", "amd", "virtual", "nvml-virtual")
+DEMO_BACKENDS = ("virtual", "nvml-virtual")
 
 
 class CliError(Exception):
@@ -41,7 +43,7 @@ def _settings_flags(parser: argparse.ArgumentParser, *, backend: bool = True, li
     group = parser.add_argument_group("settings (flags override ROOFWATCH_* variables, which override --config)")
     group.add_argument("--config", metavar="FILE", help="YAML settings file (default: $ROOFWATCH_CONFIG)")
     if backend:
-        group.add_argument("--backend", choices=["auto", "nvml", "amd", "virtual"], help="telemetry source (default auto)")
+        group.add_argument("--backend", choices=list(BACKENDS), help="telemetry source (default auto)")
     if listen:
         group.add_argument("--listen", metavar="HOST:PORT", help=f"HTTP listen address (default :{DEFAULT_PORT})")
     group.add_argument("--interval", dest="interval_s", type=float, metavar="SECONDS", help="collection interval (default 1)")
@@ -69,6 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="run the agent on a simulated 8-GPU node", description="Run the agent on the virtual GPU fleet and print its URL.")
     _settings_flags(demo, backend=False)
+    demo.add_argument("--backend", choices=DEMO_BACKENDS, default="virtual",
+                      help="virtual: the simulator directly; nvml-virtual: the real NVML backend over a fake "
+                           "driver playing the same simulation (default virtual)")
     demo.add_argument("--record", metavar="FILE", help="also append every sample to this trace")
 
     snap = sub.add_parser("snapshot", help="print one snapshot of this node's GPUs", description="Collect briefly and print what the agent sees.")
@@ -97,6 +102,18 @@ def build_parser() -> argparse.ArgumentParser:
     cls.add_argument("--config", metavar="FILE", help="YAML settings file whose classifier: section sets the thresholds")
     cls.add_argument("--dtype", choices=["fp8", "bf16", "fp16", "tf32", "fp32", "fp64"],
                      help="precision behind the peak FLOP/s when the trace does not say (default bf16, flagged as assumed)")
+
+    doctor = sub.add_parser(
+        "doctor", help="check what this node can measure and how to fix what is missing",
+        description="Check the driver, libraries, device access, persistence mode, GPM and every capability the "
+                    "agent reads; for each missing piece, say which metrics and classes it costs and how to fix it. "
+                    "Exit status: 0 fully usable, 3 usable with pieces missing, 1 no GPU can be read.",
+    )
+    doctor.add_argument("--config", metavar="FILE", help="YAML settings file (default: $ROOFWATCH_CONFIG)")
+    doctor.add_argument("--backend", choices=list(BACKENDS), help="which source to check (default auto)")
+    doctor.add_argument("--scenario", metavar="NAME|FILE", help="scenario for the virtual backends")
+    doctor.add_argument("--virtual-node", metavar="NAME", help="scenario node for the virtual backends")
+    doctor.add_argument("--json", action="store_true", help="print the findings as JSON")
 
     specs = sub.add_parser("specs", help="print the GPU peak-spec catalogue", description="Print dense peak FLOP/s, bandwidth and ridge points per GPU model.")
     specs.add_argument("--json", action="store_true", help="print JSON (SI units)")
@@ -142,7 +159,7 @@ def _make_collector(settings: Settings, backend):
     # A virtual agent plays one scenario node; naming it after that node (not this host) keeps
     # several demo agents on one machine apart, as real nodes would be.
     node = settings.node_name
-    if "node_name" not in settings.model_fields_set and getattr(backend, "name", "") == "virtual":
+    if "node_name" not in settings.model_fields_set and getattr(backend, "name", "") in DEMO_BACKENDS:
         node = getattr(backend, "node", node)
     try:
         collector = Collector(
@@ -229,7 +246,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    forced: dict[str, Any] = {"backend": "virtual"}
+    forced: dict[str, Any] = {"backend": args.backend}
     settings = _settings_from(args, **forced)
     if args.listen is None and "listen" not in settings.model_fields_set:
         settings = _settings_from(args, listen=DEMO_LISTEN, **forced)
@@ -330,6 +347,15 @@ def cmd_classify(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from agent.doctor import run_doctor
+
+    logging.basicConfig(level=logging.ERROR)  # findings, not log lines
+    report = run_doctor(_settings_from(args))
+    print(json.dumps(report.to_json(), indent=2) if args.json else report.text())
+    return report.exit_code
+
+
 def cmd_specs(args: argparse.Namespace) -> int:
     from agent import specs
 
@@ -347,6 +373,7 @@ COMMANDS = {
     "record": cmd_record,
     "classify": cmd_classify,
     "specs": cmd_specs,
+    "doctor": cmd_doctor,
 }
 
 

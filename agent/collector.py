@@ -34,6 +34,7 @@ from agent.model import (
     DeviceState,
     GpuSample,
     NodeSnapshot,
+    XidCount,
 )
 
 if TYPE_CHECKING:
@@ -106,7 +107,7 @@ class _DeviceSlot:
     counters: DeviceCounters = dataclasses.field(default_factory=DeviceCounters)
     history: Deque[GpuSample] = dataclasses.field(default_factory=collections.deque)
 
-    def state(self) -> DeviceState:
+    def state(self, xid_errors: tuple[XidCount, ...] = ()) -> DeviceState:
         return DeviceState(
             info=self.info,
             up=self.up,
@@ -116,6 +117,7 @@ class _DeviceSlot:
             consecutive_failures=self.consecutive_failures,
             sample_errors_total=self.sample_errors_total,
             counters=self.counters,
+            xid_errors=xid_errors,
         )
 
 
@@ -145,6 +147,7 @@ def accumulate_counters(counters: DeviceCounters, previous: GpuSample | None, sa
         link_rx_bytes=counters.link_rx_bytes + step(sample.link_rx_bytes_per_s),
         net_tx_bytes=counters.net_tx_bytes + step(sample.net_tx_bytes_per_s),
         net_rx_bytes=counters.net_rx_bytes + step(sample.net_rx_bytes_per_s),
+        driver_calls=counters.driver_calls + (sample.driver_calls or 0),
     )
 
 
@@ -335,9 +338,21 @@ class Collector:
         slot.error = message
         slot.next_attempt_mono = started + self.backoff.delay(slot.consecutive_failures)
 
+    @staticmethod
+    def _events_of(events: Callable[[str], tuple[XidCount, ...]] | None, gpu: str) -> tuple[XidCount, ...]:
+        """The backend's event counts (XIDs) for one device: an in-memory read, so safe on this thread."""
+        if events is None:
+            return ()
+        try:
+            return tuple(events(gpu))
+        except Exception:  # noqa: BLE001 - a broken event source must not stop the snapshot
+            log.warning("reading device events failed", exc_info=True)
+            return ()
+
     def _build_snapshot(self, now: float, health: CollectorHealth) -> NodeSnapshot:
         self._sequence += 1
-        states = tuple(slot.state() for slot in self._slots.values())
+        events = getattr(self.backend, "device_events", None)
+        states = tuple(slot.state(self._events_of(events, slot.info.gpu)) for slot in self._slots.values())
         host = next((s.sample.host for s in states if s.sample is not None and s.sample.host), None)
         return NodeSnapshot(
             ts=now,

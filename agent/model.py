@@ -58,6 +58,8 @@ class ProcessSample:
     used_memory_bytes: NonNegativeInt | None = None
     cpu_cores: NonNegative | None = None
     """CPU used by the process and its children, in cores (1.0 = one core busy)."""
+    sm_util: Ratio | None = None
+    """This process's share of SM time over the interval (NVML per-process utilisation)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -80,6 +82,28 @@ class WorkloadReport:
     tokens_per_s: NonNegative | None = None
     flops_per_token: NonNegative | None = None
     model_bytes: NonNegative | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class XidCount:
+    """One kind of XID (NVIDIA critical error event) seen on a GPU since the agent started."""
+
+    xid: NonNegativeInt
+    count: Annotated[int, Field(ge=1)]
+    last_ts: float
+    """Unix time of the latest occurrence."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RemappedRows:
+    """HBM row remapping state (NVML, Ampere and newer): spare rows used, and whether it is healthy."""
+
+    correctable: NonNegativeInt
+    uncorrectable: NonNegativeInt
+    pending: bool
+    """A remap waits for the next GPU reset to take effect."""
+    failure: bool
+    """A remap failed: the GPU has run out of spare rows and should be serviced."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -133,6 +157,28 @@ class GpuSample:
     """Cumulative energy counter in joules (NVML total energy, amdsmi energy accumulator)."""
     power_limit_w: NonNegative | None = None
     """Enforced power limit in watts; power near it explains clock drops."""
+    memory_temperature_c: float | None = None
+    """HBM temperature (NVML field MEMORY_TEMP); HBM throttles on its own limit."""
+    tensor_hmma_active: Ratio | None = None
+    """Tensor pipe split (GPM): HMMA runs FP16/BF16/TF32/FP8 matrix math."""
+    tensor_imma_active: Ratio | None = None
+    """IMMA: integer (INT8) matrix math."""
+    tensor_dmma_active: Ratio | None = None
+    """DMMA: FP64 matrix math."""
+    tensor_dfma_active: Ratio | None = None
+    """DFMA tensor operations (GPM metric 6)."""
+    clock_event_time_s: dict[str, NonNegative] | None = None
+    """Cumulative seconds (since driver load) each throttle reason held the clock, keyed as
+    :data:`CLOCK_EVENT_REASONS`; more exact than sampling the reason bitmask once per interval."""
+    ecc_corrected_errors: NonNegativeInt | None = None
+    """Corrected (single-bit) ECC errors since the driver loaded (volatile count)."""
+    ecc_uncorrected_errors: NonNegativeInt | None = None
+    """Uncorrected (double-bit) ECC errors since the driver loaded (volatile count)."""
+    remapped_rows: RemappedRows | None = None
+    xid_errors: tuple[XidCount, ...] | None = None
+    """XID events seen since the agent started, one entry per XID code (cumulative)."""
+    driver_calls: NonNegativeInt | None = None
+    """Vendor-library calls it took to read this sample: the agent's own cost on the GPU driver."""
 
 
 SAMPLE_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(GpuSample))
@@ -221,6 +267,8 @@ class DeviceCounters:
     link_rx_bytes: float = 0.0
     net_tx_bytes: float = 0.0
     net_rx_bytes: float = 0.0
+    driver_calls: float = 0.0
+    """Vendor-library calls made to read this device."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -236,6 +284,8 @@ class DeviceState:
     consecutive_failures: int = 0
     sample_errors_total: int = 0
     counters: DeviceCounters = field(default_factory=DeviceCounters)
+    xid_errors: tuple[XidCount, ...] = ()
+    """Critical-error events seen since the agent started; reported even while the device is down."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -330,6 +330,30 @@ def resolve_spec(*, vendor: str | None = None, name: str | None = None,
                          reported_mem_bandwidth_bytes_per_s=reported_mem_bandwidth_bytes_per_s)
 
 
+MIG_COMPUTE_SLICES = 7
+"""Compute slices of a MIG-capable GPU (``7g`` is the whole GPU)."""
+_MIG_NAME = re.compile(r"^(?P<parent>.+?)\s+MIG\s+(?P<g>[1-7])g\.(?P<gb>\d+)gb$", re.IGNORECASE)
+
+
+def mig_profile(model: str) -> tuple[str, int, int] | None:
+    """(parent model, compute slices, memory GB) of a MIG device name, else None.
+
+    NVML names a MIG device after its parent plus the profile: ``NVIDIA H100 80GB HBM3 MIG 3g.40gb``.
+    """
+    match = _MIG_NAME.match(model.strip())
+    if not match:
+        return None
+    return match.group("parent"), int(match.group("g")), int(match.group("gb"))
+
+
+def mig_slice_spec(parent: GpuSpec, slices: int, gb: int) -> GpuSpec:
+    """Peaks of a ``<slices>g.<gb>gb`` instance: FLOP x slices/7, memory and bandwidth x its memory share."""
+    mem_fraction = None
+    if parent.memory_bytes:
+        mem_fraction = min(1.0, gb * 2**30 / parent.memory_bytes)  # catalogue sizes are GiB
+    return scale_spec(parent, slices / MIG_COMPUTE_SLICES, suffix=f"-mig-{slices}g.{gb}gb", mem_fraction=mem_fraction)
+
+
 def _check_fraction(value: float, what: str) -> None:
     if not (math.isfinite(value) and 0 < value <= 1):
         raise ValueError(f"{what} must be in (0, 1], got {value!r}")

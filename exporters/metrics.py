@@ -119,6 +119,15 @@ SAMPLE_GAUGES: tuple[SampleGauge, ...] = (
         "roofwatch_gpu_memory_total_bytes", "bytes", "Device memory size.", "mem_total_bytes",
         nvidia="nvmlDeviceGetMemoryInfo().total", amd="amdsmi_get_gpu_memory_total(VRAM)",
     ),
+    _gpu_gauge(
+        "roofwatch_gpu_memory_temperature_celsius", "celsius", "HBM temperature; HBM throttles on its own limit.",
+        "memory_temperature_c", nvidia="field MEMORY_TEMP", amd="temperature_mem",
+    ),
+    _gpu_gauge(
+        "roofwatch_gpu_driver_calls_per_sample", "calls",
+        "Vendor-library calls the agent made to read this GPU in its last sample (the agent's own cost).",
+        "driver_calls", nvidia="counted around every pynvml call", amd="counted around every amdsmi call",
+    ),
 )
 
 PIPE_ACTIVE = MetricDef(
@@ -127,10 +136,60 @@ PIPE_ACTIVE = MetricDef(
 )
 PIPE_FIELDS: tuple[tuple[str, str], ...] = (("fp64", "fp64_active"), ("fp32", "fp32_active"), ("fp16", "fp16_active"))
 
+TENSOR_PIPE_ACTIVE = MetricDef(
+    "roofwatch_gpu_tensor_pipe_active_ratio", "gauge", "ratio",
+    "Fraction of cycles each tensor pipe was active: hmma (FP16/BF16/TF32/FP8), imma (INT8), dmma (FP64), dfma.",
+    GPU_LABELS + ("pipe",), nvidia="GPM HMMA / IMMA / DMMA / DFMA_TENSOR_UTIL (Hopper+)", amd="—",
+)
+TENSOR_PIPE_FIELDS: tuple[tuple[str, str], ...] = (
+    ("hmma", "tensor_hmma_active"), ("imma", "tensor_imma_active"), ("dmma", "tensor_dmma_active"),
+    ("dfma", "tensor_dfma_active"))
+
 CLOCK_EVENT_ACTIVE = MetricDef(
     "roofwatch_gpu_clock_event_active", "gauge", "boolean",
     "1 while this clocks-event reason holds the clock down (power cap, thermal, ...), else 0.",
     GPU_LABELS + ("reason",), nvidia="nvmlDeviceGetCurrentClocksEventReasons", amd="throttle_status / violation status",
+)
+
+CLOCK_EVENT_TIME = MetricDef(
+    "roofwatch_gpu_clock_event_seconds_total", "counter", "seconds",
+    "Time this throttle reason held the clock down since the driver loaded (exact, unlike sampling the mask).",
+    GPU_LABELS + ("reason",), nvidia="fields CLOCKS_EVENT_REASON_* (accumulated ns)", amd="ppt/thm residency",
+)
+ECC_ERRORS = MetricDef(
+    "roofwatch_gpu_ecc_errors_total", "counter", "errors",
+    "ECC errors since the driver loaded (volatile); any uncorrected error needs attention.",
+    GPU_LABELS + ("type",), nvidia="fields ECC_SBE_VOL_TOTAL / ECC_DBE_VOL_TOTAL", amd="total ECC count",
+)
+REMAPPED_ROWS = MetricDef(
+    "roofwatch_gpu_remapped_rows", "gauge", "rows",
+    "HBM rows remapped to spares, by the error type that caused it.",
+    GPU_LABELS + ("type",), nvidia="fields REMAPPED_COR / REMAPPED_UNC", amd="bad pages",
+)
+REMAPPED_ROWS_PENDING = MetricDef(
+    "roofwatch_gpu_remapped_rows_pending", "gauge", "boolean",
+    "1 when a row remap waits for the next GPU reset to take effect.", GPU_LABELS,
+    nvidia="field REMAPPED_PENDING", amd="—",
+)
+REMAPPED_ROWS_FAILURE = MetricDef(
+    "roofwatch_gpu_remapped_rows_failure", "gauge", "boolean",
+    "1 when a row remap failed (no spare rows left): the GPU needs service.", GPU_LABELS,
+    nvidia="field REMAPPED_FAILURE", amd="—",
+)
+XID_ERRORS = MetricDef(
+    "roofwatch_gpu_xid_errors_total", "counter", "events",
+    "XID critical-error events since the agent started, per XID code (xid 0 = codes beyond the per-GPU cap).",
+    GPU_LABELS + ("xid",), nvidia="nvmlEventSetWait (nvmlEventTypeXidCriticalError)", amd="—",
+)
+XID_LAST_SEEN = MetricDef(
+    "roofwatch_gpu_xid_last_seen_timestamp_seconds", "gauge", "seconds",
+    "Unix time of the latest XID event of this code.", GPU_LABELS + ("xid",),
+    nvidia="nvmlEventSetWait", amd="—",
+)
+DRIVER_CALLS = MetricDef(
+    "roofwatch_gpu_driver_calls_total", "counter", "calls",
+    "Vendor-library calls the agent made to read this GPU since it started.", GPU_LABELS,
+    nvidia="counted around every pynvml call", amd="counted around every amdsmi call", virtual="—",
 )
 
 GPU_INFO = MetricDef(
@@ -188,6 +247,11 @@ PROCESS_MEMORY = MetricDef(
     "roofwatch_gpu_process_memory_used_bytes", "gauge", "bytes",
     "Device memory held by one process (largest max_processes_per_gpu per GPU).",
     GPU_LABELS + ("pid", "process"), nvidia="usedGpuMemory", amd="memory_usage.vram_mem",
+)
+PROCESS_SM = MetricDef(
+    "roofwatch_gpu_process_sm_utilization_ratio", "gauge", "ratio",
+    "Share of SM time one process used over the interval (same processes as the memory series).",
+    GPU_LABELS + ("pid", "process"), nvidia="nvmlDeviceGetProcessUtilization (last-seen timestamp)", amd="—",
 )
 HOST_IOWAIT = MetricDef(
     "roofwatch_host_cpu_iowait_ratio", "gauge", "ratio", "Share of host CPU time spent waiting for I/O.",
@@ -335,13 +399,23 @@ METRICS: tuple[MetricDef, ...] = (
     GPU_PEAK_BANDWIDTH,
     *(g.metric for g in SAMPLE_GAUGES),
     PIPE_ACTIVE,
+    TENSOR_PIPE_ACTIVE,
     CLOCK_EVENT_ACTIVE,
+    CLOCK_EVENT_TIME,
     ENERGY,
     PCIE_BYTES,
     LINK_BYTES,
     NETWORK_BYTES,
+    DRIVER_CALLS,
+    ECC_ERRORS,
+    REMAPPED_ROWS,
+    REMAPPED_ROWS_PENDING,
+    REMAPPED_ROWS_FAILURE,
+    XID_ERRORS,
+    XID_LAST_SEEN,
     PROCESSES,
     PROCESS_MEMORY,
+    PROCESS_SM,
     HOST_IOWAIT,
     HOST_IO_PRESSURE,
     *VERDICT_METRICS,

@@ -78,14 +78,19 @@ def _device_families(node: str, devices: tuple[DeviceState, ...], max_processes:
     peak_flops = GaugeMetricFamily(m.GPU_PEAK_FLOPS.name, m.GPU_PEAK_FLOPS.help, labels=m.GPU_PEAK_FLOPS.labels)
     peak_bw = GaugeMetricFamily(m.GPU_PEAK_BANDWIDTH.name, m.GPU_PEAK_BANDWIDTH.help, labels=m.GPU_PEAK_BANDWIDTH.labels)
     gauges = [GaugeMetricFamily(g.metric.name, g.metric.help, labels=g.metric.labels) for g in m.SAMPLE_GAUGES]
-    pipes = GaugeMetricFamily(m.PIPE_ACTIVE.name, m.PIPE_ACTIVE.help, labels=m.PIPE_ACTIVE.labels)
-    clock_events = GaugeMetricFamily(m.CLOCK_EVENT_ACTIVE.name, m.CLOCK_EVENT_ACTIVE.help, labels=m.CLOCK_EVENT_ACTIVE.labels)
-    counters = {
-        defn.name: CounterMetricFamily(defn.family_name, defn.help, labels=defn.labels)
-        for defn in (m.ENERGY, m.PCIE_BYTES, m.LINK_BYTES, m.NETWORK_BYTES)
-    }
-    processes = GaugeMetricFamily(m.PROCESSES.name, m.PROCESSES.help, labels=m.PROCESSES.labels)
-    process_memory = GaugeMetricFamily(m.PROCESS_MEMORY.name, m.PROCESS_MEMORY.help, labels=m.PROCESS_MEMORY.labels)
+    pipes = _gauge(m.PIPE_ACTIVE)
+    tensor_pipes = _gauge(m.TENSOR_PIPE_ACTIVE)
+    clock_events = _gauge(m.CLOCK_EVENT_ACTIVE)
+    clock_event_time = _counter(m.CLOCK_EVENT_TIME)
+    counters = {defn.name: _counter(defn) for defn in (m.ENERGY, m.PCIE_BYTES, m.LINK_BYTES, m.NETWORK_BYTES)}
+    driver_calls = _counter(m.DRIVER_CALLS)
+    ecc = _counter(m.ECC_ERRORS)
+    remapped, remap_pending, remap_failure = _gauge(m.REMAPPED_ROWS), _gauge(m.REMAPPED_ROWS_PENDING), \
+        _gauge(m.REMAPPED_ROWS_FAILURE)
+    xid_errors, xid_last = _counter(m.XID_ERRORS), _gauge(m.XID_LAST_SEEN)
+    processes = _gauge(m.PROCESSES)
+    process_memory = _gauge(m.PROCESS_MEMORY)
+    process_sm = _gauge(m.PROCESS_SM)
 
     for device in devices:
         d = device.info
@@ -120,6 +125,11 @@ def _device_families(node: str, devices: tuple[DeviceState, ...], max_processes:
         ):
             counters[defn.name].add_metric(labels + ["tx"], tx)
             counters[defn.name].add_metric(labels + ["rx"], rx)
+        if c.driver_calls:
+            driver_calls.add_metric(labels, c.driver_calls)
+        for xid in device.xid_errors:  # also while down: a GPU that fell off the bus reports XID 79
+            xid_errors.add_metric(labels + [str(xid.xid)], xid.count)
+            xid_last.add_metric(labels + [str(xid.xid)], xid.last_ts)
 
         sample = device.sample
         if not device.up or sample is None:
@@ -132,17 +142,45 @@ def _device_families(node: str, devices: tuple[DeviceState, ...], max_processes:
             value = getattr(sample, field)
             if value is not None:
                 pipes.add_metric(labels + [pipe], value)
+        for pipe, field in m.TENSOR_PIPE_FIELDS:
+            value = getattr(sample, field)
+            if value is not None:
+                tensor_pipes.add_metric(labels + [pipe], value)
         if sample.clock_event_reasons is not None:
             for reason, bit in CLOCK_EVENT_REASONS.items():
                 clock_events.add_metric(labels + [reason], 1.0 if sample.clock_event_reasons & bit else 0.0)
+        for reason, seconds in (sample.clock_event_time_s or {}).items():
+            clock_event_time.add_metric(labels + [reason], seconds)
+        for kind, count in (("corrected", sample.ecc_corrected_errors), ("uncorrected", sample.ecc_uncorrected_errors)):
+            if count is not None:
+                ecc.add_metric(labels + [kind], count)
+        rows = sample.remapped_rows
+        if rows is not None:
+            remapped.add_metric(labels + ["correctable"], rows.correctable)
+            remapped.add_metric(labels + ["uncorrectable"], rows.uncorrectable)
+            remap_pending.add_metric(labels, 1.0 if rows.pending else 0.0)
+            remap_failure.add_metric(labels, 1.0 if rows.failure else 0.0)
         if sample.processes is not None:
             processes.add_metric(labels, len(sample.processes))
             largest = sorted(sample.processes, key=lambda p: p.used_memory_bytes or 0, reverse=True)
             for proc in largest[:max_processes]:
+                proc_labels = labels + [str(proc.pid), proc.name or ""]
                 if proc.used_memory_bytes is not None:
-                    process_memory.add_metric(labels + [str(proc.pid), proc.name or ""], proc.used_memory_bytes)
+                    process_memory.add_metric(proc_labels, proc.used_memory_bytes)
+                if proc.sm_util is not None:
+                    process_sm.add_metric(proc_labels, proc.sm_util)
 
-    return [info, up, last, errors, peak_flops, peak_bw, *gauges, pipes, clock_events, *counters.values(), processes, process_memory]
+    return [info, up, last, errors, peak_flops, peak_bw, *gauges, pipes, tensor_pipes, clock_events, clock_event_time,
+            *counters.values(), driver_calls, ecc, remapped, remap_pending, remap_failure, xid_errors, xid_last,
+            processes, process_memory, process_sm]
+
+
+def _gauge(defn: m.MetricDef) -> GaugeMetricFamily:
+    return GaugeMetricFamily(defn.name, defn.help, labels=defn.labels)
+
+
+def _counter(defn: m.MetricDef) -> CounterMetricFamily:
+    return CounterMetricFamily(defn.family_name, defn.help, labels=defn.labels)
 
 
 def _verdict_families(node: str, snapshot: NodeSnapshot) -> list[Metric]:

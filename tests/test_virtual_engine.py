@@ -29,7 +29,8 @@ from agent.virtual.scenario import (
 from agent.virtual.timeline import periodic_on_time
 
 RATIO_FIELDS = ("gr_active", "sm_active", "sm_occupancy", "tensor_active", "fp64_active", "fp32_active",
-                "fp16_active", "dram_active")
+                "fp16_active", "dram_active", "tensor_hmma_active", "tensor_imma_active", "tensor_dmma_active",
+                "tensor_dfma_active")
 POWER_CAP = CLOCK_EVENT_REASONS["sw_power_cap"]
 
 
@@ -375,7 +376,8 @@ def test_temperature_lags_power_and_energy_is_monotonic() -> None:
 
 # ----------------------------------------------------------------------------- counter presets
 
-PIPES = {"sm_active", "sm_occupancy", "tensor_active", "fp64_active", "fp32_active", "fp16_active"}
+PIPES = {"sm_active", "sm_occupancy", "tensor_active", "fp64_active", "fp32_active", "fp16_active",
+         "tensor_hmma_active", "tensor_imma_active", "tensor_dmma_active", "tensor_dfma_active"}
 PRESET_HIDES = {"full": set(), "amdsmi": PIPES, "nvml_basic": PIPES, "minimal": PIPES | {"gr_active", "dram_active"}}
 PRESET_LACKS = {"full": set(), "amdsmi": {"gpm", "sm_active", "sm_occupancy", "tensor_active", "pipe_activity"},
                 "nvml_basic": {"gpm", "sm_active", "sm_occupancy", "tensor_active", "pipe_activity"},

@@ -56,7 +56,7 @@ def test_discovery_lists_instances_not_parents() -> None:
     assert uuids == [d.uuid for d in engine_of(mig_node(LAYOUT, [], gpus=3)).devices("n")[:5]]  # stable
     # Driver-reported memory: 98% of the profile's GiB in 256 MiB steps (documented rule).
     assert [d.memory_total_bytes // MIB for d in devices[:5]] == [39936, 39936, 9984, 19968, 39936]
-    assert [d.pci_bus_id for d in devices] == ["00000000:18:00.0"] * 2 + ["00000000:2a:00.0"] * 3 + ["00000000:3a:00.0"]
+    assert [d.pci_bus_id for d in devices] == ["00000000:18:00.0"] * 2 + ["00000000:2A:00.0"] * 3 + ["00000000:3A:00.0"]
     assert all(d.link_count == 0 for d in devices[:5]) and devices[5].link_count == 18
     with pytest.raises(KeyError, match="MIG mode; its instances: 0/1, 0/2"):
         engine.sample("n", 0, 0.0, 1.0)

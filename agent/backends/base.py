@@ -10,6 +10,10 @@ Shaped for the awkward parts of real vendor libraries:
   others keep reporting. After a failure the collector keeps calling ``sample`` on a back-off
   schedule; the backend re-acquires handles or re-initialises its library inside that call, so
   a device that vanished can come back without a restart.
+* **Events** (optional): a backend may offer ``device_events(gpu) -> tuple[XidCount, ...]``,
+  the critical-error events seen so far. It must answer from memory, since the collector calls
+  it on every cycle, also for devices that are down (a GPU that fell off the bus is exactly
+  when its last XID matters).
 * **Hangs**: the collector calls ``sample`` from worker threads with a deadline and never calls
   the same device twice concurrently, so a backend must be safe to call for *different* devices
   from different threads (NVML is thread-safe; amdsmi calls are serialised by the backend).

@@ -35,37 +35,17 @@ def open_virtual(settings: Settings) -> Backend:
     )
 
 
-def probe_nvml() -> str:
-    """Initialise NVML once to learn whether this machine has an NVIDIA driver; returns a summary."""
-    import pynvml
-
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError_LibraryNotFound:
-        raise BackendUnavailable("NVML: libnvidia-ml.so.1 not found (no NVIDIA driver installed here)") from None
-    except pynvml.NVMLError_DriverNotLoaded:
-        raise BackendUnavailable("NVML: the NVIDIA kernel driver is not loaded (try `nvidia-smi`)") from None
-    except pynvml.NVMLError as exc:
-        raise BackendUnavailable(f"NVML: initialisation failed: {exc}") from None
-    try:
-        count = pynvml.nvmlDeviceGetCount()
-        driver = pynvml.nvmlSystemGetDriverVersion()
-    finally:
-        pynvml.nvmlShutdown()
-    if count == 0:
-        raise BackendUnavailable(f"NVML: driver {driver} is loaded but reports no GPUs")
-    return f"NVML driver {driver}, {count} GPU(s)"
-
-
 def open_nvml(settings: Settings) -> Backend:
-    summary = probe_nvml()
-    try:
-        from agent.backends.nvml import NvmlBackend  # type: ignore[import-not-found]
-    except ImportError:
-        raise BackendUnavailable(
-            f"{summary} found, but this build of roofwatch has no NVML backend yet"
-        ) from None
-    return NvmlBackend(settings)  # pragma: no cover - arrives with the NVML backend
+    from agent.backends.nvml import NvmlBackend, load_pynvml
+
+    return NvmlBackend(load_pynvml())
+
+
+def open_nvml_virtual(settings: Settings) -> Backend:
+    """The real NVML backend over the fake driver that plays the virtual scenario."""
+    from agent.backends.nvml_virtual import VirtualNvmlBackend
+
+    return VirtualNvmlBackend(open_virtual(settings))  # type: ignore[arg-type]
 
 
 def open_amd(settings: Settings) -> Backend:
@@ -82,7 +62,7 @@ def open_amd(settings: Settings) -> Backend:
     return AmdBackend(settings)  # pragma: no cover - arrives with the AMD backend
 
 
-OPENERS = {"nvml": open_nvml, "amd": open_amd, "virtual": open_virtual}
+OPENERS = {"nvml": open_nvml, "amd": open_amd, "virtual": open_virtual, "nvml-virtual": open_nvml_virtual}
 
 
 def open_backend(settings: Settings) -> Backend:

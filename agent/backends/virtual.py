@@ -27,7 +27,7 @@ from agent.model import DeviceInfo, GpuSample
 from agent.virtual.engine import VirtualEngine
 from agent.virtual.scenario import Scenario, resolve_scenario
 
-FaultKind = Literal["error", "lost", "hang"]
+FaultKind = Literal["error", "lost", "hang", "xid"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,7 +35,8 @@ class FaultWindow:
     """Reading ``gpu`` fails with ``kind`` during virtual time [start_s, start_s + duration_s).
 
     ``gpu`` is a GPU id: ``"3"`` covers GPU 3 and, if it is in MIG mode, all its instances;
-    ``"3/1"`` covers one instance.
+    ``"3/1"`` covers one instance. Kind ``xid`` is not a failure but an instant at ``start_s``
+    (XID ``xid``): sampling ignores it; the fake NVML driver delivers it as an event.
     """
 
     gpu: str
@@ -44,6 +45,7 @@ class FaultWindow:
     duration_s: float
     hang_s: float = 30.0
     source: str = "scenario"
+    xid: int | None = None
 
     def active(self, t: float) -> bool:
         return self.start_s <= t < self.start_s + self.duration_s
@@ -88,13 +90,15 @@ class VirtualBackend:
             raise BackendUnavailable(f"virtual scenario {self.engine.scenario.name!r} has no node {node!r}; "
                                      f"nodes: {', '.join(nodes)}")
         self.node = node
-        self._clock = clock
+        self.clock: Callable[[], float] = clock
+        """The wall clock (``time.time`` unless a test passes its own); ``now`` for this backend."""
         self.start_time = clock() if start_time is None else start_time
         self.interval_s = interval_s
         self._devices = self.engine.devices(node)
         self._slots = {d.gpu: _GpuSlot() for d in self._devices}
         self._faults: list[FaultWindow] = [
-            FaultWindow(str(f.gpu), f.kind, f.start_s, f.duration_s, f.hang_s) for f in self.engine.faults(node)]
+            FaultWindow(str(f.gpu), f.kind, f.start_s, f.duration_s, f.hang_s, xid=f.xid)
+            for f in self.engine.faults(node)]
         self._faults_lock = threading.Lock()
         self._closed = threading.Event()
         self._hung = 0
@@ -159,7 +163,7 @@ class VirtualBackend:
             raise ValueError(f"virtual node {self.node!r} has no GPU {gpu!r}")
         if kind not in ("error", "lost", "hang"):
             raise ValueError(f"unknown fault kind {kind!r}; expected error, lost or hang")
-        start = self._clock() - self.start_time if start_s is None else start_s
+        start = self.clock() - self.start_time if start_s is None else start_s
         window = FaultWindow(gpu_id, kind, start, duration_s, hang_s, source="injected")
         with self._faults_lock:
             self._faults.append(window)
@@ -175,10 +179,26 @@ class VirtualBackend:
         with self._hung_lock:
             return self._hung
 
+    @property
+    def _clock(self) -> Callable[[], float]:  # the old private name, kept for callers that use it
+        return self.clock
+
+    def fault_at(self, gpu: str, now: float) -> FaultWindow | None:
+        """The failure window (error, lost, hang) covering device ``gpu`` at wall-clock ``now``, if any.
+
+        ``gpu`` is a device id (``"3"``, ``"3/1"``); xid faults are instants, never returned.
+        """
+        return self._fault_at(gpu, now - self.start_time)
+
+    def fault_windows(self) -> list[FaultWindow]:
+        """Every fault of this node (scenario and injected, xid included), in the order added."""
+        with self._faults_lock:
+            return list(self._faults)
+
     def _fault_at(self, gpu: str, t: float) -> FaultWindow | None:
         with self._faults_lock:
             for window in self._faults:
-                if window.covers(gpu) and window.active(t):
+                if window.kind != "xid" and window.covers(gpu) and window.active(t):
                     return window
         return None
 

@@ -8,21 +8,9 @@ instances, whose driver name ends in the profile (``NVIDIA H100 80GB HBM3 MIG 3g
 from __future__ import annotations
 
 import functools
-import re
 
 from agent.model import GpuSample, GpuSpec
-from agent.specs import lookup, scale_spec
-
-_MIG = re.compile(r"^(?P<parent>.+?)\s+MIG\s+(?P<g>[1-7])g\.(?P<gb>\d+)gb$", re.IGNORECASE)
-MIG_COMPUTE_SLICES = 7
-
-
-def mig_profile(model: str) -> tuple[str, int, int] | None:
-    """(parent model, compute slices, memory GB) of a MIG device name, else None."""
-    match = _MIG.match(model.strip())
-    if not match:
-        return None
-    return match.group("parent"), int(match.group("g")), int(match.group("gb"))
+from agent.specs import lookup, mig_profile, mig_slice_spec
 
 
 @functools.lru_cache(maxsize=256)
@@ -36,10 +24,7 @@ def _resolve(vendor: str | None, model: str | None, memory_bytes: int | None) ->
     parent = lookup(vendor=vendor, name=parent_name)
     if parent is None:
         return None
-    mem_fraction = None
-    if parent.memory_bytes:
-        mem_fraction = min(1.0, gb * 2**30 / parent.memory_bytes)  # catalogue sizes are GiB
-    return scale_spec(parent, slices / MIG_COMPUTE_SLICES, suffix=f"-mig-{slices}g.{gb}gb", mem_fraction=mem_fraction)
+    return mig_slice_spec(parent, slices, gb)
 
 
 def spec_for_sample(sample: GpuSample) -> GpuSpec | None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from agent.model import DeviceInfo, GpuSpec
-from agent.specs import scale_spec
+from agent.specs import mig_slice_spec
 
 MIB = 1024**2
 GIB = 1024**3
@@ -24,7 +24,8 @@ GIB = 1024**3
 CounterPreset = Literal["full", "amdsmi", "nvml_basic", "minimal"]
 COUNTER_PRESETS: tuple[str, ...] = ("full", "amdsmi", "nvml_basic", "minimal")
 
-_PIPE_FIELDS = ("sm_active", "sm_occupancy", "tensor_active", "fp64_active", "fp32_active", "fp16_active")
+_PIPE_FIELDS = ("sm_active", "sm_occupancy", "tensor_active", "fp64_active", "fp32_active", "fp16_active",
+                "tensor_hmma_active", "tensor_imma_active", "tensor_dmma_active", "tensor_dfma_active")
 HIDDEN_FIELDS: dict[str, tuple[str, ...]] = {
     "full": (),
     "amdsmi": _PIPE_FIELDS,
@@ -116,10 +117,10 @@ def device_uuid(seed: int, node: str, index: int, vendor: str) -> str:
 
 
 def pci_bus_id(index: int, vendor: str) -> str:
-    """NVML style ``00000000:18:00.0``; amdsmi style ``0000:18:00.0``."""
+    """NVML style ``00000000:2A:00.0`` (upper-case hex, as the driver prints it); amdsmi ``0000:2a:00.0``."""
     bus = _BUS_NUMBERS[index] if index < len(_BUS_NUMBERS) else (0x100 - 8 + index) % 0x100
     domain = "00000000" if vendor == "nvidia" else "0000"
-    return f"{domain}:{bus:02x}:00.0"
+    return f"{domain}:{bus:02X}:00.0" if vendor == "nvidia" else f"{domain}:{bus:02x}:00.0"
 
 
 def default_counters(key: str, vendor: str) -> CounterPreset:
@@ -175,13 +176,11 @@ def mig_memory_mib(profile_gb: int) -> int:
 
 
 def mig_spec(spec: GpuSpec, profile: str) -> GpuSpec:
-    """Peaks of one instance: FLOP and SMs x g/7, memory and bandwidth x its share of memory."""
+    """Peaks of one instance, scaled exactly as the real backends and ``classify`` scale them."""
     parsed = parse_mig_profile(profile)
     if parsed is None:
         raise ValueError(f"invalid MIG profile {profile!r}")
-    slices, gb = parsed
-    parent_gb = spec.memory_bytes / GIB if spec.memory_bytes else float(gb)
-    return scale_spec(spec, slices / MIG_SLICES, suffix=f"-mig-{profile}", mem_fraction=min(1.0, gb / parent_gb))
+    return mig_slice_spec(spec, *parsed)
 
 
 def mig_uuid(seed: int, node: str, gpu: str) -> str:

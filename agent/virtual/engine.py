@@ -278,6 +278,7 @@ class VirtualEngine:
             label=_label(plan, t0 + dt / 2) if labelled else None,
             energy_j=energy, power_limit_w=limit,
         )
+        values.update(_tensor_split(values["tensor_active"], plan.dtype))
         for name in plan.hidden:
             values[name] = None
         return GpuSample(**values)  # type: ignore[arg-type]
@@ -349,6 +350,15 @@ def _node_devices(seed: int, node: Node, spec: GpuSpec, view: DriverView, counte
                 net_bytes_per_s=NET_BYTES_PER_S, mem_total_bytes=info.memory_total_bytes or 0)
             out.append((info, dev.share(parsed[0] / MIG_SLICES)))
     return out
+
+
+def _tensor_split(tensor: float | None, dtype: str | None) -> dict[str, float | None]:
+    """GPM's per-pipe tensor activity: FP64 matrix math runs on DMMA, FP8/16/BF16/TF32 on HMMA."""
+    if tensor is None:
+        return {}
+    fp64 = dtype == "fp64"
+    return {"tensor_hmma_active": 0.0 if fp64 else tensor, "tensor_dmma_active": tensor if fp64 else 0.0,
+            "tensor_imma_active": 0.0, "tensor_dfma_active": 0.0}
 
 
 def _ratio(value: float, relative_noise: float, hi: float = 1.0) -> float:

@@ -27,7 +27,9 @@ workloads of a job that spans several nodes (its ranks must run the same phases)
 
 A node may also set ``counters`` (what a real backend can read there: ``full``, ``amdsmi``,
 ``nvml_basic``, ``minimal``; default by model) and ``mig`` (``{0: [3g.40gb, 3g.40gb]}``: GPU 0 is
-replaced by two MIG instances that workloads and faults name ``"0/1"`` and ``"0/2"``).
+replaced by two MIG instances that workloads and faults name ``"0/1"`` and ``"0/2"``), and
+``nvml`` (:class:`NvmlProfile`: how the fake NVIDIA driver of :mod:`agent.virtual.fake_nvml`
+behaves there: driver version, permissions, unsupported symbols and fields).
 """
 
 from __future__ import annotations
@@ -215,14 +217,77 @@ class Workload(_Strict):
         return gpus
 
 
+FaultKind = Literal["error", "lost", "hang", "xid"]
+
+XID_DEFAULT_DURATION_S = 1.0
+"""``duration_s`` given to an ``xid`` fault that names none (an XID is an instant, not a window)."""
+
+
 class Fault(_Strict):
-    """A window of virtual time in which reading one GPU fails (for collector tests)."""
+    """A window of virtual time in which reading one GPU fails (for collector tests), or an XID.
+
+    ``error``, ``lost`` and ``hang`` make reads fail during [start_s, start_s + duration_s).
+    ``xid`` is an instant: the fake NVML driver (:mod:`agent.virtual.fake_nvml`) delivers XID
+    ``xid`` once, as an NVML event, when virtual time reaches ``start_s``; reads keep working and
+    the virtual backend ignores it. ``duration_s`` is irrelevant for it (defaults to 1).
+    """
 
     gpu: GpuRef = Field(description="A GPU (all its MIG instances fail with it) or one instance 'i/j'.")
-    kind: Literal["error", "lost", "hang"]
+    kind: FaultKind
     start_s: float = Field(ge=0.0)
-    duration_s: float = Field(gt=0.0)
-    hang_s: float = Field(30.0, gt=0.0)
+    duration_s: float = Field(gt=0.0, description="Length of the window (ignored for kind xid).")
+    hang_s: float = Field(30.0, gt=0.0, description="How long a hung call blocks (kind hang).")
+    xid: int | None = Field(None, ge=1, le=65535, description="The XID code (kind xid only, required there).")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _xid_duration_default(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("kind") == "xid" and "duration_s" not in data:
+            return {**data, "duration_s": XID_DEFAULT_DURATION_S}
+        return data
+
+    @model_validator(mode="after")
+    def _xid_only_with_kind_xid(self) -> "Fault":
+        if self.kind == "xid" and self.xid is None:
+            raise ValueError("xid: required for kind xid (the XID code, e.g. 79)")
+        if self.kind != "xid" and self.xid is not None:
+            raise ValueError(f"xid: only allowed with kind xid, not {self.kind}")
+        return self
+
+
+DriverVersion = Annotated[str, Field(pattern=r"^\d{3,4}\.\d{1,3}(\.\d{1,3})?$")]
+CSymbol = Annotated[str, Field(pattern=r"^nvml[A-Za-z0-9_]+$")]
+
+
+class NvmlProfile(_Strict):
+    """How the node's (fake) NVIDIA driver behaves, for :mod:`agent.virtual.fake_nvml`.
+
+    Only the fake libnvidia-ml reads this; the virtual backend ignores it. It lets tests and the
+    demo run the real NVML backend against old drivers, locked-down containers and flaky fields.
+    """
+
+    driver_version: DriverVersion = Field(
+        "580.95.05", description="nvmlSystemGetDriverVersion; its major number gates which symbols exist "
+        "(< 510: no nvmlDeviceGetComputeRunningProcesses_v3; < 520: no nvmlGpm*; < 535: no "
+        "nvmlDeviceGetCurrentClocksEventReasons; < 550: no nvmlDeviceGetProcessesUtilizationInfo; < 565: no "
+        "nvmlDeviceGetTemperatureV; < 555: PCIe byte fields 197/198 not supported).")
+    cuda_driver_version: int = Field(
+        13000, ge=1000, description="nvmlSystemGetCudaDriverVersion (1000 x major + 10 x minor); its major "
+        "is the first part of nvmlSystemGetNVMLVersion ('13.580.95.05').")
+    driver_loaded: bool = Field(True, description="False: nvmlInit fails with NVML_ERROR_DRIVER_NOT_LOADED.")
+    persistence_mode: bool = Field(True, description="nvmlDeviceGetPersistenceMode.")
+    gpm: bool = Field(True, description="False: nvmlGpmQueryDeviceSupport says unsupported even on Hopper or newer.")
+    no_permission: list[CSymbol] = Field(
+        default_factory=list, description="C symbols (e.g. nvmlGpmSampleGet) that return NVML_ERROR_NO_PERMISSION.")
+    not_supported: list[CSymbol] = Field(
+        default_factory=list, description="C symbols that return NVML_ERROR_NOT_SUPPORTED.")
+    failing_fields: list[int] = Field(
+        default_factory=list, description="nvmlDeviceGetFieldValues field ids that fail with NOT_SUPPORTED "
+        "inside an otherwise successful batch.")
+
+    @property
+    def driver_major(self) -> int:
+        return int(self.driver_version.split(".", 1)[0])
 
 
 class Node(_Strict):
@@ -237,6 +302,8 @@ class Node(_Strict):
         default_factory=dict, description="GPU index -> its MIG instance profiles, e.g. {0: [3g.40gb, 3g.40gb]}.")
     workloads: list[Workload] = Field(default_factory=list)
     faults: list[Fault] = Field(default_factory=list)
+    nvml: NvmlProfile = Field(
+        default_factory=NvmlProfile, description="The fake NVML driver's behaviour on this node.")
 
     @field_validator("model")
     @classmethod

@@ -1,0 +1,246 @@
+"""The NVIDIA backend: NVML through pynvml, behind the agent's small :class:`Backend` protocol.
+
+It takes the pynvml *module* as a parameter. In production that is the real ``pynvml`` over
+``libnvidia-ml.so.1``; in tests and ``roofwatch demo --backend nvml-virtual`` it is an
+independent copy of the same real module over a fake driver library driven by the virtual
+fleet (:mod:`agent.virtual.fake_nvml`). Either way every line here runs unchanged.
+
+Start-up is the probe: devices and MIG instances are discovered once and their handles cached;
+each device is then read twice, at least 100 ms apart, so GPM gets a real two-sample read and
+every optional capability has been tried once. Whatever failed as unsupported is switched off
+and listed (``doctor``), and never asked for again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from typing import Any, Callable, Sequence
+
+from agent.backends.base import BackendUnavailable, DeviceError, DeviceLostError
+from agent.backends.nvml.calls import CountingNvml
+from agent.backends.nvml.device import Handles, LibraryError, NvmlDevice
+from agent.backends.nvml.discovery import Found, discover
+from agent.backends.nvml.errors import Meaning, describe, meaning
+from agent.backends.nvml.events import XidWatcher
+from agent.backends.nvml.gpm import MIN_SPAN_S
+from agent.host import HostSource, LocalHost
+from agent.model import DeviceInfo, GpuSample, XidCount
+
+log = logging.getLogger("roofwatch.nvml")
+
+PROBE_SPAN_S = 0.12
+"""Pause between the two probe reads: just over GPM's 100 ms minimum."""
+
+
+def init_message(nvml: Any, exc: BaseException) -> str:
+    """What to tell a person when NVML cannot start, without a traceback."""
+    code = getattr(exc, "value", None)
+    if code == nvml.NVML_ERROR_LIBRARY_NOT_FOUND:
+        return ("NVML: libnvidia-ml.so.1 not found: no NVIDIA driver is installed here, or (in a container) "
+                "the NVIDIA container toolkit did not mount it")
+    if code == nvml.NVML_ERROR_DRIVER_NOT_LOADED:
+        return "NVML: the NVIDIA kernel driver is not loaded (check `nvidia-smi` and `lsmod | grep nvidia`)"
+    if code == nvml.NVML_ERROR_NO_PERMISSION:
+        return "NVML: no permission to open /dev/nvidia* (run as a user in the video group, or give the container the devices)"
+    if code == nvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH:
+        return "NVML: the NVML library and the loaded kernel driver differ (driver upgraded without a reboot?)"
+    return f"NVML: initialisation failed: {describe(exc)}"
+
+
+def load_pynvml() -> Any:
+    try:
+        import pynvml
+    except ImportError:
+        raise BackendUnavailable("NVML: the nvidia-ml-py package is not installed (pip install nvidia-ml-py)") from None
+    return pynvml
+
+
+class NvmlBackend:
+    """Samples NVIDIA GPUs and MIG instances through NVML."""
+
+    name = "nvml"
+
+    def __init__(self, nvml: Any | None = None, *, host: HostSource | None = None, events: bool = True,
+                 clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        """``clock`` times GPM spans, ``wall`` stamps the probe reads, ``sleep`` waits between them;
+        tests replace all three with a virtual clock."""
+        self.module = nvml if nvml is not None else load_pynvml()
+        self.nvml = CountingNvml(self.module)
+        self._host = host if host is not None else LocalHost()
+        self._clock = clock
+        self._wall = wall
+        self._sleep = sleep
+        self._lock = threading.Lock()
+        self._devices: dict[str, NvmlDevice] = {}
+        self._found: dict[str, Found] = {}
+        self._stale: set[str] = set()
+        self._closed = False
+        self._generation = 0
+        self.driver_version: str | None = None
+        self.nvml_version: str | None = None
+        self._events = XidWatcher(self.nvml) if events else None
+        try:
+            self.nvml.nvmlInit()
+        except self.module.NVMLError as exc:
+            raise BackendUnavailable(init_message(self.module, exc)) from None
+        self.driver_version = self._version(self.nvml.nvmlSystemGetDriverVersion)
+        self.nvml_version = self._version(self.nvml.nvmlSystemGetNVMLVersion)
+
+    def _version(self, fn: Callable[[], Any]) -> str | None:
+        try:
+            value = fn()
+        except self.module.NVMLError:
+            return None
+        return value.decode() if isinstance(value, bytes) else str(value)
+
+    # ------------------------------------------------------------------ Backend protocol
+
+    def discover(self) -> Sequence[DeviceInfo]:
+        try:
+            found = discover(self.nvml)
+        except self.module.NVMLError as exc:
+            raise BackendUnavailable(f"NVML: listing GPUs failed: {describe(exc)}") from None
+        if not found:
+            raise BackendUnavailable(f"NVML: driver {self.driver_version} is loaded but reports no GPUs")
+        xids = self._events.counts if self._events else None
+        for f in found:
+            self._found[f.info.gpu] = f
+            self._devices[f.info.gpu] = NvmlDevice(self.nvml, f.info, f.handles, self._host, xids=xids,
+                                                   clock=self._clock)
+        self._probe()
+        if self._events is not None:
+            self._watch_all()
+            self._events.start()
+        return [d.info for d in self._devices.values()]
+
+    def _probe(self) -> None:
+        """Two reads per device, a GPM span apart: settles capabilities and primes the sample pairs."""
+        for step in range(2):
+            if step:
+                self._sleep(max(PROBE_SPAN_S, MIN_SPAN_S))
+            now = self._wall()
+            for gpu, device in self._devices.items():
+                try:
+                    device.read(now)
+                except DeviceLostError as exc:
+                    log.warning("%s", exc)
+                    self._stale.add(gpu)
+                except DeviceError as exc:
+                    log.warning("probe of GPU %s: %s", gpu, exc)
+        for device in self._devices.values():
+            device.info = dataclasses.replace(device.info, capabilities=device.capabilities())
+
+    def _watch_all(self) -> None:
+        assert self._events is not None
+        by_index: dict[int, tuple[Any, dict[int, str]]] = {}
+        for gpu, f in self._found.items():
+            if f.handles.parent is not None:
+                entry = by_index.setdefault(f.index, (f.handles.parent, {}))
+                entry[1][f.handles.gpu_instance_id or 0] = gpu
+            else:
+                by_index[f.index] = (f.handles.handle, {})
+        for index, (handle, instances) in by_index.items():
+            self._events.watch(handle, str(index), instances)
+
+    def sample(self, gpu: str, now: float) -> GpuSample:
+        device = self._devices.get(gpu)
+        if device is None:
+            raise DeviceError(f"NVML: no GPU {gpu!r}")
+        if self._closed:
+            raise DeviceError("NVML backend is closed")
+        self.nvml.reset()
+        if gpu in self._stale:
+            self._reacquire(device)
+        try:
+            sample = device.read(now)
+        except DeviceLostError:
+            self._stale.add(gpu)
+            raise
+        except LibraryError:
+            self._reinit()
+            raise
+        return dataclasses.replace(sample, driver_calls=self.nvml.count)
+
+    def close(self) -> None:
+        self._closed = True
+        if self._events is not None:
+            self._events.stop()
+        for device in self._devices.values():
+            device.close()
+        try:
+            self.nvml.nvmlShutdown()
+        except self.module.NVMLError:
+            pass
+
+    def device_events(self, gpu: str) -> tuple[XidCount, ...]:
+        return self._events.counts(gpu) if self._events is not None else ()
+
+    # ------------------------------------------------------------------ recovery
+
+    def _reacquire(self, device: NvmlDevice) -> None:
+        """Look a lost device up again by UUID; raises DeviceLostError while it is still gone."""
+        f = self._found[device.gpu]
+        nvml = self.nvml
+        try:
+            if f.handles.parent is None:
+                handles = Handles(nvml.nvmlDeviceGetHandleByUUID(device.info.uuid.encode()))
+                parent = handles.handle
+            else:
+                parent = nvml.nvmlDeviceGetHandleByIndex(f.index)
+                handles = Handles(self._find_instance(parent, f.handles.gpu_instance_id), parent=parent,
+                                  gpu_instance_id=f.handles.gpu_instance_id)
+        except self.module.NVMLError as exc:
+            if meaning(exc) is Meaning.LIBRARY:
+                self._reinit()
+            raise DeviceLostError(f"NVML: GPU {device.gpu} ({device.info.uuid}) still unavailable: {describe(exc)}") from None
+        log.info("GPU %s is back (new handle)", device.gpu)
+        self._found[device.gpu] = dataclasses.replace(f, handles=handles)
+        device.reset(handles)
+        self._stale.discard(device.gpu)
+        if self._events is not None:
+            instances = {g.handles.gpu_instance_id or 0: gpu for gpu, g in self._found.items()
+                         if g.index == f.index and g.handles.parent is not None}
+            self._events.watch(parent, str(f.index), instances)
+
+    def _find_instance(self, parent: Any, gi: int | None) -> Any:
+        nvml = self.nvml
+        for slot in range(nvml.nvmlDeviceGetMaxMigDeviceCount(parent)):
+            try:
+                mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(parent, slot)
+            except self.module.NVMLError:
+                continue
+            if int(nvml.nvmlDeviceGetGpuInstanceId(mig)) == gi:
+                return mig
+        raise self.module.NVMLError(self.module.NVML_ERROR_NOT_FOUND)
+
+    def _reinit(self) -> None:
+        """NVML itself broke (driver reloaded underneath): shut down, initialise again, re-acquire all."""
+        with self._lock:
+            generation = self._generation
+            try:
+                self.nvml.nvmlShutdown()
+            except self.module.NVMLError:
+                pass
+            try:
+                self.nvml.nvmlInit()
+            except self.module.NVMLError as exc:
+                log.warning("NVML re-initialisation failed: %s", describe(exc))
+                return
+            if generation == self._generation:
+                self._generation += 1
+                self._stale.update(self._devices)
+                log.warning("NVML re-initialised; re-acquiring every GPU")
+
+    # ------------------------------------------------------------------ introspection (doctor)
+
+    @property
+    def devices(self) -> dict[str, NvmlDevice]:
+        return dict(self._devices)
+
+    @property
+    def events(self) -> XidWatcher | None:
+        return self._events

@@ -1,0 +1,52 @@
+"""Count NVML library calls per thread, so each device's sample can report what it cost.
+
+The collector reads every device in its own worker thread, so a thread-local counter reset at
+the start of ``sample`` and read at its end is exactly "NVML calls per device per interval",
+with no locking on the hot path. Only ``nvml*`` functions are counted; constants, structs and
+exception classes pass straight through.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from typing import Any, Callable
+
+
+class CountingNvml:
+    """A thin proxy over a pynvml module that counts the calls each thread makes."""
+
+    def __init__(self, module: Any) -> None:
+        self.module = module
+        self._local = threading.local()
+        self._wrapped: dict[str, Callable[..., Any]] = {}
+        self._lock = threading.Lock()
+
+    def __getattr__(self, name: str) -> Any:
+        target = getattr(self.module, name)
+        if not (name.startswith("nvml") and callable(target)) or isinstance(target, type):
+            return target
+        wrapped = self._wrapped.get(name)
+        if wrapped is None:
+            with self._lock:
+                wrapped = self._wrapped.get(name) or self._wrap(target)
+                self._wrapped[name] = wrapped
+        return wrapped
+
+    def _wrap(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        local = self._local
+
+        @functools.wraps(fn)
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            local.count = getattr(local, "count", 0) + 1
+            return fn(*args, **kwargs)
+
+        return counted
+
+    def reset(self) -> None:
+        self._local.count = 0
+
+    @property
+    def count(self) -> int:
+        """Calls made by the current thread since its last :meth:`reset`."""
+        return getattr(self._local, "count", 0)

@@ -1,0 +1,415 @@
+"""Reading one NVIDIA device (a whole GPU or one MIG instance) per interval, cheaply and safely.
+
+Every optional reading goes through :meth:`NvmlDevice._opt`, which turns NVML's error codes
+into the agent's policy (:mod:`agent.backends.nvml.errors`):
+
+* unsupported / missing function / no permission: the capability is switched off for good and
+  remembered with its reason (``doctor`` and ``DeviceInfo.capabilities`` show it); it is never
+  asked for again, so an old driver costs nothing per interval;
+* no new data: the value is unknown this interval;
+* GPU lost / reset required: :class:`DeviceLostError`, the collector marks the device down and
+  the backend re-acquires the handle on a back-off;
+* anything else: unknown this interval, unless the reading is the device's core signal (its
+  utilisation or memory), in which case the whole sample fails with :class:`DeviceError`.
+
+The first two reads at start are the probe: they run exactly this code, so what is probed is
+what runs. Fallbacks are ordered best first (GPM before utilization rates, instant power before
+the 1 s average, byte counters before GPM rates, clocks-event reasons before throttle reasons).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from agent.backends.base import DeviceError, DeviceLostError
+from agent.backends.nvml import gpm
+from agent.backends.nvml.errors import Meaning, describe, meaning
+from agent.backends.nvml.fields import CLOCK_EVENT_FIELDS, FieldBatch
+from agent.host import HostFacts, HostSource
+from agent.model import DeviceInfo, GpuSample, ProcessSample, RemappedRows, XidCount
+
+log = logging.getLogger("roofwatch.nvml")
+
+POWER_LIMIT_REFRESH_S = 60.0
+"""The enforced power limit changes only when an operator changes it; re-read it this often."""
+
+
+class LibraryError(DeviceError):
+    """NVML itself must be re-initialised (uninitialised, or a driver upgrade underneath us)."""
+
+
+@dataclass(slots=True)
+class Handles:
+    handle: Any
+    """The device's own handle (a MIG device handle for an instance)."""
+    parent: Any | None = None
+    """The parent GPU's handle, for a MIG instance: GPM reads go through it."""
+    gpu_instance_id: int | None = None
+
+
+@dataclass(slots=True)
+class _Counter:
+    """A cumulative driver counter turned into a rate over the span between two reads."""
+
+    value: float | None = None
+    t: float | None = None
+
+    def rate(self, value: float | None, t: float, scale: float = 1.0) -> float | None:
+        prev_value, prev_t = self.value, self.t
+        self.value, self.t = value, t
+        if value is None or prev_value is None or prev_t is None or t <= prev_t or value < prev_value:
+            return None  # first read, or the counter reset (driver reload)
+        return (value - prev_value) * scale / (t - prev_t)
+
+
+@dataclass(slots=True)
+class _State:
+    """What survives between intervals; reset when the handle is re-acquired."""
+
+    last_now: float | None = None
+    pcie_tx: _Counter = field(default_factory=_Counter)
+    pcie_rx: _Counter = field(default_factory=_Counter)
+    link_tx: _Counter = field(default_factory=_Counter)
+    link_rx: _Counter = field(default_factory=_Counter)
+    process_util_ts: int = 0
+    power_limit_w: float | None = None
+    power_limit_t: float = -1e18
+
+
+class NvmlDevice:
+    """One device's handles, capabilities and reading state."""
+
+    def __init__(self, nvml: Any, info: DeviceInfo, handles: Handles, host: HostSource,
+                 xids: Callable[[str], tuple[XidCount, ...]] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.nvml = nvml
+        self.info = info
+        self.handles = handles
+        self._host = host
+        self._xids = xids
+        self._clock = clock
+        self.absent: dict[str, str] = {}
+        """Capability -> why it is unavailable ("not supported", "no permission", ...)."""
+        self.failed: dict[str, str] = {}
+        """Readings that failed transiently in the last interval (for logs and doctor)."""
+        self._fields = FieldBatch(nvml)
+        self._gpm: gpm.GpmReader | None = None
+        self._gpm_checked = False
+        self._state = _State()
+        self._ever_read = False
+
+    # ------------------------------------------------------------------ policy
+
+    @property
+    def gpu(self) -> str:
+        return self.info.gpu
+
+    @property
+    def is_mig(self) -> bool:
+        return self.handles.gpu_instance_id is not None
+
+    def _error(self, what: str, exc: BaseException, *, core: bool = False) -> None:
+        kind = meaning(exc)
+        if kind is Meaning.ABSENT:
+            if what not in self.absent:
+                log.info("GPU %s: %s unavailable (%s); not asking again", self.gpu, what, describe(exc))
+            self.absent[what] = describe(exc)
+            return
+        if kind is Meaning.NO_DATA:
+            return
+        if kind is Meaning.DEVICE_LOST:
+            raise DeviceLostError(f"NVML: GPU {self.gpu} ({self.info.uuid}): {describe(exc)} during {what}") from None
+        if kind is Meaning.LIBRARY:
+            raise LibraryError(f"NVML: {describe(exc)} during {what} on GPU {self.gpu}") from None
+        if core:
+            raise DeviceError(f"NVML: GPU {self.gpu}: {what} failed: {describe(exc)}") from None
+        self.failed[what] = describe(exc)
+
+    def _opt(self, what: str, fn: Callable[..., Any], *args: Any, core: bool = False) -> Any:
+        if what in self.absent:
+            return None
+        try:
+            return fn(*args)
+        except self.nvml.NVMLError as exc:
+            self._error(what, exc, core=core)
+            return None
+        except self.nvml.NVMLLibraryMismatchError:
+            # pynvml's unversioned wrappers turn a missing symbol into this (not an NVMLError):
+            # the driver predates the version pynvml calls; the caller may try an older one.
+            self.absent[what] = "function not found in this driver"
+            return None
+
+    def has(self, what: str) -> bool:
+        return what not in self.absent
+
+    # ------------------------------------------------------------------ GPM
+
+    def _gpm_reader(self) -> gpm.GpmReader | None:
+        if self._gpm is not None or "gpm" in self.absent:
+            return self._gpm
+        if not self._gpm_checked:
+            self._gpm_checked = True
+            probe = self.handles.parent if self.is_mig else self.handles.handle
+            support = self._opt("gpm", self.nvml.nvmlGpmQueryDeviceSupport, probe)
+            if support is None:
+                self.absent.setdefault("gpm", "support query failed")
+                return None
+            if not support.isSupportedDevice:
+                self.absent["gpm"] = "device not supported (GPM needs Hopper or newer)"
+                return None
+        try:
+            self._gpm = gpm.GpmReader(self.nvml, self.handles.parent if self.is_mig else self.handles.handle,
+                                      self.handles.gpu_instance_id, clock=self._clock)
+        except self.nvml.NVMLError as exc:
+            self._error("gpm", exc)
+        return self._gpm
+
+    def _read_gpm(self) -> dict[str, float]:
+        reader = self._gpm_reader()
+        if reader is None:
+            return {}
+        try:
+            result = reader.read()
+        except self.nvml.NVMLError as exc:
+            reader.restart()
+            self._error("gpm", exc)
+            if "gpm" in self.absent:
+                self._drop_gpm()
+            return {}
+        if result is None:
+            return {}
+        values, failed = result
+        gone = tuple(m for m, code in failed.items() if meaning(_Code(code)) is Meaning.ABSENT)
+        if gone:
+            reader.keep_only(tuple(m for m in reader.metric_ids if m not in gone))
+            for m in gone:
+                self.absent[f"gpm:{gpm.WANTED[m]}"] = describe(_Code(failed[m]))
+        return {gpm.WANTED[m]: gpm.to_sample_value(m, v) for m, v in values.items() if m in gpm.WANTED}
+
+    def _drop_gpm(self) -> None:
+        if self._gpm is not None:
+            self._gpm.close()
+            self._gpm = None
+
+    # ------------------------------------------------------------------ one interval
+
+    def read(self, now: float) -> GpuSample:
+        """One sample over the span since the previous read. Raises DeviceError / DeviceLostError."""
+        nvml, h = self.nvml, self.handles.handle
+        self.failed = {}
+        values: dict[str, Any] = self._read_gpm()
+        if "gr_active" not in values or "dram_active" not in values:
+            util = self._opt("utilization", nvml.nvmlDeviceGetUtilizationRates, h, core=not values)
+            if util is not None:
+                values.setdefault("gr_active", min(1.0, util.gpu / 100.0))
+                values.setdefault("dram_active", min(1.0, util.memory / 100.0))
+        fields, failed_fields = self._read_fields(h)
+        self._apply_fields(values, fields, now)
+        self._apply_power(values, fields)
+        self._apply_memory(values)
+        temp = self._opt("temperature", nvml.nvmlDeviceGetTemperatureV, h, nvml.NVML_TEMPERATURE_GPU)
+        if temp is None and "temperature" in self.absent and "temperature_legacy" not in self.absent:
+            temp = self._opt("temperature_legacy", nvml.nvmlDeviceGetTemperature, h, nvml.NVML_TEMPERATURE_GPU)
+        clock = self._opt("sm_clock", nvml.nvmlDeviceGetClockInfo, h, nvml.NVML_CLOCK_SM)
+        reasons = self._clock_reasons(h)
+        pids_memory, sm_utils = self._processes(h)
+        host = self._host_facts(pids_memory, now)
+        interval = now - self._state.last_now if self._state.last_now is not None and now > self._state.last_now else None
+        self._state.last_now = now
+        self._ever_read = True
+        return GpuSample(
+            ts=now, gpu=self.gpu, uuid=self.info.uuid, vendor="nvidia", model=self.info.model, interval_s=interval,
+            temperature_c=float(temp) if temp is not None else None,
+            sm_clock_mhz=float(clock) if clock is not None else None,
+            sm_clock_max_mhz=self.info.sm_clock_max_mhz,
+            clock_event_reasons=reasons,
+            processes=_processes(pids_memory, sm_utils, host),
+            host=host.host, net_tx_bytes_per_s=host.net_tx_bytes_per_s, net_rx_bytes_per_s=host.net_rx_bytes_per_s,
+            workload=host.workload, dtype=host.dtype,
+            xid_errors=(self._xids(self.gpu) or None) if self._xids else None,
+            **values,
+        )
+
+    def _read_fields(self, h: Any) -> tuple[dict[str, float | int], dict[str, int]]:
+        if "fields" in self.absent or not self._fields.fields:
+            return {}, {}
+        try:
+            values, failed = self._fields.read(h)
+        except self.nvml.NVMLError as exc:
+            self._error("fields", exc)
+            return {}, {}
+        for key in self._fields.drop_absent(failed):
+            self.absent[f"field:{key}"] = describe(_Code(failed[key]))
+        for key, code in failed.items():
+            if f"field:{key}" not in self.absent:
+                self.failed[f"field:{key}"] = describe(_Code(code))
+        return values, failed
+
+    def _apply_fields(self, values: dict[str, Any], f: dict[str, float | int], now: float) -> None:
+        s = self._state
+        if self._fields.has("pcie_tx_bytes") or self._fields.has("pcie_rx_bytes"):
+            # Exact byte counters win over GPM's rates; missing ones leave GPM's value in place.
+            for key, counter, field_name in (("pcie_tx_bytes", s.pcie_tx, "pcie_tx_bytes_per_s"),
+                                             ("pcie_rx_bytes", s.pcie_rx, "pcie_rx_bytes_per_s")):
+                if key in f:
+                    rate = counter.rate(float(f[key]), now)
+                    if rate is not None or field_name not in values:
+                        values[field_name] = rate
+        if self._fields.has("nvlink_tx_kib") or self._fields.has("nvlink_rx_kib"):
+            for key, counter, field_name in (("nvlink_tx_kib", s.link_tx, "link_tx_bytes_per_s"),
+                                             ("nvlink_rx_kib", s.link_rx, "link_rx_bytes_per_s")):
+                if key in f:
+                    rate = counter.rate(float(f[key]), now, 1024.0)
+                    if rate is not None or field_name not in values:
+                        values[field_name] = rate
+        if "memory_temp_c" in f:
+            values["memory_temperature_c"] = float(f["memory_temp_c"])
+        if "ecc_sbe_volatile" in f:
+            values["ecc_corrected_errors"] = int(f["ecc_sbe_volatile"])
+        if "ecc_dbe_volatile" in f:
+            values["ecc_uncorrected_errors"] = int(f["ecc_dbe_volatile"])
+        if all(k in f for k in ("remapped_cor", "remapped_unc", "remapped_pending", "remapped_failure")):
+            values["remapped_rows"] = RemappedRows(
+                correctable=int(f["remapped_cor"]), uncorrectable=int(f["remapped_unc"]),
+                pending=bool(f["remapped_pending"]), failure=bool(f["remapped_failure"]))
+        times = {reason: float(f[key]) / 1e9 for key, reason in CLOCK_EVENT_FIELDS.items() if key in f}
+        if times:
+            values["clock_event_time_s"] = times
+
+    def _apply_power(self, values: dict[str, Any], f: dict[str, float | int]) -> None:
+        nvml, h = self.nvml, self.handles.handle
+        if "power_instant_mw" in f:
+            values["power_w"] = f["power_instant_mw"] / 1000.0
+        elif not self._fields.has("power_instant_mw") and not self.is_mig:
+            mw = self._opt("power_usage", nvml.nvmlDeviceGetPowerUsage, h)  # 1 s average on Ampere+
+            values["power_w"] = mw / 1000.0 if mw is not None else None
+        if "energy_mj" in f:
+            values["energy_j"] = f["energy_mj"] / 1000.0
+        elif not self._fields.has("energy_mj") and not self.is_mig:
+            mj = self._opt("energy", nvml.nvmlDeviceGetTotalEnergyConsumption, h)
+            values["energy_j"] = mj / 1000.0 if mj is not None else None
+        if not self.is_mig:
+            s, now = self._state, self._clock()
+            if now - s.power_limit_t >= POWER_LIMIT_REFRESH_S:
+                mw = self._opt("power_limit", nvml.nvmlDeviceGetEnforcedPowerLimit, h)
+                s.power_limit_w, s.power_limit_t = (mw / 1000.0 if mw is not None else None), now
+            values["power_limit_w"] = s.power_limit_w
+
+    def _apply_memory(self, values: dict[str, Any]) -> None:
+        nvml, h = self.nvml, self.handles.handle
+        mem = None
+        if self.has("memory_v2"):
+            mem = self._opt("memory_v2", nvml.nvmlDeviceGetMemoryInfo, h, nvml.nvmlMemory_v2, core=True)
+        if mem is None and not self.has("memory_v2"):
+            mem = self._opt("memory", nvml.nvmlDeviceGetMemoryInfo, h, core=True)
+        if mem is not None:
+            values["mem_used_bytes"] = int(mem.used)
+            values["mem_total_bytes"] = int(mem.total)
+
+    def _clock_reasons(self, h: Any) -> int | None:
+        nvml = self.nvml
+        reasons = self._opt("clock_event_reasons", nvml.nvmlDeviceGetCurrentClocksEventReasons, h)
+        if reasons is None and "clock_event_reasons" in self.absent:
+            # Drivers before R535 only have the older name for the same mask.
+            reasons = self._opt("clock_throttle_reasons", nvml.nvmlDeviceGetCurrentClocksThrottleReasons, h)
+        return int(reasons) if reasons is not None else None
+
+    def _processes(self, h: Any) -> tuple[dict[int, int | None] | None, dict[int, float]]:
+        nvml = self.nvml
+        procs = self._opt("processes", nvml.nvmlDeviceGetComputeRunningProcesses, h)
+        if procs is None and "processes" in self.absent:  # drivers before R510 have only _v2
+            procs = self._opt("processes_v2", nvml.nvmlDeviceGetComputeRunningProcesses_v2, h)
+        if procs is None:
+            return None, {}
+        pids = {int(p.pid): (int(p.usedGpuMemory) if p.usedGpuMemory is not None else None) for p in procs}
+        utils: dict[int, float] = {}
+        if pids and not self.is_mig:
+            samples = self._opt("process_utilization", nvml.nvmlDeviceGetProcessUtilization, h,
+                                self._state.process_util_ts)
+            for s in sorted(samples or (), key=lambda s: s.timeStamp):
+                utils[int(s.pid)] = min(1.0, s.smUtil / 100.0)  # the newest sample per PID wins
+                self._state.process_util_ts = max(self._state.process_util_ts, int(s.timeStamp))
+        return pids, utils
+
+    def _host_facts(self, pids: dict[int, int | None] | None, now: float) -> HostFacts:
+        try:
+            return self._host.facts(self.gpu, list(pids or ()), now)
+        except Exception as exc:  # noqa: BLE001 - host facts are extras; never fail a GPU over them
+            log.debug("host facts for GPU %s failed: %s", self.gpu, exc)
+            return HostFacts(processes={})
+
+    # ------------------------------------------------------------------ what it can read
+
+    def capabilities(self) -> tuple[str, ...]:
+        """What the reads so far found readable, in the vocabulary of ``DeviceInfo.capabilities``."""
+        names: list[str] = []
+        has_gpm = self._gpm is not None and self.has("gpm")
+        if has_gpm:
+            names.append("gpm")
+        if has_gpm or self.has("utilization"):
+            names += ["gr_active", "dram_active"]
+        if has_gpm:
+            for cap, field_name in (("sm_active", "sm_active"), ("sm_occupancy", "sm_occupancy"),
+                                    ("tensor_active", "tensor_active"), ("pipe_activity", "fp32_active")):
+                if f"gpm:{field_name}" not in self.absent:
+                    names.append(cap)
+        fields = self._fields
+        if fields.has("pcie_tx_bytes") or (has_gpm and "gpm:pcie_tx_bytes_per_s" not in self.absent):
+            names.append("pcie")
+        if fields.has("nvlink_tx_kib") or (has_gpm and "gpm:link_tx_bytes_per_s" not in self.absent):
+            names.append("nvlink")
+        whole = not self.is_mig
+        if fields.has("power_instant_mw") or (whole and self.has("power_usage")):
+            names.append("power")
+        if fields.has("energy_mj") or (whole and self.has("energy")):
+            names.append("energy")
+        if self.has("temperature") or self.has("temperature_legacy"):
+            names.append("temperature")
+        if self.has("sm_clock"):
+            names.append("clocks")
+        if self.has("clock_event_reasons") or self.has("clock_throttle_reasons"):
+            names.append("clock_event_reasons")
+        names.append("memory")
+        if self.has("processes") or self.has("processes_v2"):
+            names.append("processes")
+        if whole and self.has("process_utilization"):
+            names.append("process_utilization")
+        if fields.has("ecc_dbe_volatile"):
+            names.append("ecc")
+        if fields.has("remapped_failure"):
+            names.append("remapped_rows")
+        return tuple(names)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def reset(self, handles: Handles) -> None:
+        """A fresh handle after a loss: forget sample pairs and counter baselines, keep capabilities."""
+        self._drop_gpm()
+        self.handles = handles
+        self._state = _State()
+
+    def close(self) -> None:
+        self._drop_gpm()
+
+
+class _Code(Exception):
+    """Lets a bare per-field or per-metric return code go through the same policy as an exception."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.value = code
+
+
+def _processes(pids: dict[int, int | None] | None, utils: dict[int, float], host: HostFacts
+               ) -> tuple[ProcessSample, ...] | None:
+    if pids is None:
+        return None
+    out = []
+    for pid in sorted(pids):
+        facts = host.processes.get(pid)
+        out.append(ProcessSample(pid=pid, used_memory_bytes=pids[pid], sm_util=utils.get(pid),
+                                 name=facts.name if facts else None, cpu_cores=facts.cpu_cores if facts else None))
+    return tuple(out)

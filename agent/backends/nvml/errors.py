@@ -1,0 +1,87 @@
+"""What an NVML error means for the agent, decided once here instead of at every call site.
+
+pynvml raises one ``NVMLError`` subclass per return code. Every copy of the module (the real
+one, or the copies the tests load over a fake driver) has its own classes, so the decision is
+made on the numeric ``value``, which is the C return code and the same everywhere.
+"""
+
+from __future__ import annotations
+
+import enum
+
+# nvmlReturn_t codes (nvml.h); pynvml exposes the same numbers as NVML_ERROR_*.
+SUCCESS = 0
+UNINITIALIZED = 1
+NOT_SUPPORTED = 3
+NO_PERMISSION = 4
+NOT_FOUND = 6
+DRIVER_NOT_LOADED = 9
+TIMEOUT = 10
+LIBRARY_NOT_FOUND = 12
+FUNCTION_NOT_FOUND = 13
+GPU_IS_LOST = 15
+RESET_REQUIRED = 16
+LIB_RM_VERSION_MISMATCH = 18
+NO_DATA = 21
+DEPRECATED = 26
+
+
+class Meaning(enum.Enum):
+    ABSENT = "absent"
+    """This device or driver cannot do it: stop asking (capability probed away)."""
+    NO_DATA = "no_data"
+    """Nothing new since the last read (sample APIs); not a failure."""
+    DEVICE_LOST = "device_lost"
+    """The device is gone or needs a reset: mark it down, re-acquire its handle with back-off."""
+    LIBRARY = "library"
+    """NVML itself is unusable (not initialised, driver upgraded underneath): re-initialise."""
+    FAILED = "failed"
+    """Anything else: this read failed, try again next interval."""
+
+
+_MEANINGS = {
+    SUCCESS: Meaning.NO_DATA,  # pynvml raises NVMLError(0) when a size probe finds nothing to return
+    NOT_SUPPORTED: Meaning.ABSENT,
+    FUNCTION_NOT_FOUND: Meaning.ABSENT,
+    NO_PERMISSION: Meaning.ABSENT,
+    DEPRECATED: Meaning.ABSENT,
+    NOT_FOUND: Meaning.NO_DATA,
+    NO_DATA: Meaning.NO_DATA,
+    GPU_IS_LOST: Meaning.DEVICE_LOST,
+    RESET_REQUIRED: Meaning.DEVICE_LOST,
+    UNINITIALIZED: Meaning.LIBRARY,
+    LIB_RM_VERSION_MISMATCH: Meaning.LIBRARY,
+}
+
+_NAMES = {
+    NOT_SUPPORTED: "not supported", FUNCTION_NOT_FOUND: "function not found in this driver",
+    NO_PERMISSION: "no permission", DEPRECATED: "deprecated", NOT_FOUND: "not found", NO_DATA: "no data",
+    GPU_IS_LOST: "GPU is lost", RESET_REQUIRED: "GPU requires a reset", UNINITIALIZED: "NVML not initialised",
+    LIB_RM_VERSION_MISMATCH: "NVML/driver version mismatch (driver upgraded without a reboot?)",
+    DRIVER_NOT_LOADED: "driver not loaded", LIBRARY_NOT_FOUND: "libnvidia-ml.so.1 not found", TIMEOUT: "timeout",
+}
+
+
+def code_of(exc: BaseException) -> int | None:
+    """The NVML return code of a pynvml exception, or None for anything else."""
+    value = getattr(exc, "value", None)
+    return value if isinstance(value, int) else None
+
+
+def meaning_of_code(code: int) -> Meaning:
+    return _MEANINGS.get(code, Meaning.FAILED)
+
+
+def meaning(exc: BaseException) -> Meaning:
+    code = code_of(exc)
+    return Meaning.FAILED if code is None else meaning_of_code(code)
+
+
+def describe(exc: BaseException) -> str:
+    """A short text for logs and ``doctor``: the NVML name, never a traceback."""
+    code = code_of(exc)
+    if code is None:
+        return f"{type(exc).__name__}: {exc}"
+    return _NAMES.get(code) or f"NVML error {code}"
+
+

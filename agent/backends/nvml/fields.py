@@ -1,0 +1,98 @@
+"""One ``nvmlDeviceGetFieldValues`` call per interval for every classic counter that allows it.
+
+Batching matters: a field read costs microseconds inside one call, while separate getters cost
+a driver round trip each (``POWER_AVERAGE`` via nvmlDeviceGetPowerUsage is milliseconds). The
+batch call succeeds even when single fields fail, so each entry's own return code is checked:
+a field the device cannot read is dropped for good at the probe; a field that fails later
+fails alone, and its value is simply unknown for that interval.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from agent.backends.nvml.errors import Meaning, meaning_of_code
+
+ALL_LINKS = 0xFFFFFFFF
+"""scopeId that sums an NVLink field over every link."""
+
+
+@dataclass(frozen=True, slots=True)
+class Field:
+    key: str
+    field_id: int
+    scope: int = 0
+
+
+FIELDS: tuple[Field, ...] = (
+    Field("power_instant_mw", 186),  # NVML_FI_DEV_POWER_INSTANT, scope GPU
+    Field("energy_mj", 83),  # NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION
+    Field("pcie_tx_bytes", 197),  # NVML_FI_DEV_PCIE_COUNT_TX_BYTES (driver 555+)
+    Field("pcie_rx_bytes", 198),
+    Field("nvlink_tx_kib", 138, ALL_LINKS),  # NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX
+    Field("nvlink_rx_kib", 139, ALL_LINKS),
+    Field("memory_temp_c", 82),  # NVML_FI_DEV_MEMORY_TEMP
+    Field("ecc_sbe_volatile", 3),  # NVML_FI_DEV_ECC_SBE_VOL_TOTAL
+    Field("ecc_dbe_volatile", 4),  # NVML_FI_DEV_ECC_DBE_VOL_TOTAL
+    Field("remapped_cor", 142),  # NVML_FI_DEV_REMAPPED_COR
+    Field("remapped_unc", 143),
+    Field("remapped_pending", 144),
+    Field("remapped_failure", 145),
+    Field("throttle_sw_power_cap_ns", 74),  # NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP
+    Field("throttle_sw_thermal_ns", 269),
+    Field("throttle_hw_thermal_ns", 270),
+    Field("throttle_hw_power_brake_ns", 271),
+)
+
+CLOCK_EVENT_FIELDS: dict[str, str] = {
+    "throttle_sw_power_cap_ns": "sw_power_cap",
+    "throttle_sw_thermal_ns": "sw_thermal_slowdown",
+    "throttle_hw_thermal_ns": "hw_thermal_slowdown",
+    "throttle_hw_power_brake_ns": "hw_power_brake_slowdown",
+}
+"""Accumulated clocks-event time fields -> CLOCK_EVENT_REASONS names."""
+
+_DECODE = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
+
+
+def decode(entry: Any) -> float | int | None:
+    """The value of one ``c_nvmlFieldValue_t``, read from the union member its valueType names."""
+    member = _DECODE.get(entry.valueType)
+    return None if member is None else getattr(entry.value, member)
+
+
+class FieldBatch:
+    """The fields one device can read, fetched together."""
+
+    def __init__(self, nvml: Any, fields: tuple[Field, ...] = FIELDS) -> None:
+        self._nvml = nvml
+        self.fields = fields
+        self._request = [(f.field_id, f.scope) for f in fields]
+
+    def read(self, handle: Any) -> tuple[dict[str, float | int], dict[str, int]]:
+        """(values by key, failed fields by key -> return code). Raises if the call itself fails."""
+        if not self.fields:
+            return {}, {}
+        entries = self._nvml.nvmlDeviceGetFieldValues(handle, self._request)
+        values: dict[str, float | int] = {}
+        failed: dict[str, int] = {}
+        for spec, entry in zip(self.fields, entries):
+            if entry.nvmlReturn != 0:
+                failed[spec.key] = entry.nvmlReturn
+                continue
+            value = decode(entry)
+            if value is not None:
+                values[spec.key] = value
+        return values, failed
+
+    def drop_absent(self, failed: dict[str, int]) -> tuple[str, ...]:
+        """Stop asking for fields that failed as unsupported; returns their keys."""
+        gone = tuple(k for k, code in failed.items() if meaning_of_code(code) is Meaning.ABSENT)
+        if gone:
+            self.fields = tuple(f for f in self.fields if f.key not in gone)
+            self._request = [(f.field_id, f.scope) for f in self.fields]
+        return gone
+
+    def has(self, key: str) -> bool:
+        return any(f.key == key for f in self.fields)

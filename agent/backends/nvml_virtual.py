@@ -1,0 +1,66 @@
+"""``nvml-virtual``: the real NVML backend over a fake NVIDIA driver that plays the virtual fleet.
+
+This is how the NVML code path runs without a GPU, in ``roofwatch demo --backend nvml-virtual``
+and in the tests: an independent copy of the real ``pynvml`` module calls a Python
+implementation of libnvidia-ml's C functions (:mod:`agent.virtual.fake_nvml`), which reads the
+same simulation the ``virtual`` backend serves. So both backends show the same GPUs doing the
+same things, one of them through every NVML call, unit and error code a real node would see.
+
+What NVML cannot know (process names and CPU, host I/O wait, NIC traffic, the job's own
+reports) comes from the simulation's host side, as it would come from /proc and the workload
+client on a real node.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Sequence
+
+from agent.backends.nvml.backend import NvmlBackend
+from agent.backends.virtual import VirtualBackend
+from agent.host import HostFacts, ProcessFacts
+from agent.model import GpuSample
+
+
+class SimulatedHost:
+    """The host side of a simulated node: what /proc and the workload client would report."""
+
+    def __init__(self, library: Any) -> None:
+        self._library = library
+
+    def facts(self, gpu: str, pids: Sequence[int], now: float) -> HostFacts:
+        sample = self._library.latest_sample(gpu)
+        if sample is None:
+            return HostFacts(processes={})
+        known = {p.pid: p for p in sample.processes or ()}
+        processes = {pid: ProcessFacts(name=known[pid].name, cpu_cores=known[pid].cpu_cores)
+                     for pid in pids if pid in known}
+        return HostFacts(processes=processes, host=sample.host, net_tx_bytes_per_s=sample.net_tx_bytes_per_s,
+                         net_rx_bytes_per_s=sample.net_rx_bytes_per_s, workload=sample.workload, dtype=sample.dtype)
+
+
+class VirtualNvmlBackend(NvmlBackend):
+    """:class:`NvmlBackend` on a fake driver; also offers the virtual backend's demo head start."""
+
+    name = "nvml-virtual"
+
+    def __init__(self, virtual: VirtualBackend, **kwargs: Any) -> None:
+        from agent.virtual.fake_nvml import FakeNvmlLibrary, load_pynvml
+
+        self.virtual = virtual
+        self.node = virtual.node
+        self.library = FakeNvmlLibrary(virtual)
+        kwargs.setdefault("host", SimulatedHost(self.library))
+        super().__init__(load_pynvml(self.library), **kwargs)
+
+    def warm_samples(self, now: float, seconds: float, interval_s: float = 1.0) -> list[GpuSample]:
+        return self.virtual.warm_samples(now, seconds, interval_s)
+
+    def close(self) -> None:
+        super().close()
+        self.library.close()
+        self.virtual.close()
+
+
+def open_nvml_virtual(virtual: VirtualBackend, *, events: bool = True) -> VirtualNvmlBackend:
+    return VirtualNvmlBackend(virtual, events=events, clock=time.monotonic)

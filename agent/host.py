@@ -1,0 +1,141 @@
+"""What a node tells us outside the GPU driver: who the GPU processes are and how the host is doing.
+
+Vendor backends read the GPU; the classifier also needs the host side (process names, the CPU
+their data loaders burn, I/O wait) to tell a starved GPU from a slow one. That side comes from
+a :class:`HostSource`, so that the same backend code runs on a real node (:class:`LocalHost`,
+psutil and /proc) and on the virtual fleet (a source that reads the simulation).
+
+This is deliberately small: full process trees, Kubernetes and Slurm attribution, and NIC
+counters are separate collectors.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol, Sequence
+
+import psutil
+
+from agent.model import Dtype, HostSample, WorkloadReport
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessFacts:
+    name: str | None = None
+    cpu_cores: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HostFacts:
+    """Everything the host adds to one GPU's sample. ``None`` means unknown."""
+
+    processes: dict[int, ProcessFacts]
+    host: HostSample | None = None
+    net_tx_bytes_per_s: float | None = None
+    net_rx_bytes_per_s: float | None = None
+    workload: WorkloadReport | None = None
+    dtype: Dtype | None = None
+
+
+class HostSource(Protocol):
+    def facts(self, gpu: str, pids: Sequence[int], now: float) -> HostFacts:
+        """Host-side facts for GPU ``gpu`` whose processes are ``pids``. Must be cheap and never raise."""
+        ...
+
+
+class LocalHost:
+    """The real host: process names and CPU from psutil, iowait from /proc/stat, PSI from /proc/pressure.
+
+    CPU per process is the delta of its (and its children's) CPU time since the previous call,
+    so the first sighting of a process has no CPU figure yet. Host figures are computed at most
+    once per ``min_refresh_s`` and shared by all GPUs of the cycle.
+    """
+
+    def __init__(self, proc_root: str | Path = "/proc", min_refresh_s: float = 0.5) -> None:
+        self._pressure = Path(proc_root) / "pressure" / "io"
+        self._min_refresh_s = min_refresh_s
+        self._lock = threading.Lock()
+        self._procs: dict[int, tuple[psutil.Process, float, float]] = {}
+        self._host: HostSample | None = None
+        self._host_t = -1e18
+        self._cpu_prev: tuple[float, float] | None = None
+
+    def facts(self, gpu: str, pids: Sequence[int], now: float) -> HostFacts:
+        with self._lock:
+            processes = {pid: self._process(pid) for pid in pids}
+            for gone in set(self._procs) - set(pids):
+                if not self._still_wanted(gone):
+                    del self._procs[gone]
+            return HostFacts(processes=processes, host=self._host_sample())
+
+    def _still_wanted(self, pid: int) -> bool:
+        # Another GPU may hold the same process; keep its baseline for a little while.
+        entry = self._procs.get(pid)
+        return entry is not None and time.monotonic() - entry[2] < 60.0
+
+    def _process(self, pid: int) -> ProcessFacts:
+        now = time.monotonic()
+        entry = self._procs.get(pid)
+        try:
+            proc = entry[0] if entry else psutil.Process(pid)
+            with proc.oneshot():
+                name = proc.name()
+                cpu = _cpu_seconds(proc)
+        except (psutil.Error, OSError):
+            self._procs.pop(pid, None)
+            return ProcessFacts()  # not visible from here (another PID namespace) or already gone
+        cores = None
+        if entry is not None and now > entry[2]:
+            cores = max(0.0, (cpu - entry[1]) / (now - entry[2]))
+        self._procs[pid] = (proc, cpu, now)
+        return ProcessFacts(name=name, cpu_cores=cores)
+
+    def _host_sample(self) -> HostSample | None:
+        now = time.monotonic()
+        if now - self._host_t < self._min_refresh_s:
+            return self._host
+        self._host_t = now
+        iowait = None
+        times = psutil.cpu_times()
+        total = sum(times)
+        wait = getattr(times, "iowait", None)
+        if wait is not None and self._cpu_prev is not None and total > self._cpu_prev[0]:
+            iowait = min(1.0, max(0.0, (wait - self._cpu_prev[1]) / (total - self._cpu_prev[0])))
+        if wait is not None:
+            self._cpu_prev = (total, wait)
+        self._host = HostSample(cpu_iowait_ratio=iowait, io_pressure_ratio=read_io_pressure(self._pressure))
+        return self._host
+
+
+def _cpu_seconds(proc: psutil.Process) -> float:
+    """CPU seconds of the process and its live children (data-loader workers are children)."""
+    t = proc.cpu_times()
+    total = t.user + t.system
+    for child in proc.children(recursive=True):
+        try:
+            c = child.cpu_times()
+        except (psutil.Error, OSError):
+            continue
+        total += c.user + c.system
+    return total
+
+
+def read_io_pressure(path: Path) -> float | None:
+    """PSI ``some avg10`` of /proc/pressure/io as a ratio; None where the kernel has no PSI."""
+    try:
+        text = path.read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("some "):
+            for item in line.split()[1:]:
+                key, _, value = item.partition("=")
+                if key == "avg10":
+                    try:
+                        return min(1.0, max(0.0, float(value) / 100.0))
+                    except ValueError:
+                        return None
+    return None

@@ -1,0 +1,68 @@
+"""A virtual node behind the fake NVIDIA driver and the real NVML backend, on a hand-driven clock."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from agent.backends.nvml import NvmlBackend
+from agent.backends.nvml_virtual import SimulatedHost
+from agent.backends.virtual import VirtualBackend
+from agent.virtual.fake_nvml import FakeNvmlLibrary, load_pynvml
+from agent.virtual.scenario import parse_scenario
+
+T0 = 1_800_000_000.0
+
+
+class ManualClock:
+    """Wall and monotonic time in one, moved only by the test (and by the backend's probe sleep)."""
+
+    def __init__(self, t: float = T0) -> None:
+        self.t = t
+        self._lock = threading.Lock()
+
+    def __call__(self) -> float:
+        with self._lock:
+            return self.t
+
+    def advance(self, seconds: float) -> None:
+        with self._lock:
+            self.t += seconds
+
+
+def scenario(model: str = "h100-sxm", gpus: int = 2, **node: Any) -> Any:
+    """A one-node scenario: GPU 0 trains (compute), GPU 1 decodes (memory); extra node keys as given."""
+    workloads = node.pop("workloads", [
+        {"job": "train", "gpus": [0], "phases": [{"kind": "compute", "mfu": 0.5, "duration_s": 3600}]},
+        {"job": "decode", "gpus": [1], "phases": [{"kind": "memory", "mbu": 0.6, "duration_s": 3600}]},
+    ][: gpus])
+    return parse_scenario({"name": "t", "seed": 7, "nodes": [
+        {"name": "n1", "model": model, "gpus": gpus, "workloads": workloads, **node}]})
+
+
+class Rig:
+    """The pieces of one fake node: the simulation, the fake driver, the pynvml copy, the backend."""
+
+    def __init__(self, scen: Any, *, events: bool = False, start_offset_s: float = 100.0) -> None:
+        self.clock = ManualClock()
+        self.virtual = VirtualBackend(scen, clock=self.clock, start_time=self.clock() - start_offset_s)
+        self.library = FakeNvmlLibrary(self.virtual)
+        self.nvml = load_pynvml(self.library)
+        self.events = events
+        self._backend: NvmlBackend | None = None
+
+    def backend(self) -> NvmlBackend:
+        if self._backend is None:
+            self._backend = NvmlBackend(self.nvml, host=SimulatedHost(self.library), events=self.events,
+                                        clock=self.clock, wall=self.clock, sleep=self.clock.advance)
+        return self._backend
+
+    def step(self, seconds: float = 1.0) -> float:
+        self.clock.advance(seconds)
+        return self.clock()
+
+    def close(self) -> None:
+        if self._backend is not None:
+            self._backend.close()
+        self.library.close()
+        self.virtual.close()
