@@ -40,6 +40,16 @@ class HostFacts:
     dtype: Dtype | None = None
 
 
+@dataclass(slots=True)
+class _Seen:
+    """A process's CPU-time baseline and the answer computed from it."""
+
+    proc: psutil.Process
+    cpu_s: float
+    t: float
+    facts: ProcessFacts
+
+
 class HostSource(Protocol):
     def facts(self, gpu: str, pids: Sequence[int], now: float) -> HostFacts:
         """Host-side facts for GPU ``gpu`` whose processes are ``pids``. Must be cheap and never raise."""
@@ -58,7 +68,7 @@ class LocalHost:
         self._pressure = Path(proc_root) / "pressure" / "io"
         self._min_refresh_s = min_refresh_s
         self._lock = threading.Lock()
-        self._procs: dict[int, tuple[psutil.Process, float, float]] = {}
+        self._procs: dict[int, _Seen] = {}
         self._host: HostSample | None = None
         self._host_t = -1e18
         self._cpu_prev: tuple[float, float] | None = None
@@ -74,13 +84,15 @@ class LocalHost:
     def _still_wanted(self, pid: int) -> bool:
         # Another GPU may hold the same process; keep its baseline for a little while.
         entry = self._procs.get(pid)
-        return entry is not None and time.monotonic() - entry[2] < 60.0
+        return entry is not None and time.monotonic() - entry.t < 60.0
 
     def _process(self, pid: int) -> ProcessFacts:
         now = time.monotonic()
         entry = self._procs.get(pid)
+        if entry is not None and now - entry.t < self._min_refresh_s:
+            return entry.facts  # asked again within the cycle (a process on several GPUs): same answer
         try:
-            proc = entry[0] if entry else psutil.Process(pid)
+            proc = entry.proc if entry else psutil.Process(pid)
             with proc.oneshot():
                 name = proc.name()
                 cpu = _cpu_seconds(proc)
@@ -88,10 +100,11 @@ class LocalHost:
             self._procs.pop(pid, None)
             return ProcessFacts()  # not visible from here (another PID namespace) or already gone
         cores = None
-        if entry is not None and now > entry[2]:
-            cores = max(0.0, (cpu - entry[1]) / (now - entry[2]))
-        self._procs[pid] = (proc, cpu, now)
-        return ProcessFacts(name=name, cpu_cores=cores)
+        if entry is not None:
+            cores = max(0.0, (cpu - entry.cpu_s) / (now - entry.t))
+        facts = ProcessFacts(name=name, cpu_cores=cores)
+        self._procs[pid] = _Seen(proc, cpu, now, facts)
+        return facts
 
     def _host_sample(self) -> HostSample | None:
         now = time.monotonic()

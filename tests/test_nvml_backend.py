@@ -236,3 +236,15 @@ def test_values_are_finite(rig):
         for name in RATIO_FIELDS + RATE_FIELDS:
             value = getattr(sample, name)
             assert value is None or math.isfinite(value)
+
+
+def test_nvml_shut_down_underneath_is_reinitialised_and_devices_reacquired(rig):
+    r = rig()
+    backend = r.backend()
+    backend.discover()
+    backend.sample("0", r.step())
+    r.nvml.nvmlShutdown()  # drops the library's last reference: every call now says Uninitialized
+    with pytest.raises(DeviceError, match="not initialised"):
+        backend.sample("0", r.step())
+    assert backend.sample("0", r.step()).mem_total_bytes is not None  # re-initialised and re-acquired
+    assert backend.sample("1", r.step()).mem_total_bytes is not None

@@ -13,7 +13,6 @@ client on a real node.
 
 from __future__ import annotations
 
-import time
 from typing import Any, Sequence
 
 from agent.backends.nvml.backend import NvmlBackend
@@ -51,6 +50,7 @@ class VirtualNvmlBackend(NvmlBackend):
         self.node = virtual.node
         self.library = FakeNvmlLibrary(virtual)
         kwargs.setdefault("host", SimulatedHost(self.library))
+        kwargs.setdefault("node", virtual.node)
         super().__init__(load_pynvml(self.library), **kwargs)
 
     def warm_samples(self, now: float, seconds: float, interval_s: float = 1.0) -> list[GpuSample]:
@@ -60,7 +60,3 @@ class VirtualNvmlBackend(NvmlBackend):
         super().close()
         self.library.close()
         self.virtual.close()
-
-
-def open_nvml_virtual(virtual: VirtualBackend, *, events: bool = True) -> VirtualNvmlBackend:
-    return VirtualNvmlBackend(virtual, events=events, clock=time.monotonic)

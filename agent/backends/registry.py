@@ -38,7 +38,7 @@ def open_virtual(settings: Settings) -> Backend:
 def open_nvml(settings: Settings) -> Backend:
     from agent.backends.nvml import NvmlBackend, load_pynvml
 
-    return NvmlBackend(load_pynvml())
+    return NvmlBackend(load_pynvml(), node=settings.node_name)
 
 
 def open_nvml_virtual(settings: Settings) -> Backend:

@@ -63,12 +63,14 @@ class NvmlBackend:
 
     name = "nvml"
 
-    def __init__(self, nvml: Any | None = None, *, host: HostSource | None = None, events: bool = True,
+    def __init__(self, nvml: Any | None = None, *, node: str = "local", host: HostSource | None = None,
+                 events: bool = True,
                  clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time,
                  sleep: Callable[[float], None] = time.sleep) -> None:
         """``clock`` times GPM spans, ``wall`` stamps the probe reads, ``sleep`` waits between them;
         tests replace all three with a virtual clock."""
         self.module = nvml if nvml is not None else load_pynvml()
+        self.node = node
         self.nvml = CountingNvml(self.module)
         self._host = host if host is not None else LocalHost()
         self._clock = clock
@@ -110,7 +112,7 @@ class NvmlBackend:
         for f in found:
             self._found[f.info.gpu] = f
             self._devices[f.info.gpu] = NvmlDevice(self.nvml, f.info, f.handles, self._host, xids=xids,
-                                                   clock=self._clock)
+                                                   clock=self._clock, node=self.node)
         self._probe()
         if self._events is not None:
             self._watch_all()

@@ -84,8 +84,9 @@ class NvmlDevice:
 
     def __init__(self, nvml: Any, info: DeviceInfo, handles: Handles, host: HostSource,
                  xids: Callable[[str], tuple[XidCount, ...]] | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, node: str = "local") -> None:
         self.nvml = nvml
+        self.node = node
         self.info = info
         self.handles = handles
         self._host = host
@@ -221,7 +222,7 @@ class NvmlDevice:
         self._state.last_now = now
         self._ever_read = True
         return GpuSample(
-            ts=now, gpu=self.gpu, uuid=self.info.uuid, vendor="nvidia", model=self.info.model, interval_s=interval,
+            ts=now, gpu=self.gpu, node=self.node, uuid=self.info.uuid, vendor="nvidia", model=self.info.model, interval_s=interval,
             temperature_c=float(temp) if temp is not None else None,
             sm_clock_mhz=float(clock) if clock is not None else None,
             sm_clock_max_mhz=self.info.sm_clock_max_mhz,
