@@ -248,3 +248,43 @@ def test_nvml_shut_down_underneath_is_reinitialised_and_devices_reacquired(rig):
         backend.sample("0", r.step())
     assert backend.sample("0", r.step()).mem_total_bytes is not None  # re-initialised and re-acquired
     assert backend.sample("1", r.step()).mem_total_bytes is not None
+
+
+def test_lost_gpu_through_the_collector_exports_xid_79_while_down_and_recovers(rig):
+    """End to end in one process: fake driver, NVML backend, collector, exposition."""
+    from prometheus_client.exposition import generate_latest
+
+    from agent.collector import Backoff, Collector
+    from exporters.prometheus import ExpositionCache
+
+    r = rig(events=True)
+    collector = Collector(r.backend(), node="n1", interval_s=1.0, clock=r.clock, monotonic=r.clock,
+                          backoff=Backoff(initial_s=1.0, max_s=2.0))
+    try:
+        collector.collect_once()
+        r.virtual.inject_fault("0", "lost", duration_s=4.0, start_s=r.clock() - r.virtual.start_time + 0.5)
+
+        def scrape() -> str:
+            return ExpositionCache(lambda: collector.snapshot).render(generate_latest, "text/plain").decode()
+
+        def cycle() -> str:
+            r.step()
+            collector.collect_once()
+            return scrape()
+
+        def again() -> str:  # collect without moving time: waits for the event thread, not the window
+            collector.collect_once()
+            return scrape()
+
+        cycle()
+        cycle()  # now inside the lost window
+        down = poll(lambda: (t := again()) and 'xid="79"' in t and t, 10, interval=0.02, what="XID 79 exported")
+        assert [line for line in down.splitlines() if line.startswith('roofwatch_gpu_up{gpu="0"')][0].endswith(" 0.0")
+        assert 'roofwatch_gpu_xid_errors_total{gpu="0",node="n1"' in down
+        assert [line for line in down.splitlines() if line.startswith('roofwatch_gpu_up{gpu="1"')][0].endswith(" 1.0")
+        back = poll(lambda: (t := cycle()) and [ln for ln in t.splitlines()
+                                               if ln.startswith('roofwatch_gpu_up{gpu="0"')][0].endswith(" 1.0") and t,
+                    10, interval=0.0, what="GPU 0 back up")
+        assert 'xid="79"' in back  # the counter stays: it counts events, it is not a sticky state
+    finally:
+        collector.stop()
