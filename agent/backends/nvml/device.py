@@ -207,7 +207,7 @@ class NvmlDevice:
             if util is not None:
                 values.setdefault("gr_active", min(1.0, util.gpu / 100.0))
                 values.setdefault("dram_active", min(1.0, util.memory / 100.0))
-        fields, failed_fields = self._read_fields(h)
+        fields, _ = self._read_fields(h)
         self._apply_fields(values, fields, now)
         self._apply_power(values, fields)
         self._apply_memory(values)
