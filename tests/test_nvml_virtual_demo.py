@@ -119,3 +119,11 @@ def test_doctor_names_what_an_old_a100_driver_costs(tmp_path):
     assert "WARN persistence mode" in text and "nvidia-persistenced" in text
     assert "WARN processes [GPU 0]" in text and "hostPID" in text
     assert "usable, with pieces missing" in text
+
+
+def test_run_with_nvml_and_no_driver_is_one_clear_line():
+    result = subprocess.run(roofwatch_cmd("run", "--backend", "nvml", "--listen", "127.0.0.1:0"), capture_output=True,
+                            text=True, timeout=60, env=clean_env())
+    assert result.returncode == 1
+    assert result.stderr.strip().startswith("roofwatch run: NVML: libnvidia-ml.so.1 not found")
+    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
