@@ -11,6 +11,7 @@ doctor reports what the agent will actually be able to read, not what a separate
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -213,7 +214,7 @@ def run_doctor(settings: Any, *, root: Path = Path("/"), environ: dict[str, str]
     from agent.backends.registry import OPENERS
 
     report = Report()
-    report.add(Finding("roofwatch", "info", f"python {os.sys.version.split()[0]}, "
+    report.add(Finding("roofwatch", "info", f"python {sys.version.split()[0]}, "
                                             f"nvidia-ml-py {_package_version('nvidia-ml-py') or 'not installed'}, "
                                             f"amdsmi {_package_version('amdsmi') or 'not installed'}"))
     wanted = settings.backend
@@ -229,15 +230,14 @@ def run_doctor(settings: Any, *, root: Path = Path("/"), environ: dict[str, str]
             continue
         try:
             try:
-                backend.discover()
+                devices = backend.discover()
             except BackendUnavailable as exc:
                 report.add(Finding(f"{name} backend", "fail", str(exc), "every metric from this vendor"))
                 continue
             if hasattr(backend, "devices") and hasattr(backend, "module"):
                 findings, gpus = nvml_findings(backend)
             else:
-                findings, gpus = [Finding(f"{name} backend", "ok", f"{len(backend.discover())} GPU(s)")], \
-                    len(backend.discover())
+                findings, gpus = [Finding(f"{name} backend", "ok", f"{len(devices)} GPU(s)")], len(devices)
             report.add(*findings)
             report.gpus += gpus
         finally:

@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 from agent.backends.base import DeviceError, DeviceLostError
 from agent.backends.nvml import gpm
-from agent.backends.nvml.errors import Meaning, describe, meaning
+from agent.backends.nvml.errors import Meaning, describe, describe_code, meaning, meaning_of_code
 from agent.backends.nvml.fields import CLOCK_EVENT_FIELDS, FieldBatch
 from agent.host import HostFacts, HostSource
 from agent.model import DeviceInfo, GpuSample, ProcessSample, RemappedRows, XidCount
@@ -183,11 +183,11 @@ class NvmlDevice:
         if result is None:
             return {}
         values, failed = result
-        gone = tuple(m for m, code in failed.items() if meaning(_Code(code)) is Meaning.ABSENT)
+        gone = tuple(m for m, code in failed.items() if meaning_of_code(code) is Meaning.ABSENT)
         if gone:
             reader.keep_only(tuple(m for m in reader.metric_ids if m not in gone))
             for m in gone:
-                self.absent[f"gpm:{gpm.WANTED[m]}"] = describe(_Code(failed[m]))
+                self.absent[f"gpm:{gpm.WANTED[m]}"] = describe_code(failed[m])
         return {gpm.WANTED[m]: gpm.to_sample_value(m, v) for m, v in values.items() if m in gpm.WANTED}
 
     def _drop_gpm(self) -> None:
@@ -243,10 +243,10 @@ class NvmlDevice:
             self._error("fields", exc)
             return {}, {}
         for key in self._fields.drop_absent(failed):
-            self.absent[f"field:{key}"] = describe(_Code(failed[key]))
+            self.absent[f"field:{key}"] = describe_code(failed[key])
         for key, code in failed.items():
             if f"field:{key}" not in self.absent:
-                self.failed[f"field:{key}"] = describe(_Code(code))
+                self.failed[f"field:{key}"] = describe_code(code)
         return values, failed
 
     def _apply_fields(self, values: dict[str, Any], f: dict[str, float | int], now: float) -> None:
@@ -394,14 +394,6 @@ class NvmlDevice:
 
     def close(self) -> None:
         self._drop_gpm()
-
-
-class _Code(Exception):
-    """Lets a bare per-field or per-metric return code go through the same policy as an exception."""
-
-    def __init__(self, code: int) -> None:
-        super().__init__(code)
-        self.value = code
 
 
 def _processes(pids: dict[int, int | None] | None, utils: dict[int, float], host: HostFacts

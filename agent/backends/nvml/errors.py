@@ -77,11 +77,14 @@ def meaning(exc: BaseException) -> Meaning:
     return Meaning.FAILED if code is None else meaning_of_code(code)
 
 
+def describe_code(code: int) -> str:
+    """A short text for an NVML return code (also the per-field and per-metric ones)."""
+    return _NAMES.get(code) or f"NVML error {code}"
+
+
 def describe(exc: BaseException) -> str:
     """A short text for logs and ``doctor``: the NVML name, never a traceback."""
     code = code_of(exc)
-    if code is None:
-        return f"{type(exc).__name__}: {exc}"
-    return _NAMES.get(code) or f"NVML error {code}"
+    return f"{type(exc).__name__}: {exc}" if code is None else describe_code(code)
 
 
