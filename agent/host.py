@@ -19,7 +19,7 @@ from typing import Protocol, Sequence
 
 import psutil
 
-from agent.model import Dtype, HostSample, WorkloadReport
+from agent.model import Attribution, Dtype, HostSample, WorkloadReport
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +38,8 @@ class HostFacts:
     net_rx_bytes_per_s: float | None = None
     workload: WorkloadReport | None = None
     dtype: Dtype | None = None
+    attribution: Attribution | None = None
+    """Which job holds the GPU: scheduler knowledge lives on the host side, not in the driver."""
 
 
 @dataclass(slots=True)

@@ -85,6 +85,19 @@ class WorkloadReport:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Attribution:
+    """Who holds this GPU according to the scheduler, whether or not anything runs on it.
+
+    Separate from :class:`WorkloadReport` because allocation outlives activity: a job that holds
+    a GPU through a checkpoint pause, or a notebook pod that never launches a kernel, is exactly
+    the idle-but-allocated waste the alert rules look for.
+    """
+
+    job_id: str | None = None
+    """Scheduler job (Slurm job id, training job name); joins GPUs of one job across nodes."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class XidCount:
     """One kind of XID (NVIDIA critical error event) seen on a GPU since the agent started."""
 
@@ -179,6 +192,8 @@ class GpuSample:
     """XID events seen since the agent started, one entry per XID code (cumulative)."""
     driver_calls: NonNegativeInt | None = None
     """Vendor-library calls it took to read this sample: the agent's own cost on the GPU driver."""
+    attribution: Attribution | None = None
+    """Which job holds this GPU (virtual scenario; scheduler sources come with host attribution)."""
 
 
 SAMPLE_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(GpuSample))

@@ -253,6 +253,14 @@ PROCESS_SM = MetricDef(
     "Share of SM time one process used over the interval (same processes as the memory series).",
     GPU_LABELS + ("pid", "process"), nvidia="nvmlDeviceGetProcessUtilization (last-seen timestamp)", amd="—",
 )
+JOB_INFO = MetricDef(
+    "roofwatch_gpu_job_info", "info", "",
+    "The job holding this GPU, busy or not; join on node, gpu, uuid to group any GPU series by job_id.",
+    GPU_LABELS + ("job_id",), nvidia="— (scheduler attribution)", amd="— (scheduler attribution)",
+    virtual="scenario job",
+)
+JOB_ID_MAX_LEN = 128
+"""Longer job ids are cut: a label value is held in every Prometheus series index that uses it."""
 HOST_IOWAIT = MetricDef(
     "roofwatch_host_cpu_iowait_ratio", "gauge", "ratio", "Share of host CPU time spent waiting for I/O.",
     NODE_LABELS, nvidia="/proc/stat", amd="/proc/stat",
@@ -416,6 +424,7 @@ METRICS: tuple[MetricDef, ...] = (
     PROCESSES,
     PROCESS_MEMORY,
     PROCESS_SM,
+    JOB_INFO,
     HOST_IOWAIT,
     HOST_IO_PRESSURE,
     *VERDICT_METRICS,

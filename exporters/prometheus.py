@@ -91,6 +91,7 @@ def _device_families(node: str, devices: tuple[DeviceState, ...], max_processes:
     processes = _gauge(m.PROCESSES)
     process_memory = _gauge(m.PROCESS_MEMORY)
     process_sm = _gauge(m.PROCESS_SM)
+    job_info = InfoMetricFamily(m.JOB_INFO.family_name, m.JOB_INFO.help, labels=m.GPU_LABELS)
 
     for device in devices:
         d = device.info
@@ -169,10 +170,13 @@ def _device_families(node: str, devices: tuple[DeviceState, ...], max_processes:
                     process_memory.add_metric(proc_labels, proc.used_memory_bytes)
                 if proc.sm_util is not None:
                     process_sm.add_metric(proc_labels, proc.sm_util)
+        job_id = sample.attribution.job_id if sample.attribution is not None else None
+        if job_id:
+            job_info.add_metric(labels, {"job_id": job_id[: m.JOB_ID_MAX_LEN]})
 
     return [info, up, last, errors, peak_flops, peak_bw, *gauges, pipes, tensor_pipes, clock_events, clock_event_time,
             *counters.values(), driver_calls, ecc, remapped, remap_pending, remap_failure, xid_errors, xid_last,
-            processes, process_memory, process_sm]
+            processes, process_memory, process_sm, job_info]
 
 
 def _gauge(defn: m.MetricDef) -> GaugeMetricFamily:

@@ -15,11 +15,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from agent.collector import Collector
 from agent.classifier.live import LiveClassifier
-from agent.model import (DeviceInfo, GpuSample, GpuSpec, HostSample, ProcessSample, RemappedRows, WorkloadReport,
+from agent.model import (Attribution, DeviceInfo, GpuSample, GpuSpec, HostSample, ProcessSample, RemappedRows, WorkloadReport,
                          XidCount)
 from exporters import docgen
 from exporters.http import AgentHTTPServer
-from exporters.metrics import METRICS
+from exporters.metrics import JOB_ID_MAX_LEN, METRICS
 from exporters.prometheus import ExpositionCache
 
 SPEC = GpuSpec(
@@ -49,6 +49,7 @@ def full_sample(gpu: str, now: float, n_procs: int = 3) -> GpuSample:
         tensor_dfma_active=0.0, clock_event_time_s={"sw_power_cap": 12.5, "hw_thermal_slowdown": 0.0},
         ecc_corrected_errors=3, ecc_uncorrected_errors=0,
         remapped_rows=RemappedRows(correctable=1, uncorrectable=0, pending=False, failure=False), driver_calls=9,
+        attribution=Attribution(job_id="train-" + "x" * 200),
     )
 
 
@@ -249,3 +250,13 @@ def test_bad_requests_get_4xx(server):
     status, _, body = get(server.url + "metrics", method="HEAD")
     assert status == 200 and body == b""
 
+
+
+def test_job_info_names_the_holding_job_with_a_bounded_value(full_collector):
+    """One job_info series per GPU; an overlong scheduler id is cut rather than bloating every index."""
+    fams = families(scrape_text(full_collector))
+    samples = fams["roofwatch_gpu_job_info"].samples
+    assert sorted(s.labels["gpu"] for s in samples) == ["0", "1"]
+    for s in samples:
+        assert s.labels["job_id"].startswith("train-xxx")
+        assert len(s.labels["job_id"]) == JOB_ID_MAX_LEN

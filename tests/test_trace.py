@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent.model import DTYPES, WORKLOAD_CLASSES, GpuSample, HostSample, ProcessSample, WorkloadReport
+from agent.model import DTYPES, WORKLOAD_CLASSES, Attribution, GpuSample, HostSample, ProcessSample, WorkloadReport
 from agent.trace import (
     TraceFormatError,
     TraceReader,
@@ -42,7 +42,7 @@ def full_sample(ts: float = 100.0, gpu: str = "0", **overrides: object) -> GpuSa
         host=HostSample(cpu_iowait_ratio=0.02, io_pressure_ratio=0.0),
         workload=WorkloadReport(job="llama-70b", rank=3, world_size=64, step=1200, step_time_s=4.2,
                                 tokens_per_s=1.2e6, flops_per_token=8.4e11, model_bytes=1.4e11),
-        label="compute_bound", energy_j=123456.75, power_limit_w=700.0,
+        label="compute_bound", energy_j=123456.75, power_limit_w=700.0, attribution=Attribution(job_id="llama-70b"),
     )
     values.update(overrides)
     return GpuSample(**values)  # type: ignore[arg-type]

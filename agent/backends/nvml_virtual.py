@@ -35,7 +35,8 @@ class SimulatedHost:
         processes = {pid: ProcessFacts(name=known[pid].name, cpu_cores=known[pid].cpu_cores)
                      for pid in pids if pid in known}
         return HostFacts(processes=processes, host=sample.host, net_tx_bytes_per_s=sample.net_tx_bytes_per_s,
-                         net_rx_bytes_per_s=sample.net_rx_bytes_per_s, workload=sample.workload, dtype=sample.dtype)
+                         net_rx_bytes_per_s=sample.net_rx_bytes_per_s, workload=sample.workload, dtype=sample.dtype,
+                         attribution=sample.attribution)
 
 
 class VirtualNvmlBackend(NvmlBackend):

@@ -25,7 +25,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
-from agent.model import DeviceInfo, GpuSample, GpuSpec, HostSample, ProcessSample
+from agent.model import Attribution, DeviceInfo, GpuSample, GpuSpec, HostSample, ProcessSample
 from agent.specs import spec_by_key
 from agent.virtual.devices import (
     HIDDEN_FIELDS,
@@ -87,6 +87,8 @@ class _GpuPlan:
     process_name: str
     noise_key: bytes
     energy_offset_j: float
+    attribution: Attribution | None = None
+    """The scenario job that holds this GPU for the whole run (its allocation), if any."""
     hidden: tuple[str, ...] = ()
     """Sample fields a real backend could not read here (counter preset, MIG instance)."""
     blind: bool = False
@@ -228,7 +230,8 @@ class VirtualEngine:
         pid = 2000 + int(unit_hash(hash_prefix(seed, "pid", job, where.rank), node.name) * 4_000_000)
         return _GpuPlan(node=node.name, gpu=info.gpu, info=info, dev=dev, schedule=schedule, plans=plans,
                         before_start=before, dtype=dtype, pid=pid, process_name=name, noise_key=key,
-                        energy_offset_j=1e6 + unit_hash(key, "energy") * 4e8)
+                        energy_offset_j=1e6 + unit_hash(key, "energy") * 4e8,
+                        attribution=Attribution(job_id=workload.job) if workload is not None else None)
 
     # ------------------------------------------------------------------ sampling
 
@@ -277,6 +280,7 @@ class VirtualEngine:
             processes=processes, host=self._host(plan.node, t1), workload=report,
             label=_label(plan, t0 + dt / 2) if labelled else None,
             energy_j=energy, power_limit_w=limit,
+            attribution=plan.attribution,
         )
         values.update(_tensor_split(values["tensor_active"], plan.dtype))
         for name in plan.hidden:

@@ -48,7 +48,7 @@ from agent.virtual.devices import MIG_SLICES, CounterPreset, mig_capable, parse_
 
 GIB = 1024**3
 
-BUILTIN_SCENARIOS: tuple[str, ...] = ("demo", "cluster", "mi300x")
+BUILTIN_SCENARIOS: tuple[str, ...] = ("demo", "cluster", "mi300x", "fleet")
 """Scenarios shipped in ``agent/virtual/scenarios/<name>.yaml``."""
 
 KIND_CLASS: dict[str, str] = {

@@ -229,7 +229,7 @@ class NvmlDevice:
             clock_event_reasons=reasons,
             processes=_processes(pids_memory, sm_utils, host),
             host=host.host, net_tx_bytes_per_s=host.net_tx_bytes_per_s, net_rx_bytes_per_s=host.net_rx_bytes_per_s,
-            workload=host.workload, dtype=host.dtype,
+            workload=host.workload, dtype=host.dtype, attribution=host.attribution,
             xid_errors=(self._xids(self.gpu) or None) if self._xids else None,
             **values,
         )
