@@ -1,0 +1,69 @@
+"""A real Prometheus server (Debian package ``prometheus``) as a test fixture: start, query, stop."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import urllib.parse
+from pathlib import Path
+
+from tests.agent_process import http_get, poll
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class PrometheusServer:
+    """One Prometheus scraping ``targets`` every second, with optional rule files loaded.
+
+    Prometheus 2.x applies discovered targets on a fixed 5 s tick, so the first samples take
+    about 6 s to appear: callers poll with a generous bound instead of sleeping.
+    """
+
+    def __init__(self, workdir: Path, targets: list[str], *, rule_files: list[Path] = ()) -> None:
+        binary = shutil.which("prometheus")
+        assert binary, "the prometheus server is required (Debian package 'prometheus'; ./dev.sh test installs it)"
+        config = workdir / "prometheus.yml"
+        config.write_text(
+            "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+            f"rule_files: {json.dumps([str(p) for p in rule_files])}\n"
+            "scrape_configs:\n"
+            f"  - job_name: roofwatch\n    static_configs: [{{targets: {json.dumps(targets)}}}]\n"
+        )
+        port = free_port()
+        self.base = f"http://127.0.0.1:{port}"
+        self.process = subprocess.Popen(
+            [binary, f"--config.file={config}", f"--storage.tsdb.path={workdir / 'data'}",
+             f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )
+        try:
+            poll(lambda: http_get(self.base + "/-/ready")[0] == 200, timeout=30, what="Prometheus ready")
+        except BaseException:
+            self.stop()
+            raise
+
+    def api(self, path: str, **params: str) -> object:
+        status, body = http_get(f"{self.base}/api/v1/{path}?{urllib.parse.urlencode(params)}")
+        data = json.loads(body)
+        assert status == 200 and data["status"] == "success", data
+        return data["data"]
+
+    def query(self, promql: str) -> list[dict]:
+        return self.api("query", query=promql)["result"]
+
+    def alerts(self) -> list[dict]:
+        """Active alerts (pending and firing), as the /api/v1/alerts endpoint lists them."""
+        return self.api("alerts")["alerts"]
+
+    def stop(self) -> str:
+        """Stop the server; returns what it logged (warnings and errors), for failure messages."""
+        if self.process.poll() is None:
+            self.process.terminate()
+        _, err = self.process.communicate(timeout=20)
+        return err
