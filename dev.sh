@@ -6,8 +6,8 @@
 #   ./dev.sh setup            only create/refresh the virtualenv
 #
 # Setup: a virtualenv in .venv (override with ROOFWATCH_VENV) with roofwatch installed editable,
-# and for tests the Debian package `prometheus` (for promtool), installed with apt when we are
-# root or have password-less sudo.
+# and for tests the Debian packages prometheus, prometheus-alertmanager and systemd (promtool,
+# amtool, systemd-analyze), installed with apt when we are root or have password-less sudo.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -59,18 +59,23 @@ ensure_venv() {
     fi
 }
 
-ensure_promtool() {
-    command -v promtool >/dev/null 2>&1 && return 0
-    local had_service=0
+ensure_test_tools() {
+    # The tests run the real tools: promtool and prometheus (rules, scrapes), amtool (routing),
+    # systemd-analyze (the unit file). Install what is missing in one apt call.
+    local packages=() had_service=0
+    command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1 || packages+=(prometheus)
+    command -v amtool >/dev/null 2>&1 || packages+=(prometheus-alertmanager)
+    command -v systemd-analyze >/dev/null 2>&1 || packages+=(systemd)
+    [ ${#packages[@]} -eq 0 ] && return 0
     [ -e /lib/systemd/system/prometheus.service ] && had_service=1
-    if apt_install prometheus; then
-        # The package starts a Prometheus server where systemd runs; tests need only promtool.
+    if apt_install "${packages[@]}"; then
+        # The packages start servers where systemd runs; tests start their own.
         if [ "$had_service" = 0 ] && command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
-            as_root systemctl disable --now prometheus prometheus-node-exporter >/dev/null 2>&1 || true
+            as_root systemctl disable --now prometheus prometheus-node-exporter prometheus-alertmanager >/dev/null 2>&1 || true
         fi
     else
-        say "promtool is missing and cannot be installed without root: run 'sudo apt-get install prometheus'."
-        say "Tests that check the exposition with promtool will fail until then."
+        say "cannot install ${packages[*]} without root: run 'sudo apt-get install ${packages[*]}'."
+        say "Tests that need these tools will fail or be skipped until then."
     fi
 }
 
@@ -83,7 +88,7 @@ case "$cmd" in
         ;;
     test)
         ensure_venv "[test]"
-        ensure_promtool
+        ensure_test_tools
         exec "$VENV/bin/python" -m pytest "$@"
         ;;
     setup)

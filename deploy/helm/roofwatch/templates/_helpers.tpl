@@ -1,0 +1,89 @@
+{{/* Chart name, truncated to the 63 characters a label value may have. */}}
+{{- define "roofwatch.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Full name of the release's objects: the release name when it already contains the chart name. */}}
+{{- define "roofwatch.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "roofwatch.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Labels that select the agent's pods; never change them on upgrade (the selector is immutable). */}}
+{{- define "roofwatch.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "roofwatch.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "roofwatch.labels" -}}
+helm.sh/chart: {{ include "roofwatch.chart" . }}
+{{ include "roofwatch.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | quote }}
+app.kubernetes.io/component: agent
+app.kubernetes.io/part-of: roofwatch
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{- define "roofwatch.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "roofwatch.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* Where the ConfigMap is mounted; ROOFWATCH_CONFIG names the file in it. */}}
+{{- define "roofwatch.configDir" -}}/etc/roofwatch{{- end }}
+
+{{/*
+Pod securityContext: the chart's default for the chosen mode, with .Values.podSecurityContext
+merged over it.
+*/}}
+{{- define "roofwatch.podSecurityContext" -}}
+{{- $ctx := dict "seccompProfile" (dict "type" "RuntimeDefault") }}
+{{- if not .Values.podResources.enabled }}
+{{- $_ := set $ctx "runAsUser" 65534 }}
+{{- $_ := set $ctx "runAsGroup" 65534 }}
+{{- $_ := set $ctx "runAsNonRoot" true }}
+{{- end }}
+{{- toYaml (mustMergeOverwrite $ctx (deepCopy .Values.podSecurityContext)) }}
+{{- end }}
+
+{{/*
+Container securityContext. With the pod-resources socket (owned by root) the agent runs as uid 0
+with no capabilities at all; without it as nobody (65534). AMD device nodes mounted by hostPath are
+only usable from a privileged container (see values.yaml, amd.enabled). .Values.securityContext is
+merged over the result.
+*/}}
+{{- define "roofwatch.securityContext" -}}
+{{- $ctx := dict "readOnlyRootFilesystem" true "seccompProfile" (dict "type" "RuntimeDefault") }}
+{{- if .Values.amd.enabled }}
+{{- $_ := set $ctx "privileged" true }}
+{{- else }}
+{{- $_ := set $ctx "privileged" false }}
+{{- $_ := set $ctx "allowPrivilegeEscalation" false }}
+{{- $_ := set $ctx "capabilities" (dict "drop" (list "ALL")) }}
+{{- end }}
+{{- if .Values.podResources.enabled }}
+{{- $_ := set $ctx "runAsUser" 0 }}
+{{- $_ := set $ctx "runAsGroup" 0 }}
+{{- $_ := set $ctx "runAsNonRoot" false }}
+{{- else }}
+{{- $_ := set $ctx "runAsUser" 65534 }}
+{{- $_ := set $ctx "runAsGroup" 65534 }}
+{{- $_ := set $ctx "runAsNonRoot" true }}
+{{- end }}
+{{- toYaml (mustMergeOverwrite $ctx (deepCopy .Values.securityContext)) }}
+{{- end }}
