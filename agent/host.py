@@ -19,6 +19,7 @@ from typing import Protocol, Sequence
 
 import psutil
 
+from agent.attribution import process_job_id
 from agent.model import Attribution, Dtype, HostSample, WorkloadReport
 
 
@@ -50,6 +51,8 @@ class _Seen:
     cpu_s: float
     t: float
     facts: ProcessFacts
+    job_id: str | None = None
+    """Read once per process: a process never changes job."""
 
 
 class HostSource(Protocol):
@@ -67,6 +70,7 @@ class LocalHost:
     """
 
     def __init__(self, proc_root: str | Path = "/proc", min_refresh_s: float = 0.5) -> None:
+        self._proc_root = Path(proc_root)
         self._pressure = Path(proc_root) / "pressure" / "io"
         self._min_refresh_s = min_refresh_s
         self._lock = threading.Lock()
@@ -81,7 +85,16 @@ class LocalHost:
             for gone in set(self._procs) - set(pids):
                 if not self._still_wanted(gone):
                     del self._procs[gone]
-            return HostFacts(processes=processes, host=self._host_sample())
+            return HostFacts(processes=processes, host=self._host_sample(), attribution=self._attribution(pids))
+
+    def _attribution(self, pids: Sequence[int]) -> Attribution | None:
+        """The job of the GPU's first process that has one (processes of one GPU share a job)."""
+        for pid in pids:
+            entry = self._procs.get(pid)
+            job = entry.job_id if entry is not None else process_job_id(pid, self._proc_root)
+            if job is not None:
+                return Attribution(job_id=job)
+        return None
 
     def _still_wanted(self, pid: int) -> bool:
         # Another GPU may hold the same process; keep its baseline for a little while.
@@ -105,7 +118,8 @@ class LocalHost:
         if entry is not None:
             cores = max(0.0, (cpu - entry.cpu_s) / (now - entry.t))
         facts = ProcessFacts(name=name, cpu_cores=cores)
-        self._procs[pid] = _Seen(proc, cpu, now, facts)
+        job_id = entry.job_id if entry is not None else process_job_id(pid, self._proc_root)
+        self._procs[pid] = _Seen(proc, cpu, now, facts, job_id)
         return facts
 
     def _host_sample(self) -> HostSample | None:

@@ -256,8 +256,8 @@ PROCESS_SM = MetricDef(
 JOB_INFO = MetricDef(
     "roofwatch_gpu_job_info", "info", "",
     "The job holding this GPU, busy or not; join on node, gpu, uuid to group any GPU series by job_id.",
-    GPU_LABELS + ("job_id",), nvidia="— (scheduler attribution)", amd="— (scheduler attribution)",
-    virtual="scenario job",
+    GPU_LABELS + ("job_id",), nvidia="Slurm job of the GPU's processes (cgroup path, else SLURM_JOB_ID)",
+    amd="Slurm job of the GPU's processes (cgroup path, else SLURM_JOB_ID)", virtual="scenario job",
 )
 JOB_ID_MAX_LEN = 128
 """Longer job ids are cut: a label value is held in every Prometheus series index that uses it."""
