@@ -51,8 +51,6 @@ class _Seen:
     cpu_s: float
     t: float
     facts: ProcessFacts
-    job_id: str | None = None
-    """Read once per process: a process never changes job."""
 
 
 class HostSource(Protocol):
@@ -75,6 +73,9 @@ class LocalHost:
         self._min_refresh_s = min_refresh_s
         self._lock = threading.Lock()
         self._procs: dict[int, _Seen] = {}
+        self._jobs: dict[int, tuple[str | None, float]] = {}
+        """pid -> (job id or None, last asked): read once per process, misses included, since a
+        process never changes job and an invisible one (another PID namespace) stays invisible."""
         self._host: HostSample | None = None
         self._host_t = -1e18
         self._cpu_prev: tuple[float, float] | None = None
@@ -89,12 +90,17 @@ class LocalHost:
 
     def _attribution(self, pids: Sequence[int]) -> Attribution | None:
         """The job of the GPU's first process that has one (processes of one GPU share a job)."""
+        now = time.monotonic()
+        found = None
         for pid in pids:
-            entry = self._procs.get(pid)
-            job = entry.job_id if entry is not None else process_job_id(pid, self._proc_root)
-            if job is not None:
-                return Attribution(job_id=job)
-        return None
+            cached = self._jobs.get(pid)
+            job = cached[0] if cached is not None else process_job_id(pid, self._proc_root)
+            self._jobs[pid] = (job, now)
+            if job is not None and found is None:
+                found = job
+        for pid in [p for p, (_, t) in self._jobs.items() if now - t > 60.0]:
+            del self._jobs[pid]  # not reported by any GPU for a minute: gone (or its PID reused later)
+        return Attribution(job_id=found) if found is not None else None
 
     def _still_wanted(self, pid: int) -> bool:
         # Another GPU may hold the same process; keep its baseline for a little while.
@@ -118,8 +124,7 @@ class LocalHost:
         if entry is not None:
             cores = max(0.0, (cpu - entry.cpu_s) / (now - entry.t))
         facts = ProcessFacts(name=name, cpu_cores=cores)
-        job_id = entry.job_id if entry is not None else process_job_id(pid, self._proc_root)
-        self._procs[pid] = _Seen(proc, cpu, now, facts, job_id)
+        self._procs[pid] = _Seen(proc, cpu, now, facts)
         return facts
 
     def _host_sample(self) -> HostSample | None:

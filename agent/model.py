@@ -193,7 +193,8 @@ class GpuSample:
     driver_calls: NonNegativeInt | None = None
     """Vendor-library calls it took to read this sample: the agent's own cost on the GPU driver."""
     attribution: Attribution | None = None
-    """Which job holds this GPU (virtual scenario; scheduler sources come with host attribution)."""
+    """Which job holds this GPU: the Slurm job of its processes on a real node, the scenario's job
+    in the virtual fleet."""
 
 
 SAMPLE_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(GpuSample))

@@ -85,3 +85,17 @@ def test_a_gpu_process_started_by_slurm_attributes_its_gpu_to_the_job():
 def test_a_process_in_another_pid_namespace_has_no_job_and_no_error(tmp_path):
     host = LocalHost(proc_root=tmp_path)  # an empty /proc: every PID is invisible
     assert host.facts("0", [424242], 0.0).attribution is None
+
+
+def test_lookups_are_made_once_per_process_including_misses(tmp_path, monkeypatch):
+    """The collector asks every cycle; /proc is read once per PID, also for PIDs it cannot see."""
+    import agent.host as host_module
+
+    write_proc(tmp_path, 30, cgroup=CGROUP_V1)
+    reads: list[int] = []
+    real = host_module.process_job_id
+    monkeypatch.setattr(host_module, "process_job_id", lambda pid, root: reads.append(pid) or real(pid, root))
+    host = LocalHost(proc_root=tmp_path)
+    for _ in range(5):
+        assert host.facts("0", [31, 30], 0.0).attribution.job_id == "4242"  # 31 is invisible
+    assert sorted(reads) == [30, 31]
