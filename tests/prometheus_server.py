@@ -25,15 +25,19 @@ class PrometheusServer:
     about 6 s to appear: callers poll with a generous bound instead of sleeping.
     """
 
-    def __init__(self, workdir: Path, targets: list[str], *, rule_files: list[Path] = ()) -> None:
+    def __init__(self, workdir: Path, targets: list[str], *, rule_files: list[Path] = (),
+                 target_labels: dict[str, dict[str, str]] | None = None) -> None:
+        """``target_labels`` maps a target to extra labels Prometheus attaches (say, a cluster)."""
         binary = shutil.which("prometheus")
         assert binary, "the prometheus server is required (Debian package 'prometheus'; ./dev.sh test installs it)"
+        labels = target_labels or {}
+        groups = [{"targets": [t], "labels": labels.get(t, {})} for t in targets]
         config = workdir / "prometheus.yml"
         config.write_text(
             "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
             f"rule_files: {json.dumps([str(p) for p in rule_files])}\n"
             "scrape_configs:\n"
-            f"  - job_name: roofwatch\n    static_configs: [{{targets: {json.dumps(targets)}}}]\n"
+            f"  - job_name: roofwatch\n    static_configs: {json.dumps(groups)}\n"
         )
         port = free_port()
         self.base = f"http://127.0.0.1:{port}"
