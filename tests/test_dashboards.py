@@ -55,14 +55,27 @@ def test_committed_json_is_what_the_generator_writes():
     assert generate.stale_files() == [], "run: python -m dashboards.generate"
 
 
-def test_check_mode_reports_a_hand_edited_file(tmp_path):
+def test_check_mode_reports_a_hand_edited_file_and_stale_docs(tmp_path):
+    (tmp_path / "dashboards").mkdir()
+    (tmp_path / "docs").mkdir()
     for name, text in generate.render_all().items():
-        (tmp_path / name).write_text(text)
-    assert generate.stale_files(tmp_path) == []
-    edited = tmp_path / f"{node.UID}.json"
+        (tmp_path / "dashboards" / name).write_text(text)
+    docs = tmp_path / "docs" / "dashboards.md"
+    docs.write_text(generate.DOCS.read_text())
+    assert generate.stale_files(tmp_path / "dashboards", docs) == []
+    edited = tmp_path / "dashboards" / f"{node.UID}.json"
     edited.write_text(edited.read_text().replace("Roofline", "Roofline (edited)"))
-    (tmp_path / "old-dashboard.json").write_text("{}")
-    assert generate.stale_files(tmp_path) == [f"{node.UID}.json", "old-dashboard.json"]
+    (tmp_path / "dashboards" / "old-dashboard.json").write_text("{}")
+    docs.write_text(docs.read_text().replace("*Roofline* (xychart)", "*Roofline*"))
+    assert generate.stale_files(tmp_path / "dashboards", docs) == [
+        f"{node.UID}.json", "old-dashboard.json", "docs/dashboards.md"]
+
+
+def test_docs_list_every_panel_with_its_description():
+    docs = generate.DOCS.read_text()
+    for dashboard in dashboards().values():
+        for panel in panels(dashboard):
+            assert f"*{panel['title']}* ({panel['type']})" in docs
 
 
 # --- lint ----------------------------------------------------------------------------------
