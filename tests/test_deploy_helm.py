@@ -519,6 +519,7 @@ def test_generated_files_are_up_to_date(capsys):
 def test_check_reports_edited_and_outdated_files(tmp_path):
     root = tmp_path / "repo"
     shutil.copytree(REPO / "deploy", root / "deploy", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(REPO / "dashboards", root / "dashboards", ignore=lambda _, names: [n for n in names if not n.endswith(".json")])
     daemonset = root / "deploy" / "kubernetes" / "daemonset.yaml"
     daemonset.write_text(daemonset.read_text().replace("maxUnavailable: 1", "maxUnavailable: 2"))
     source = root / "deploy" / "prometheus" / "roofwatch-rules.yml"

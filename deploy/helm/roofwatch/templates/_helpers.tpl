@@ -28,12 +28,18 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 
 {{- define "roofwatch.labels" -}}
-helm.sh/chart: {{ include "roofwatch.chart" . }}
-{{ include "roofwatch.selectorLabels" . }}
-app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | quote }}
-app.kubernetes.io/component: agent
+{{ include "roofwatch.componentLabels" (dict "context" . "component" "agent") }}
+{{- end }}
+
+{{/* The standard labels with another app.kubernetes.io/component: (dict "context" . "component" "x"). */}}
+{{- define "roofwatch.componentLabels" -}}
+{{- $ctx := .context -}}
+helm.sh/chart: {{ include "roofwatch.chart" $ctx }}
+{{ include "roofwatch.selectorLabels" $ctx }}
+app.kubernetes.io/version: {{ $ctx.Values.image.tag | default $ctx.Chart.AppVersion | quote }}
+app.kubernetes.io/component: {{ .component }}
 app.kubernetes.io/part-of: roofwatch
-app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/managed-by: {{ $ctx.Release.Service }}
 {{- end }}
 
 {{- define "roofwatch.serviceAccountName" -}}
