@@ -82,6 +82,10 @@ class Settings(BaseSettings):
     stale_after_s: float | None = Field(
         None, gt=0.0, description="/healthz fails when the snapshot is older; default max(10 s, 5 intervals)."
     )
+    sysfs_root: str = Field(
+        "/sys", min_length=1, description="Where the host's sysfs is mounted: InfiniBand/RoCE counters and the "
+        "PCIe tree that maps each GPU to its nearest NIC (in a container, the host's /sys mounted read-only)."
+    )
     max_processes_per_gpu: int = Field(16, ge=0, le=1024, description="Per-process series kept per GPU (largest first).")
     scenario: str = Field("demo", min_length=1, description="Virtual backend: built-in scenario name or YAML path.")
     virtual_node: str | None = Field(None, description="Virtual backend: which scenario node this agent plays.")

@@ -5,8 +5,8 @@ their data loaders burn, I/O wait) to tell a starved GPU from a slow one. That s
 a :class:`HostSource`, so that the same backend code runs on a real node (:class:`LocalHost`,
 psutil and /proc) and on the virtual fleet (a source that reads the simulation).
 
-This is deliberately small: full process trees, Kubernetes and Slurm attribution, and NIC
-counters are separate collectors.
+This is deliberately small: full process trees and Kubernetes attribution are separate
+collectors; Slurm jobs come from agent.attribution and NIC counters from agent.infiniband.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import Protocol, Sequence
 import psutil
 
 from agent.attribution import process_job_id
+from agent.infiniband import PortMonitor
 from agent.model import Attribution, Dtype, HostSample, WorkloadReport
 
 
@@ -54,21 +55,26 @@ class _Seen:
 
 
 class HostSource(Protocol):
-    def facts(self, gpu: str, pids: Sequence[int], now: float) -> HostFacts:
-        """Host-side facts for GPU ``gpu`` whose processes are ``pids``. Must be cheap and never raise."""
+    def facts(self, gpu: str, pids: Sequence[int], now: float, *, bus_id: str | None = None) -> HostFacts:
+        """Host-side facts for GPU ``gpu`` (PCI ``bus_id``) whose processes are ``pids``.
+
+        Must be cheap and never raise."""
         ...
 
 
 class LocalHost:
-    """The real host: process names and CPU from psutil, iowait from /proc/stat, PSI from /proc/pressure.
+    """The real host: process names and CPU from psutil, iowait from /proc/stat, PSI from /proc/pressure,
+    network traffic from the InfiniBand/RoCE port nearest each GPU (sysfs).
 
     CPU per process is the delta of its (and its children's) CPU time since the previous call,
     so the first sighting of a process has no CPU figure yet. Host figures are computed at most
     once per ``min_refresh_s`` and shared by all GPUs of the cycle.
     """
 
-    def __init__(self, proc_root: str | Path = "/proc", min_refresh_s: float = 0.5) -> None:
+    def __init__(self, proc_root: str | Path = "/proc", min_refresh_s: float = 0.5, *,
+                 sysfs_root: str | Path = "/sys") -> None:
         self._proc_root = Path(proc_root)
+        self._ports = PortMonitor(sysfs_root, min_refresh_s)
         self._pressure = Path(proc_root) / "pressure" / "io"
         self._min_refresh_s = min_refresh_s
         self._lock = threading.Lock()
@@ -80,13 +86,18 @@ class LocalHost:
         self._host_t = -1e18
         self._cpu_prev: tuple[float, float] | None = None
 
-    def facts(self, gpu: str, pids: Sequence[int], now: float) -> HostFacts:
+    def facts(self, gpu: str, pids: Sequence[int], now: float, *, bus_id: str | None = None) -> HostFacts:
         with self._lock:
             processes = {pid: self._process(pid) for pid in pids}
             for gone in set(self._procs) - set(pids):
                 if not self._still_wanted(gone):
                     del self._procs[gone]
-            return HostFacts(processes=processes, host=self._host_sample(), attribution=self._attribution(pids))
+            host, attribution = self._host_sample(), self._attribution(pids)
+        self._ports.refresh()
+        port = self._ports.port_for_gpu(bus_id)
+        return HostFacts(processes=processes, host=host, attribution=attribution,
+                         net_tx_bytes_per_s=port.tx_bytes_per_s if port else None,
+                         net_rx_bytes_per_s=port.rx_bytes_per_s if port else None)
 
     def _attribution(self, pids: Sequence[int]) -> Attribution | None:
         """The job of the GPU's first process that has one (processes of one GPU share a job)."""

@@ -37,8 +37,9 @@ def open_virtual(settings: Settings) -> Backend:
 
 def open_nvml(settings: Settings) -> Backend:
     from agent.backends.nvml import NvmlBackend, load_pynvml
+    from agent.host import LocalHost
 
-    return NvmlBackend(load_pynvml(), node=settings.node_name)
+    return NvmlBackend(load_pynvml(), node=settings.node_name, host=LocalHost(sysfs_root=settings.sysfs_root))
 
 
 def open_nvml_virtual(settings: Settings) -> Backend:
