@@ -22,7 +22,7 @@ from dashboards.common import (
     dashed_series,
     datasource_variable,
     link_to,
-    merge,
+    merged,
     new_dashboard,
     organize,
     prom,
@@ -157,7 +157,7 @@ def build() -> Dashboard:
                 .with_target(prom(
                     f"(roofwatch:gpu_idle_allocated:bool{{{C}}} == 1)\n"
                     f"* on (node, gpu, uuid) group_left (job_id) roofwatch_gpu_job_info{{{C}}}\n"
-                    f"or (roofwatch:gpu_idle_allocated:bool{{{C}}} == 1)", instant=True, table=True))
+                    f"or on (node, gpu, uuid) (roofwatch:gpu_idle_allocated:bool{{{C}}} == 1)", instant=True, table=True))
                 .with_transformation(organize(
                     {"cluster": "Cluster", "node": "Node", "gpu": "GPU", "job_id": "Job"},
                     hide=("Time", "Value", "uuid", "__name__", "job", "instance"))),
@@ -175,7 +175,7 @@ def build() -> Dashboard:
                                   instant=True, table=True, ref="C"))
                 .with_target(prom(f"roofwatch_job:gpu_energy_kwh:sum_1h{{{C}}} and on (cluster, job_id) {top_jobs}",
                                   instant=True, table=True, ref="D"))
-                .with_transformation(merge())
+                .transformations(merged())
                 .with_transformation(organize(
                     {"cluster": "Cluster", "job_id": "Job", "Value #A": "Wasted GPU-hours (1h)",
                      "Value #B": "GPUs", "Value #C": "MFU", "Value #D": "Energy (1h)"}))

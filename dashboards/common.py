@@ -160,12 +160,23 @@ def organize(rename: dict[str, str], hide: Iterable[str] = ("Time",)) -> model.D
     })
 
 
-def merge(refs: str | None = None) -> model.DataTransformerConfig:
-    """Merge table results into one row per label set (optionally only the queries ``refs``)."""
-    config = model.DataTransformerConfig(id_val="merge", options={})
-    if refs:
-        config.filter_val = model.MatcherConfig(id_val="byRefId", options=f"/^({refs})$/")
-    return config
+def merged(*refs: str) -> list[model.DataTransformerConfig]:
+    """Merge table results into one row per label set: all queries, or each group of ``refs``.
+
+    Grafana's merge pairs rows on every column the frames share, and table-format results keep
+    the ``__name__`` label, which differs between metrics: left in, it splits each GPU into one
+    row per metric. So the metric name goes first (tests/test_dashboard_transforms.py runs these
+    through Grafana's own transformation code).
+    """
+    drop_name = model.DataTransformerConfig(id_val="organize", options={
+        "excludeByName": {"__name__": True}, "indexByName": {}, "renameByName": {}})
+    merges = []
+    for group in refs or (None,):
+        config = model.DataTransformerConfig(id_val="merge", options={})
+        if group:
+            config.filter_val = model.MatcherConfig(id_val="byRefId", options=f"/^({group})$/")
+        merges.append(config)
+    return [drop_name, *merges]
 
 
 # --- variables -----------------------------------------------------------------------------

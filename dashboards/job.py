@@ -22,7 +22,7 @@ from dashboards.common import (
     datasource_variable,
     job_variable,
     link_to,
-    merge,
+    merged,
     new_dashboard,
     organize,
     prom,
@@ -171,7 +171,7 @@ def build() -> Dashboard:
             .description("Each GPU of the job with its class, reason and MFU. Click a node to see its GPUs.")
             .with_target(prom(by_job(f"roofwatch_gpu_workload_reason_info{{{C}}}", J), instant=True, table=True, ref="A"))
             .with_target(prom(by_job(f"roofwatch:gpu_mfu:ratio{{{C}}}", J), instant=True, table=True, ref="B"))
-            .with_transformation(merge())
+            .transformations(merged())
             .with_transformation(organize(
                 {"node": "Node", "gpu": "GPU", "class": "Class", "detail": "Reason", "throttle": "Throttle",
                  "Value #B": "MFU"},

@@ -24,7 +24,7 @@ from dashboards.common import (
     datasource_variable,
     gpu_variable,
     link_to,
-    merge,
+    merged,
     new_dashboard,
     node_variable,
     organize,
@@ -83,8 +83,7 @@ def roofline_panel() -> xychart.Panel:
         .with_target(prom(roof_x, instant=True, table=True, ref="C"))
         .with_target(prom(roof_y, instant=True, table=True, ref="D"))
         # GPU points: intensity and FLOP/s of the same GPU in one row; roof: x and y of one corner per row.
-        .with_transformation(merge("A|B"))
-        .with_transformation(merge("C|D"))
+        .transformations(merged("A|B", "C|D"))
         # Auto mapping: in each frame the first number column is x and the next is y, so the chart
         # does not depend on the order in which the two merges leave the frames.
         .mapping(xy.SeriesMapping.AUTO)
@@ -153,7 +152,7 @@ def build() -> Dashboard:
             .with_target(prom(f'max without (source) (roofwatch_gpu_mbu_ratio{{{SEL}}})',
                               instant=True, table=True, ref="E"))
             .with_target(prom(f"roofwatch_gpu_job_info{{{SEL}}}", instant=True, table=True, ref="F"))
-            .with_transformation(merge())
+            .transformations(merged())
             .with_transformation(organize(
                 {"gpu": "GPU", "class": "Class", "detail": "Reason", "throttle": "Throttle",
                  "Value #B": "Confidence", "Value #C": "MFU (counters)", "Value #D": "MFU (workload)",
@@ -277,7 +276,7 @@ def build() -> Dashboard:
                          "for nothing.")
             .with_target(prom(f"roofwatch_gpu_process_memory_used_bytes{{{SEL}}}", instant=True, table=True, ref="A"))
             .with_target(prom(f"roofwatch_gpu_process_sm_utilization_ratio{{{SEL}}}", instant=True, table=True, ref="B"))
-            .with_transformation(merge())
+            .transformations(merged())
             .with_transformation(organize(
                 {"gpu": "GPU", "pid": "PID", "process": "Process", "Value #A": "Memory", "Value #B": "SM share"},
                 hide=("Time", "uuid", "node", "cluster", "job", "instance", "__name__")))
@@ -300,7 +299,7 @@ def build() -> Dashboard:
             .with_target(prom(f"max by (node, gpu, uuid) (roofwatch_gpu_remapped_rows_failure{{{SEL}}})"
                               f" or on (node, gpu, uuid) (roofwatch_gpu_up{{{SEL}}} * 0)",
                               instant=True, table=True, ref="D"))
-            .with_transformation(merge())
+            .transformations(merged())
             .with_transformation(organize(
                 {"gpu": "GPU", "Value #A": "XID events", "Value #B": "Uncorrectable ECC",
                  "Value #C": "Remap pending", "Value #D": "Remap failed"},
