@@ -7,12 +7,11 @@ instead of once per panel refresh.
 
 from __future__ import annotations
 
-from grafana_foundation_sdk.builders import bargauge, stat, table, timeseries
+from grafana_foundation_sdk.builders import bargauge, table
 from grafana_foundation_sdk.builders.dashboard import Dashboard, Row
 from grafana_foundation_sdk.models import common as cm
 
 from dashboards.common import (
-    BAD_HIGH_STEPS,
     DATASOURCE,
     MFU_STEPS,
     WASTED_CLASSES,
@@ -28,20 +27,15 @@ from dashboards.common import (
     prom,
     sort_desc,
     stacked,
+    stat_panel,
     steps,
+    timeseries_panel,
     unit_override,
 )
 
 UID = "roofwatch-cluster"
 C = 'cluster=~"$cluster"'
 WASTED = "|".join(WASTED_CLASSES)
-
-
-def _stat(title: str, description: str, expr: str, unit: str, *, w: int = 4) -> stat.Panel:
-    return (stat.Panel().title(title).description(description).datasource(DATASOURCE)
-            .span(w).height(4).unit(unit)
-            .with_target(prom(expr, instant=True))
-            .graph_mode(cm.BigValueGraphMode.NONE))
 
 
 def build() -> Dashboard:
@@ -59,7 +53,7 @@ def build() -> Dashboard:
 
         .with_row(Row("Efficiency now"))
         .with_panel(
-            _stat("Fleet MFU",
+            stat_panel("Fleet MFU",
                   "Model FLOPs utilisation over every GPU, idle ones counted as 0: the share of the fleet's "
                   "peak math that becomes model FLOPs. Fleets commonly sit near 11% against a practical "
                   "target of 40%. Low? Look at the class breakdown below: idle and input-starved GPUs pull "
@@ -67,7 +61,7 @@ def build() -> Dashboard:
                   f"avg(roofwatch:gpu_mfu:ratio{{{C}}})", "percentunit")
             .thresholds(MFU_STEPS).color_mode(cm.BigValueColorMode.BACKGROUND))
         .with_panel(
-            _stat("MFU of busy GPUs",
+            stat_panel("MFU of busy GPUs",
                   "MFU over GPUs that are not idle: how well the running work uses the GPUs it has. "
                   "Fleet MFU far below this means idle capacity; this one low means the jobs themselves "
                   "are inefficient (open the Job dashboard of the worst jobs below).",
@@ -75,26 +69,26 @@ def build() -> Dashboard:
                   f'(roofwatch_gpu_workload_class{{{C}, class="idle"}} == 0))', "percentunit")
             .thresholds(MFU_STEPS).color_mode(cm.BigValueColorMode.BACKGROUND))
         .with_panel(
-            _stat("GPUs",
+            stat_panel("GPUs",
                   "GPUs reporting to Prometheus. Fewer than you own means agents are down or GPUs fell off "
                   "the bus (see GPUs missing).",
                   f"count(roofwatch_gpu_info{{{C}}})", "none")
             .thresholds(steps((None, "text"))))
         .with_panel(
-            _stat("GPUs missing or down",
+            stat_panel("GPUs missing or down",
                   "GPUs an agent expects but cannot read (fell off the bus, driver error, hung call). Any "
                   "non-zero value is a hardware or driver incident: check the GpuLost alert and dmesg/XID "
                   "on that node, then drain it.",
                   f"sum(clamp_min(roofwatch_gpus_expected{{{C}}} - roofwatch_gpus_visible{{{C}}}, 0))", "none")
             .thresholds(steps((None, "green"), (1, "red"))).color_mode(cm.BigValueColorMode.BACKGROUND))
         .with_panel(
-            _stat("Idle but allocated",
+            stat_panel("Idle but allocated",
                   "GPUs that run nothing while a job or process holds them: paid for, producing nothing. "
                   "Ask the owners (table below) to release them, or set scheduler idle timeouts.",
                   f"sum(roofwatch_cluster:gpu_idle_allocated:sum{{{C}}})", "none")
             .thresholds(steps((None, "green"), (1, "orange"), (4, "red"))).color_mode(cm.BigValueColorMode.BACKGROUND))
         .with_panel(
-            _stat("GPU power now",
+            stat_panel("GPU power now",
                   "Power drawn by all GPUs (from the energy counters, 5 min rate). High power with low MFU "
                   "means energy spent on memory traffic, waiting or spinning rather than model math.",
                   f"sum(roofwatch_node:gpu_power_watts:sum_rate5m{{{C}}})", "watt")
@@ -103,51 +97,54 @@ def build() -> Dashboard:
         .with_row(Row("MFU"))
         .with_panel(
             dashed_series(
-                timeseries.Panel().title("Fleet MFU over time").datasource(DATASOURCE).span(12).height(8)
-                .description("Fleet MFU (every GPU, idle as 0) and busy-GPU MFU per cluster, against the LowMFU "
-                             "alert threshold (dashed). A drop in both means the jobs changed; a drop in fleet "
-                             "MFU only means GPUs went idle.")
-                .unit("percentunit").min(0)
+                timeseries_panel(
+                    "Fleet MFU over time",
+                    "Fleet MFU (every GPU, idle as 0) and busy-GPU MFU per cluster, against the LowMFU alert "
+                    "threshold (dashed). A drop in both means the jobs changed; a drop in fleet MFU only "
+                    "means GPUs went idle.",
+                    "percentunit", w=12, h=8).min(0)
                 .with_target(prom(f"roofwatch_cluster:gpu_mfu:avg{{{C}}}", "{{cluster}} all GPUs", ref="A"))
                 .with_target(prom(f"roofwatch_cluster:gpu_mfu_busy:avg{{{C}}}", "{{cluster}} busy GPUs", ref="B"))
                 .with_target(prom("roofwatch:alert_threshold:low_mfu_ratio", "target", ref="C")),
                 "target"))
         .with_panel(
-            timeseries.Panel().title("MFU by node").datasource(DATASOURCE).span(12).height(8)
-            .description("Average MFU of each node's GPUs (idle as 0). A node far below its peers usually "
-                         "hosts idle or starved GPUs, or a straggler: open it in the Node / GPU dashboard.")
-            .unit("percentunit").min(0)
+            timeseries_panel(
+                "MFU by node",
+                "Average MFU of each node's GPUs (idle as 0). A node far below its peers usually hosts "
+                "idle or starved GPUs, or a straggler: open it in the Node / GPU dashboard.",
+                "percentunit", w=12, h=8).min(0)
             .with_target(prom(f"roofwatch_node:gpu_mfu:avg{{{C}}}", "{{node}}")))
 
         .with_row(Row("Where the GPU-hours go"))
         .with_panel(
             class_colour_overrides(
-                timeseries.Panel().title("GPUs by class").datasource(DATASOURCE).span(12).height(8)
-                .description("How many GPUs are in each workload class; the stacked area is GPU-hours. "
-                             "Compute- and memory-bound are productive; idle, input-starved and "
-                             "communication-jittered are GPUs waiting on something else. A growing "
-                             "non-productive band is the first thing to fix.")
-                .unit("none").min(0).stacking(stacked())
+                timeseries_panel(
+                    "GPUs by class",
+                    "How many GPUs are in each workload class; the stacked area is GPU-hours. Compute- and "
+                    "memory-bound are productive; idle, input-starved and communication-jittered are GPUs "
+                    "waiting on something else. A growing non-productive band is the first thing to fix.",
+                    "none", w=12, h=8).min(0).stacking(stacked())
                 .fill_opacity(60).line_width(1)
                 .with_target(prom(f"sum by (class) (roofwatch_cluster:gpus:sum{{{C}}})", "{{class}}"))))
         .with_panel(
             class_colour_overrides(
-                timeseries.Panel().title("GPU-hours by class, trailing hour").datasource(DATASOURCE)
-                .span(12).height(8)
-                .description("GPU-hours spent in each class over the hour before each point (stacked). "
-                             "At a steady state the total equals the GPU count. Hours in idle, "
-                             "input_starved and communication_jittered are the waste to chase.")
-                .unit("h").min(0).stacking(stacked())
+                timeseries_panel(
+                    "GPU-hours by class, trailing hour",
+                    "GPU-hours spent in each class over the hour before each point (stacked). At a steady "
+                    "state the total equals the GPU count. Hours in idle, input_starved and "
+                    "communication_jittered are the waste to chase.",
+                    "h", w=12, h=8).min(0).stacking(stacked())
                 .fill_opacity(60).line_width(1)
                 .with_target(prom(f"sum by (class) (roofwatch_cluster:gpu_hours:sum_1h{{{C}}})", "{{class}}"))))
 
         .with_row(Row("Waste"))
         .with_panel(
-            timeseries.Panel().title("Idle but allocated GPUs").datasource(DATASOURCE).span(12).height(8)
-            .description("GPUs held by a job or process while running nothing. A plateau means forgotten "
-                         "notebooks or jobs stuck before their first step; each GPU here costs its full "
-                         "hourly price.")
-            .unit("none").min(0)
+            timeseries_panel(
+                "Idle but allocated GPUs",
+                "GPUs held by a job or process while running nothing. A plateau means forgotten "
+                "notebooks or jobs stuck before their first step; each GPU here costs its full hourly "
+                "price.",
+                "none", w=12, h=8).min(0)
             .with_target(prom(f"roofwatch_cluster:gpu_idle_allocated:sum{{{C}}}", "{{cluster}}")))
         .with_panel(
             column_link(
@@ -187,13 +184,14 @@ def build() -> Dashboard:
 
         .with_row(Row("Energy"))
         .with_panel(
-            timeseries.Panel().title("GPU power by node").datasource(DATASOURCE).span(12).height(8)
-            .description("Power of each node's GPUs, stacked, from the energy counters. Compare with MFU: "
-                         "power that does not rise with MFU is spent on memory traffic or spinning kernels.")
-            .unit("watt").min(0).stacking(stacked()).fill_opacity(30)
+            timeseries_panel(
+                "GPU power by node",
+                "Power of each node's GPUs, stacked, from the energy counters. Compare with MFU: power "
+                "that does not rise with MFU is spent on memory traffic or spinning kernels.",
+                "watt", w=12, h=8).min(0).stacking(stacked()).fill_opacity(30)
             .with_target(prom(f"roofwatch_node:gpu_power_watts:sum_rate5m{{{C}}}", "{{node}}")))
         .with_panel(
-            _stat("GPU energy, trailing hour",
+            stat_panel("GPU energy, trailing hour",
                   "Energy all GPUs used in the last hour. Divide by delivered work (tokens, steps) for "
                   "energy per unit of work; rising energy at flat MFU is waste.",
                   f"sum(roofwatch_cluster:gpu_energy_kwh:sum_1h{{{C}}})", "kwatth", w=4)
@@ -208,17 +206,19 @@ def build() -> Dashboard:
 
         .with_row(Row("Agents"))
         .with_panel(
-            timeseries.Panel().title("Snapshot age by node").datasource(DATASOURCE).span(12).height(7)
-            .description("Seconds since each agent's served snapshot was taken. It should stay near the "
-                         "collection interval; a climbing line means the agent's collector is stuck "
-                         "(RoofwatchAgentStale fires), and every panel above shows old numbers for that node.")
-            .unit("s").min(0)
+            timeseries_panel(
+                "Snapshot age by node",
+                "Seconds since each agent's served snapshot was taken. It should stay near the "
+                "collection interval; a climbing line means the agent's collector is stuck "
+                "(RoofwatchAgentStale fires), and every panel above shows old numbers for that node.",
+                "s", w=12, h=7).min(0)
             .with_target(prom(f"time() - roofwatch_snapshot_timestamp_seconds{{{C}}}", "{{node}}")))
         .with_panel(
-            timeseries.Panel().title("Failed GPU reads").datasource(DATASOURCE).span(12).height(7)
-            .description("Failed or timed-out GPU reads per second, by node. Persistent errors mean a "
-                         "failing GPU or driver: the GPU is marked down and its panels go blank.")
-            .unit("reqps").min(0)
+            timeseries_panel(
+                "Failed GPU reads",
+                "Failed or timed-out GPU reads per second, by node. Persistent errors mean a failing GPU "
+                "or driver: the GPU is marked down and its panels go blank.",
+                "reqps", w=12, h=7).min(0)
             .with_target(prom(f"sum by (node) (rate(roofwatch_gpu_sample_errors_total{{{C}}}[$__rate_interval]))",
                               "{{node}}")))
     )

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from grafana_foundation_sdk.builders import common as cb
+from grafana_foundation_sdk.builders import stat, timeseries
 from grafana_foundation_sdk.builders.dashboard import (
     Dashboard,
     DashboardLink,
@@ -82,6 +83,24 @@ def class_code_expr(selector: str) -> str:
     parts = [f'roofwatch_gpu_workload_class{{class="{name}", {selector}}} * {code}'
              for name, code in CLASS_CODES.items()]
     return "sum by (node, gpu) (\n  " + "\n  or ".join(parts) + "\n)"
+
+
+# --- panels --------------------------------------------------------------------------------
+
+def stat_panel(title: str, description: str, expr: str, unit: str, *, w: int = 4) -> stat.Panel:
+    """A single number (instant query), no sparkline: the value now is the point."""
+    return (stat.Panel().title(title).description(description).datasource(DATASOURCE)
+            .span(w).height(4).unit(unit).graph_mode(cm.BigValueGraphMode.NONE)
+            .with_target(prom(expr, instant=True)))
+
+
+def timeseries_panel(title: str, description: str, unit: str, *targets: Dataquery,
+                     w: int = 12, h: int = 8) -> timeseries.Panel:
+    panel = (timeseries.Panel().title(title).description(description).datasource(DATASOURCE)
+             .span(w).height(h).unit(unit))
+    for target in targets:
+        panel = panel.with_target(target)
+    return panel
 
 
 # --- field configuration -------------------------------------------------------------------

@@ -27,7 +27,9 @@ from dashboards.common import (
     organize,
     prom,
     stacked,
+    stat_panel,
     steps,
+    timeseries_panel,
     unit_override,
 )
 
@@ -37,18 +39,9 @@ J = 'cluster=~"$cluster", job_id=~"$job"'
 RANK = "{{node}} GPU {{gpu}}"
 
 
-def _stat(title: str, description: str, expr: str, unit: str, *, w: int = 4) -> stat.Panel:
-    return (stat.Panel().title(title).description(description).datasource(DATASOURCE)
-            .span(w).height(4).unit(unit).graph_mode(cm.BigValueGraphMode.NONE)
-            .with_target(prom(expr, instant=True)))
-
-
-def _ts(title: str, description: str, unit: str, *targets, w: int = 12, h: int = 8) -> timeseries.Panel:
-    panel = (timeseries.Panel().title(title).description(description).datasource(DATASOURCE)
-             .span(w).height(h).unit(unit))
-    for target in targets:
-        panel = panel.with_target(target)
-    return panel
+def _per_rank(title: str, description: str, metric: str, unit: str = "percentunit") -> timeseries.Panel:
+    """One series per GPU of the job (a rank), from a per-GPU metric joined to the job."""
+    return timeseries_panel(title, description, unit, prom(by_job(f"{metric}{{{C}}}", J), RANK))
 
 
 def build() -> Dashboard:
@@ -66,40 +59,40 @@ def build() -> Dashboard:
 
         .with_row(Row("Job now"))
         .with_panel(
-            _stat("Job MFU", "Average MFU over the job's GPUs (the workload's own figure where it reports "
+            stat_panel("Job MFU", "Average MFU over the job's GPUs (the workload's own figure where it reports "
                   "one, else the counter estimate). Below 40% for a training job is worth a profile: the "
                   "panels below say whether ranks wait on data, peers or memory.",
                   f"roofwatch_job:gpu_mfu:avg{{{J}}}", "percentunit")
             .thresholds(MFU_STEPS).color_mode(cm.BigValueColorMode.BACKGROUND))
         .with_panel(
-            _stat("GPUs", "GPUs this job holds across all nodes. Fewer than requested means ranks died or "
+            stat_panel("GPUs", "GPUs this job holds across all nodes. Fewer than requested means ranks died or "
                   "agents are down.", f"roofwatch_job:gpus:count{{{J}}}", "none")
             .thresholds(steps((None, "text"))))
         .with_panel(
-            _stat("Straggler lead", "How much more the slowest rank computes per step than the job's median "
+            stat_panel("Straggler lead", "How much more the slowest rank computes per step than the job's median "
                   "(1 - median / slowest tensor activity). Above 15% one rank paces the whole job: see "
                   "the Straggler panel for which one, and check its clocks, thermals and neighbours.",
                   f"max(roofwatch:gpu_straggler_lead:ratio{{{J}}})", "percentunit")
             .thresholds(BAD_HIGH_STEPS).color_mode(cm.BigValueColorMode.BACKGROUND))
         .with_panel(
-            _stat("Step-time jitter", "Coefficient of variation of recent step times (highest rank). Steady "
+            stat_panel("Step-time jitter", "Coefficient of variation of recent step times (highest rank). Steady "
                   "training is under 5%; above 15% steps stall on data or collectives.",
                   f"max({by_job(f'roofwatch_gpu_step_time_cv{{{C}}}', J)})", "percentunit")
             .thresholds(BAD_HIGH_STEPS).color_mode(cm.BigValueColorMode.BACKGROUND))
         .with_panel(
-            _stat("Idle GPU-hours, trailing hour", "GPU-hours the job held GPUs that ran nothing in the last "
+            stat_panel("Idle GPU-hours, trailing hour", "GPU-hours the job held GPUs that ran nothing in the last "
                   "hour. Non-zero on a running job means some ranks have no work: check its launch layout.",
                   f"sum(roofwatch_job:gpu_idle_allocated_hours:sum_1h{{{J}}})", "h")
             .thresholds(steps((None, "green"), (0.5, "orange"), (2, "red"))))
         .with_panel(
-            _stat("Energy, trailing hour", "GPU energy the job used in the last hour. With MFU it gives the "
+            stat_panel("Energy, trailing hour", "GPU energy the job used in the last hour. With MFU it gives the "
                   "energy cost of useful work; it falls when waste falls.",
                   f"sum(roofwatch_job:gpu_energy_kwh:sum_1h{{{J}}})", "kwatth")
             .thresholds(steps((None, "text"))))
 
         .with_row(Row("MFU"))
         .with_panel(dashed_series(
-            _ts("MFU: counters vs workload", "The job's MFU two ways: estimated from tensor-pipe activity "
+            timeseries_panel("MFU: counters vs workload", "The job's MFU two ways: estimated from tensor-pipe activity "
                 "(counters) and computed from the tokens/s and FLOPs per token the workload reports. "
                 "Counters well above the workload's figure mean the GPUs do math the model does not count "
                 "(recomputation, padding, redundant work); the reverse means the reported FLOPs per token "
@@ -109,7 +102,7 @@ def build() -> Dashboard:
                 prom("roofwatch:alert_threshold:low_mfu_ratio", "target", ref="C"))
             .min(0).max(1), "target"))
         .with_panel(
-            _ts("MFU by rank", "MFU of each of the job's GPUs. Ranks of a synchronous job finish the same "
+            timeseries_panel("MFU by rank", "MFU of each of the job's GPUs. Ranks of a synchronous job finish the same "
                 "work in the same step time, so their MFU should match; one rank clearly above the others "
                 "computes slower per FLOP (see Straggler).", "percentunit",
                 prom(by_job(f"roofwatch:gpu_mfu:ratio{{{C}}}", J), RANK))
@@ -117,19 +110,17 @@ def build() -> Dashboard:
 
         .with_row(Row("Jitter, skew and the straggler"))
         .with_panel(
-            _ts("Step-time jitter by rank", "Coefficient of variation of step times as each rank sees "
+            _per_rank("Step-time jitter by rank", "Coefficient of variation of step times as each rank sees "
                 "them. Spikes mean stalled steps: data loading (input-starved GPUs), a checkpoint, or a "
-                "collective waiting on a slow rank or link.", "percentunit",
-                prom(by_job(f"roofwatch_gpu_step_time_cv{{{C}}}", J), RANK))
+                "collective waiting on a slow rank or link.", "roofwatch_gpu_step_time_cv")
             .min(0).thresholds(BAD_HIGH_STEPS))
         .with_panel(
-            _ts("Communication wait by rank", "Share of time each rank's GPU has a kernel resident but idle "
+            _per_rank("Communication wait by rank", "Share of time each rank's GPU has a kernel resident but idle "
                 "(NCCL waiting on peers). The straggler waits least; everyone else waits for it. All ranks "
-                "high means the network itself is slow.", "percentunit",
-                prom(by_job(f"roofwatch_gpu_comm_wait_ratio{{{C}}}", J), RANK))
+                "high means the network itself is slow.", "roofwatch_gpu_comm_wait_ratio")
             .min(0).max(1))
         .with_panel(dashed_series(
-            _ts("Straggler lead by rank", "Per rank: 1 - the job's median tensor activity / this rank's, over "
+            timeseries_panel("Straggler lead by rank", "Per rank: 1 - the job's median tensor activity / this rank's, over "
                 "5 minutes. The rank above the dashed alert threshold is the straggler (GpuJobStraggler "
                 "fires): its GPU does the same work more slowly (throttling, a bad GPU, a noisy neighbour).",
                 "percentunit",
@@ -137,10 +128,9 @@ def build() -> Dashboard:
                 prom("roofwatch:alert_threshold:straggler_lead_ratio", "threshold", ref="B")),
             "threshold"))
         .with_panel(
-            _ts("Rank skew within a node", "1 - this rank's compute share / the busiest rank's, among the "
+            _per_rank("Rank skew within a node", "1 - this rank's compute share / the busiest rank's, among the "
                 "job's GPUs on the same node, as the agent sees it. High values on one node only point at "
-                "that node's GPUs or topology.", "percentunit",
-                prom(by_job(f"roofwatch_gpu_rank_skew_ratio{{{C}}}", J), RANK))
+                "that node's GPUs or topology.", "roofwatch_gpu_rank_skew_ratio")
             .min(0).thresholds(BAD_HIGH_STEPS))
         .with_panel(
             stat.Panel().title("Straggler").datasource(DATASOURCE).span(8).height(8)
@@ -161,7 +151,7 @@ def build() -> Dashboard:
 
         .with_row(Row("Classes and resources"))
         .with_panel(class_colour_overrides(
-            _ts("Share of the job's GPUs by class", "How the job's GPUs are classified over time (1 = all of "
+            timeseries_panel("Share of the job's GPUs by class", "How the job's GPUs are classified over time (1 = all of "
                 "them). A healthy training job is compute-bound; a band of input_starved or "
                 "communication_jittered says what to fix first.", "percentunit",
                 prom(f"roofwatch_job:gpu_class:ratio{{{J}}}", "{{class}}"))
@@ -179,7 +169,7 @@ def build() -> Dashboard:
             .override_by_name("MFU", [unit_override("percentunit")]),
             "Node", link_to("roofwatch-node", "Open node", "node")))
         .with_panel(
-            _ts("Network and NVLink traffic", "The job's bytes per second over InfiniBand/RoCE and over "
+            timeseries_panel("Network and NVLink traffic", "The job's bytes per second over InfiniBand/RoCE and over "
                 "NVLink/XGMI, summed over its GPUs. Dips that line up with jitter spikes point at the "
                 "fabric.", "Bps",
                 prom(f"sum by (direction) ({by_job(f'rate(roofwatch_gpu_network_bytes_total{{{C}}}[$__rate_interval])', J)})",
@@ -188,9 +178,8 @@ def build() -> Dashboard:
                      "nvlink {{direction}}", ref="B"))
             .min(0))
         .with_panel(
-            _ts("Power by rank", "Board power of each of the job's GPUs. The straggler often draws the most "
-                "(it computes longest) unless it is power-capped, which would explain its slowness.", "watt",
-                prom(by_job(f"roofwatch_gpu_power_watts{{{C}}}", J), RANK))
+            _per_rank("Power by rank", "Board power of each of the job's GPUs. The straggler often draws the most "
+                "(it computes longest) unless it is power-capped, which would explain its slowness.", "roofwatch_gpu_power_watts", "watt")
             .min(0))
     )
 

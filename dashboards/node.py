@@ -30,6 +30,7 @@ from dashboards.common import (
     organize,
     prom,
     steps,
+    timeseries_panel,
     unit_override,
 )
 
@@ -102,11 +103,21 @@ def roofline_panel() -> xychart.Panel:
 
 
 def _ts(title: str, description: str, unit: str, *targets, w: int = 8, h: int = 8) -> timeseries.Panel:
-    panel = (timeseries.Panel().title(title).description(description).datasource(DATASOURCE)
-             .span(w).height(h).unit(unit))
-    for target in targets:
-        panel = panel.with_target(target)
-    return panel
+    """Node panels sit three to a row."""
+    return timeseries_panel(title, description, unit, *targets, w=w, h=h)
+
+
+def _binary_timeline(title: str, description: str, metric: str,
+                     zero: tuple[str, str], one: tuple[str, str]) -> statetimeline.Panel:
+    """A 0/1 metric per GPU over time, each state named and coloured: ``(text, colour)``."""
+    return (
+        statetimeline.Panel().title(title).description(description).datasource(DATASOURCE).span(12).height(8)
+        .mappings([model.ValueMap(options={
+            "0": model.ValueMappingResult(text=zero[0], color=zero[1], index=0),
+            "1": model.ValueMappingResult(text=one[0], color=one[1], index=1)})])
+        .show_value(cm.VisibilityMode.NEVER)
+        .with_target(prom(f"{metric}{{{SEL}}}", "GPU {{gpu}}"))
+    )
 
 
 def _ratio(title: str, description: str, metric: str, *, w: int = 8) -> timeseries.Panel:
@@ -224,15 +235,10 @@ def build() -> Dashboard:
                 prom(f"roofwatch_gpu_temperature_celsius{{{SEL}}}", "GPU {{gpu}} die", ref="A"),
                 prom(f"roofwatch_gpu_memory_temperature_celsius{{{SEL}}}", "GPU {{gpu}} HBM", ref="B")))
         .with_panel(
-            statetimeline.Panel().title("Throttled").datasource(DATASOURCE).span(12).height(8)
-            .description("When a throttle reason held a busy GPU's clock below 90% of its reference clock. "
-                         "Sustained throttling lowers the compute roof: check power limits, cooling and "
-                         "the reasons panel.")
-            .mappings([model.ValueMap(options={
-                "0": model.ValueMappingResult(text="ok", color="green", index=0),
-                "1": model.ValueMappingResult(text="throttled", color="red", index=1)})])
-            .show_value(cm.VisibilityMode.NEVER)
-            .with_target(prom(f"roofwatch_gpu_throttled{{{SEL}}}", "GPU {{gpu}}")))
+            _binary_timeline(
+                "Throttled", "When a throttle reason held a busy GPU's clock below 90% of its reference clock. "
+                "Sustained throttling lowers the compute roof: check power limits, cooling and the reasons panel.",
+                "roofwatch_gpu_throttled", ("ok", "green"), ("throttled", "red")))
         .with_panel(
             _ts("Throttle reasons", "Share of time each clock-event reason held the clock down (from the "
                 "driver's exact counters). sw_power_cap/hw_power_brake: power; *_thermal: cooling; "
@@ -306,14 +312,10 @@ def build() -> Dashboard:
                 hide=("Time", "uuid", "node", "cluster", "job", "instance", "__name__")))
             .thresholds(steps((None, "green"), (1, "red"))))
         .with_panel(
-            statetimeline.Panel().title("GPU up").datasource(DATASOURCE).span(12).height(8)
-            .description("Whether the agent's last read of each GPU succeeded. Down means the GPU fell off "
-                         "the bus, the driver failed or a call hung: its other panels stop; see GpuLost.")
-            .mappings([model.ValueMap(options={
-                "0": model.ValueMappingResult(text="down", color="red", index=0),
-                "1": model.ValueMappingResult(text="up", color="green", index=1)})])
-            .show_value(cm.VisibilityMode.NEVER)
-            .with_target(prom(f"roofwatch_gpu_up{{{SEL}}}", "GPU {{gpu}}")))
+            _binary_timeline(
+                "GPU up", "Whether the agent's last read of each GPU succeeded. Down means the GPU fell off "
+                "the bus, the driver failed or a call hung: its other panels stop; see GpuLost.",
+                "roofwatch_gpu_up", ("down", "red"), ("up", "green")))
         .with_panel(
             _ts("Agent cost", "Vendor-library calls per GPU per sample and the collector's cycle time: the "
                 "agent's own overhead. Cycle time near the interval means the agent cannot keep up.",
