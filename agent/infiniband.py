@@ -190,7 +190,8 @@ def nearest_port(gpu_pci_path: tuple[str, ...], ports: list[PortReading]) -> Por
             n += 1
         return n
 
-    return max(ports, key=lambda p: (p.active, shared(p), -ports.index(p)))
+    # max() keeps the first of equals, so ties go to the first port in sysfs order.
+    return max(ports, key=lambda p: (p.active, shared(p)))
 
 
 def gpu_pci_path(sysfs: str | Path, bus_id: str) -> tuple[str, ...]:

@@ -18,7 +18,7 @@ from dashboards import node
 from tests import test_dashboards
 from tests.grafana_frames import NodeMissing, ensure_installed, panel_frames, run_transformations, table_frames
 from tests.prometheus_server import PrometheusServer
-from tests.test_dashboards import VIEWS, dashboards, panels, run_target, substitute
+from tests.test_dashboards import VIEWS, dashboards, panels, run_target, substitute, until_no_problems
 
 fleet = test_dashboards.fleet
 """The four agents and Prometheus of test_dashboards (a fixture; this module gets its own)."""
@@ -72,20 +72,6 @@ def describe(frames: list[dict], rows: int = 6) -> str:
         for i in range(min(length, rows)):
             lines.append(f"    {[f['values'][i] for f in frame['fields']]}")
     return "\n".join(lines)
-
-
-def until_no_problems(check, ready, timeout: float = 90, settle: float = 10) -> list[str]:
-    """Run ``check`` until it finds nothing wrong (the fleet and the rules need a few seconds), or
-    until ``timeout``, or ``settle`` seconds after ``ready()`` first said every query has data: a
-    problem that outlasts that is in the panel, not in the warm-up."""
-    deadline = time.monotonic() + timeout
-    while True:
-        problems = check()
-        if not problems or time.monotonic() > deadline:
-            return problems
-        if ready():
-            deadline = min(deadline, time.monotonic() + settle)
-        time.sleep(1)
 
 
 def every_query_has_data(seen: dict[str, list[dict]]) -> bool:

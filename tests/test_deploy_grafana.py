@@ -235,45 +235,37 @@ def test_the_release_record_fits_helm_s_secret(dashboards):
 # -- edge cases of the template, on a copy of the chart with made-up dashboards ------------------------------
 
 
-AWKWARD = {
-    "no-final-newline.json": b'{"title": "x"}',
-    "two-final-newlines.json": b'{\n  "title": "x"\n}\n\n',
-    "crlf.json": b'{\r\n  "title": "x"\r\n}\r\n',
-    "line-separator.json": '{"title": "a\u2028b\u2029 \ufeff"}\n'.encode(),
-    "leading-space.json": b'  {"title": "x"}\n',
+YAML_LOOKALIKES = {
     "yaml-lookalikes.json": b'{\n  "a": "--- # &anchor *alias !!tag {{ helm }} \\" \' \\t\tx"\n}\n',
-    "non-ascii.json": '{\n  "title": "GPU — ünïcode 日本 😀 <&>"\n}\n'.encode(),
     "document-markers.json": b'[\n---\n...\n# not a comment\n]\n',
 }
+"""JSON text that YAML would misread outside a literal block."""
 
 
-def test_any_json_text_survives_the_render_byte_for_byte(tmp_path):
-    chart = chart_holding(tmp_path, AWKWARD)
+def test_yaml_lookalikes_survive_the_render_and_kustomize_byte_for_byte(tmp_path):
+    """Go's YAML (kustomize, the API server) reads the literal blocks exactly as Helm wrote them."""
+    chart = chart_holding(tmp_path / "chart", YAML_LOOKALIKES)
     rendered = sync.render_chart(ENABLED, chart_dir=chart)["grafana-dashboards.yaml"]
-    configmaps = dashboard_configmaps(sync.objects({"grafana-dashboards.yaml": rendered}))
-    got = dict(payload(c) for c in configmaps)
-    assert {k: v.encode() for k, v in got.items()} == AWKWARD
-    # The readable form (a literal block) is used where it is exact, and only there.
-    assert "non-ascii.json: |\n" in rendered and "yaml-lookalikes.json: |\n" in rendered
-    assert "crlf.json: \"" in rendered and "two-final-newlines.json: \"" in rendered
-
-
-def test_any_json_text_survives_kustomize_byte_for_byte(tmp_path):
-    """Go's YAML (kustomize, the API server) reads the escapes and literal blocks the same way."""
-    chart = chart_holding(tmp_path / "chart", AWKWARD)
-    rendered = sync.render_chart(ENABLED, chart_dir=chart)["grafana-dashboards.yaml"]
+    got = dict(payload(c) for c in dashboard_configmaps(sync.objects({"grafana-dashboards.yaml": rendered})))
+    assert {k: v.encode() for k, v in got.items()} == YAML_LOOKALIKES
     directory = tmp_path / "overlay"
     directory.mkdir()
     (directory / "dashboards.yaml").write_text(rendered, encoding="utf-8")
     (directory / "kustomization.yaml").write_text("resources: [dashboards.yaml]\n")
     got = dict(payload(o) for o in kustomize_build(directory))
-    assert {k: v.encode() for k, v in got.items()} == AWKWARD
+    assert {k: v.encode() for k, v in got.items()} == YAML_LOOKALIKES
 
 
-@pytest.mark.parametrize("char", ["\x7f", "\u0085", "\u0090"], ids=["DEL", "NEL", "C1"])
-def test_characters_yaml_does_not_keep_fail_the_render_naming_the_file(tmp_path, char):
-    chart = chart_holding(tmp_path, {"control.json": f'{{"title": "a{char}b"}}\n'.encode()})
-    with pytest.raises(helm.HelmRenderError, match=r"control\.json: holds DEL, a C1 control character"):
+@pytest.mark.parametrize("content", [
+    b'{"title": "x"}',                       # no final newline
+    b'{\n  "title": "x"\n}\n\n',             # two
+    b'{\r\n  "title": "x"\r\n}\r\n',          # CRLF
+    b'  {"title": "x"}\n',                   # leading whitespace
+    '{"title": "GPU \u2014 \u00fc"}\n'.encode(),  # non-ASCII
+], ids=["no-newline", "two-newlines", "crlf", "leading-space", "non-ascii"])
+def test_a_file_the_generator_would_not_write_fails_the_render_naming_it(tmp_path, content):
+    chart = chart_holding(tmp_path, {"odd.json": content})
+    with pytest.raises(helm.HelmRenderError, match=r"odd\.json: not as dashboards/generate\.py writes it"):
         sync.render_chart(ENABLED, chart_dir=chart)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -155,7 +156,6 @@ def test_monitor_maps_gpus_to_their_port_and_forgets_removed_ports(sysfs):
     assert monitor.port_for_gpu(NVML_BUS_IDS["gpu1"]).tx_bytes == 1000.0
     assert monitor.port_for_gpu(NVML_BUS_IDS["gpu0"]).tx_bytes == 0.0
     assert monitor.port_for_gpu(None) is None
-    import shutil
     shutil.rmtree(sysfs.root / "class" / "infiniband" / "mlx5_1")
     assert {p.device for p in monitor.refresh(now=3.0)} == {"mlx5_0"}
     assert monitor.port_for_gpu(NVML_BUS_IDS["gpu1"]).device == "mlx5_0", "the next nearest port now"
