@@ -55,10 +55,24 @@ class _Seen:
 
 
 class HostSource(Protocol):
-    def facts(self, gpu: str, pids: Sequence[int], now: float, *, bus_id: str | None = None) -> HostFacts:
-        """Host-side facts for GPU ``gpu`` (PCI ``bus_id``) whose processes are ``pids``.
+    def facts(self, gpu: str, pids: Sequence[int], now: float, *, bus_id: str | None = None,
+              uuid: str | None = None) -> HostFacts:
+        """Host-side facts for GPU ``gpu`` (PCI ``bus_id``, ``uuid``) whose processes are ``pids``.
 
         Must be cheap and never raise."""
+        ...
+
+
+class WorkloadSource(Protocol):
+    """Where a GPU's workload report comes from: the job's client calls, or an inference server.
+
+    Answers from memory (whatever was received or scraped in the background), so a collection
+    cycle never waits on a job or a server.
+    """
+
+    def report_for(self, *, gpu: str, uuid: str | None, pids: Sequence[int], now: float) -> WorkloadReport | None:
+        """The latest fresh report for GPU ``gpu`` (``uuid``) whose processes are ``pids`` (host PIDs),
+        or None; ``now`` is wall-clock time. Must be cheap and never raise."""
         ...
 
 
@@ -86,7 +100,8 @@ class LocalHost:
         self._host_t = -1e18
         self._cpu_prev: tuple[float, float] | None = None
 
-    def facts(self, gpu: str, pids: Sequence[int], now: float, *, bus_id: str | None = None) -> HostFacts:
+    def facts(self, gpu: str, pids: Sequence[int], now: float, *, bus_id: str | None = None,
+              uuid: str | None = None) -> HostFacts:
         with self._lock:
             processes = {pid: self._process(pid) for pid in pids}
             for gone in set(self._procs) - set(pids):

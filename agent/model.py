@@ -82,6 +82,10 @@ class WorkloadReport:
     tokens_per_s: NonNegative | None = None
     flops_per_token: NonNegative | None = None
     model_bytes: NonNegative | None = None
+    dtype: Dtype | None = None
+    """Math precision the job runs its matrix math in (picks the peak its MFU is measured against)."""
+    source: Literal["client", "vllm", "sglang", "tgi"] | None = None
+    """Where the report came from: the job's own client calls, or an inference server's metrics."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

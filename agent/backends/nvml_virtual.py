@@ -27,7 +27,8 @@ class SimulatedHost:
     def __init__(self, library: Any) -> None:
         self._library = library
 
-    def facts(self, gpu: str, pids: Sequence[int], now: float, *, bus_id: str | None = None) -> HostFacts:
+    def facts(self, gpu: str, pids: Sequence[int], now: float, *, bus_id: str | None = None,
+              uuid: str | None = None) -> HostFacts:
         sample = self._library.latest_sample(gpu)
         if sample is None:
             return HostFacts(processes={})

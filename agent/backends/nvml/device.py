@@ -337,7 +337,8 @@ class NvmlDevice:
 
     def _host_facts(self, pids: dict[int, int | None] | None, now: float) -> HostFacts:
         try:
-            return self._host.facts(self.gpu, list(pids or ()), now, bus_id=self.info.pci_bus_id)
+            return self._host.facts(self.gpu, list(pids or ()), now, bus_id=self.info.pci_bus_id,
+                                   uuid=self.info.uuid)
         except Exception as exc:  # noqa: BLE001 - host facts are extras; never fail a GPU over them
             log.debug("host facts for GPU %s failed: %s", self.gpu, exc)
             return HostFacts(processes={})
