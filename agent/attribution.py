@@ -1,19 +1,49 @@
-"""Which scheduler job a GPU process belongs to, read from /proc: Slurm first, as its job id.
+"""Which scheduler job a GPU process belongs to, and which GPUs that job was given, read from /proc.
 
-The cgroup path is world-readable and set by slurmd for every task, so it works for other
-users' processes without privileges; the environment (SLURM_JOB_ID) covers setups without
+Slurm first: the cgroup path is world-readable and set by slurmd for every task, so it works for
+other users' processes without privileges (v1 paths also carry the job owner's uid); the
+environment (``SLURM_JOB_ID``, ``SLURM_JOB_USER``, ``SLURM_JOB_PARTITION``) covers setups without
 Slurm's cgroup plugin but is only readable for our own user or with CAP_SYS_PTRACE +
-CAP_DAC_READ_SEARCH (docs/deploy.md). Failures mean "unknown", never an error: a process may
-exit between NVML listing it and us reading its files.
+CAP_DAC_READ_SEARCH (docs/deploy.md).
+
+The environment also says which GPUs the job holds, including GPUs it never launched a kernel
+on: ``SLURM_JOB_GPUS``/``SLURM_STEP_GPUS`` (node-global indices), and the visible-device lists
+``CUDA_VISIBLE_DEVICES``, ``NVIDIA_VISIBLE_DEVICES``, ``ROCR_VISIBLE_DEVICES``,
+``HIP_VISIBLE_DEVICES``. UUIDs there are global; plain indices are not (inside a container or a
+Slurm step with constrained devices they count from 0 over what the process can see), so
+indices from those lists are trusted only for processes outside Slurm and outside containers.
+
+Failures mean "unknown", never an error: a process may exit between the driver listing it and
+us reading its files.
 """
 
 from __future__ import annotations
 
+import pwd
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 _SLURM_JOB_IN_PATH = re.compile(r"/job_(\d+)(?:/|$)")
-_ENV_KEYS = (b"SLURM_JOB_ID=", b"SLURM_JOBID=")
+_SLURM_UID_IN_PATH = re.compile(r"/uid_(\d+)(?:/|$)")
+_CONTAINER_IN_PATH = re.compile(r"kubepods|docker|containerd|crio|libpod")
+_JOB_KEYS = ("SLURM_JOB_ID", "SLURM_JOBID")
+_GLOBAL_INDEX_KEYS = ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS")
+_VISIBLE_KEYS = ("NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")
+MAX_VISIBLE = 64
+"""Longest device list taken from an environment (a node has at most a few dozen GPUs)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessJob:
+    """What /proc says about one GPU process's job. ``None`` means unknown."""
+
+    job_id: str | None = None
+    user: str | None = None
+    partition: str | None = None
+    gpus: tuple[str, ...] = ()
+    """GPUs the job holds: ``uuid:<UUID>`` or ``index:<n>`` (node-global index) references."""
+    in_container: bool = False
 
 
 def slurm_job_from_cgroup(text: str) -> str | None:
@@ -32,27 +62,80 @@ def slurm_job_from_cgroup(text: str) -> str | None:
     return None
 
 
+def slurm_uid_from_cgroup(text: str) -> int | None:
+    """The job owner's uid in a v1 Slurm cgroup path (``/slurm/uid_1000/job_…``); v2 paths carry none."""
+    for line in text.splitlines():
+        path = line.split(":", 2)[-1]
+        if "slurm" in path and (match := _SLURM_UID_IN_PATH.search(path)):
+            return int(match.group(1))
+    return None
+
+
+def parse_environ(raw: bytes) -> dict[str, str]:
+    """A NUL-separated ``/proc/<pid>/environ``, keeping only the keys attribution reads."""
+    wanted = set(_JOB_KEYS + _GLOBAL_INDEX_KEYS + _VISIBLE_KEYS + ("SLURM_JOB_USER", "SLURM_JOB_PARTITION"))
+    env = {}
+    for entry in raw.split(b"\0"):
+        key, sep, value = entry.partition(b"=")
+        if sep and key.decode("ascii", "replace") in wanted:
+            env[key.decode("ascii")] = value.decode("utf-8", "replace").strip()
+    return env
+
+
 def slurm_job_from_environ(raw: bytes) -> str | None:
     """SLURM_JOB_ID (or the older SLURM_JOBID) from a NUL-separated ``/proc/<pid>/environ``."""
-    for entry in raw.split(b"\0"):
-        for key in _ENV_KEYS:
-            if entry.startswith(key):
-                value = entry[len(key):].decode("ascii", "replace").strip()
-                if value:
-                    return value
-    return None
+    env = parse_environ(raw)
+    return next((env[key] for key in _JOB_KEYS if env.get(key)), None)
+
+
+def _device_list(value: str) -> list[str]:
+    items = [item.strip() for item in value.split(",") if item.strip()]
+    return items[:MAX_VISIBLE]
+
+
+def job_gpus(env: dict[str, str], *, trust_indices: bool) -> tuple[str, ...]:
+    """GPU references a process's environment names (see the module docstring for which to trust)."""
+    refs: list[str] = []
+    for key in _GLOBAL_INDEX_KEYS:
+        if env.get(key):
+            refs += [f"index:{item}" for item in _device_list(env[key]) if item.isdigit()]
+            break
+    for key in _VISIBLE_KEYS:
+        for item in _device_list(env.get(key, "")):
+            if item.upper().startswith(("GPU-", "MIG-")):
+                refs.append(f"uuid:{item.upper()}")
+            elif item.isdigit() and trust_indices and not any(r.startswith("index:") for r in refs):
+                refs.append(f"index:{item}")
+    return tuple(dict.fromkeys(refs))
+
+
+def _user_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+def process_job(pid: int, proc_root: Path = Path("/proc")) -> ProcessJob:
+    """The scheduler job of process ``pid`` and the GPUs it holds; empty when unknown."""
+    base = proc_root / str(pid)
+    try:
+        cgroup = (base / "cgroup").read_text(errors="replace")
+    except OSError:
+        cgroup = ""
+    try:
+        env = parse_environ((base / "environ").read_bytes())
+    except OSError:  # gone, another PID namespace, or another user's without the capabilities
+        env = {}
+    job = slurm_job_from_cgroup(cgroup) or next((env[k] for k in _JOB_KEYS if env.get(k)), None)
+    uid = slurm_uid_from_cgroup(cgroup)
+    user = env.get("SLURM_JOB_USER") or (_user_name(uid) if uid is not None else None)
+    in_container = bool(_CONTAINER_IN_PATH.search(cgroup))
+    gpus = job_gpus(env, trust_indices=job is None and not in_container)
+    return ProcessJob(job_id=job, user=user if job else None, partition=env.get("SLURM_JOB_PARTITION") if job else None,
+                      gpus=gpus, in_container=in_container)
 
 
 def process_job_id(pid: int, proc_root: Path = Path("/proc")) -> str | None:
     """The scheduler job of process ``pid``, or None when it has none or we cannot tell."""
-    base = proc_root / str(pid)
-    try:
-        job = slurm_job_from_cgroup((base / "cgroup").read_text(errors="replace"))
-    except OSError:
-        job = None
-    if job is not None:
-        return job
-    try:
-        return slurm_job_from_environ((base / "environ").read_bytes())
-    except OSError:  # gone, another PID namespace, or another user's without the capabilities
-        return None
+    return process_job(pid, proc_root).job_id

@@ -1,33 +1,35 @@
 """What a node tells us outside the GPU driver: who the GPU processes are and how the host is doing.
 
-Vendor backends read the GPU; the classifier also needs the host side (process names, the CPU
-their data loaders burn, I/O wait) to tell a starved GPU from a slow one. That side comes from
-a :class:`HostSource`, so that the same backend code runs on a real node (:class:`LocalHost`,
-psutil and /proc) and on the virtual fleet (a source that reads the simulation).
+Vendor backends read the GPU; the classifier also needs the host side (process trees, the CPU
+their data loaders burn, I/O and CPU pressure, the NIC, the job's own reports) to tell a starved
+GPU from a slow one, and the exporters need to know whose GPU it is. That side comes from a
+:class:`HostSource`, so that the same backend code runs on a real node (:class:`LocalHost`)
+and on the virtual fleet (a source that reads the simulation).
 
-This is deliberately small: full process trees and Kubernetes attribution are separate
-collectors; Slurm jobs come from agent.attribution and NIC counters from agent.infiniband.
+:class:`LocalHost` only composes; each signal has its own module: process trees
+(agent.processes), node CPU/PSI (agent.node_stats), Slurm and visible devices
+(agent.attribution), Kubernetes (agent.kubelet), NIC counters (agent.infiniband), and workload
+reports (agent.reports, agent.inference) behind :class:`WorkloadSource`.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Protocol, Sequence
+from typing import Callable, Protocol, Sequence
 
-import psutil
-
-from agent.attribution import process_job_id
-from agent.infiniband import PortMonitor
+from agent.attribution import ProcessJob, process_job
+from agent.infiniband import CONGESTION_COUNTERS, RETRANSMIT_COUNTERS, PortMonitor, PortTotals
 from agent.model import Attribution, Dtype, HostSample, WorkloadReport
+from agent.node_stats import NodeStats
+from agent.processes import ProcessFacts, ProcessTracker
 
+__all__ = ["HostFacts", "HostSource", "LocalHost", "PodLookup", "ProcessFacts", "WorkloadSource"]
 
-@dataclass(frozen=True, slots=True)
-class ProcessFacts:
-    name: str | None = None
-    cpu_cores: float | None = None
+PROCESS_MEMORY_S = 60.0
+"""How long a process's job lookup and baselines are kept after no GPU lists it any more."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,20 +40,13 @@ class HostFacts:
     host: HostSample | None = None
     net_tx_bytes_per_s: float | None = None
     net_rx_bytes_per_s: float | None = None
+    net_congestion_per_s: float | None = None
+    net_retransmits_per_s: float | None = None
+    net_link_downs: int | None = None
     workload: WorkloadReport | None = None
     dtype: Dtype | None = None
     attribution: Attribution | None = None
     """Which job holds the GPU: scheduler knowledge lives on the host side, not in the driver."""
-
-
-@dataclass(slots=True)
-class _Seen:
-    """A process's CPU-time baseline and the answer computed from it."""
-
-    proc: psutil.Process
-    cpu_s: float
-    t: float
-    facts: ProcessFacts
 
 
 class HostSource(Protocol):
@@ -76,126 +71,114 @@ class WorkloadSource(Protocol):
         ...
 
 
-class LocalHost:
-    """The real host: process names and CPU from psutil, iowait from /proc/stat, PSI from /proc/pressure,
-    network traffic from the InfiniBand/RoCE port nearest each GPU (sysfs).
+class PodLookup(Protocol):
+    """Kubernetes pods by device id (agent.kubelet.PodResourcesCache): answers from memory."""
 
-    CPU per process is the delta of its (and its children's) CPU time since the previous call,
-    so the first sighting of a process has no CPU figure yet. Host figures are computed at most
-    once per ``min_refresh_s`` and shared by all GPUs of the cycle.
-    """
+    def pod_for(self, *device_ids: str | None) -> object | None:
+        """A PodRef-like object with ``namespace``, ``pod`` and ``container``, or None."""
+        ...
+
+
+PodFromPid = Callable[[int], object | None]
+"""Fallback pod lookup by a process's cgroup (agent.kubelet.pod_from_cgroup bound to a /proc root)."""
+
+
+class LocalHost:
+    """The real host. Figures shared by all GPUs (node stats, NIC ports) are read at most once per
+    ``min_refresh_s``; per-process rates are deltas since the previous read of that process."""
 
     def __init__(self, proc_root: str | Path = "/proc", min_refresh_s: float = 0.5, *,
-                 sysfs_root: str | Path = "/sys") -> None:
+                 sysfs_root: str | Path = "/sys", workloads: Sequence[WorkloadSource] = (),
+                 pods: PodLookup | None = None, pod_from_pid: PodFromPid | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._proc_root = Path(proc_root)
+        self._clock = clock
         self._ports = PortMonitor(sysfs_root, min_refresh_s)
-        self._pressure = Path(proc_root) / "pressure" / "io"
-        self._min_refresh_s = min_refresh_s
+        self._stats = NodeStats(proc_root, min_refresh_s=min_refresh_s, clock=clock)
+        self._tracker = ProcessTracker(proc_root, cgroup_root=Path(sysfs_root) / "fs" / "cgroup",
+                                       min_refresh_s=min_refresh_s, clock=clock)
+        self._workloads = tuple(workloads)
+        self._pods = pods
+        self._pod_from_pid = pod_from_pid
         self._lock = threading.Lock()
-        self._procs: dict[int, _Seen] = {}
-        self._jobs: dict[int, tuple[str | None, float]] = {}
-        """pid -> (job id or None, last asked): read once per process, misses included, since a
-        process never changes job and an invisible one (another PID namespace) stays invisible."""
-        self._host: HostSample | None = None
-        self._host_t = -1e18
-        self._cpu_prev: tuple[float, float] | None = None
+        self._jobs: dict[int, tuple[ProcessJob, float]] = {}
+        """pid -> (its job, last asked): read once per process, misses included, since a process
+        never changes job and an invisible one (another PID namespace) stays invisible."""
+        self._pod_of_pid: dict[int, object | None] = {}
 
     def facts(self, gpu: str, pids: Sequence[int], now: float, *, bus_id: str | None = None,
               uuid: str | None = None) -> HostFacts:
         with self._lock:
-            processes = {pid: self._process(pid) for pid in pids}
-            for gone in set(self._procs) - set(pids):
-                if not self._still_wanted(gone):
-                    del self._procs[gone]
-            host, attribution = self._host_sample(), self._attribution(pids)
+            processes = {pid: self._tracker.facts(pid) for pid in pids}
+            self._tracker.forget(set(pids), PROCESS_MEMORY_S)
+            attribution = self._attribution(gpu, uuid, bus_id, pids)
+        host = self._stats.sample()
         self._ports.refresh()
         port = self._ports.port_for_gpu(bus_id)
-        return HostFacts(processes=processes, host=host, attribution=attribution,
-                         net_tx_bytes_per_s=port.tx_bytes_per_s if port else None,
-                         net_rx_bytes_per_s=port.rx_bytes_per_s if port else None)
+        workload = self._workload(gpu, uuid, pids, now)
+        if workload is not None and workload.job and (attribution is None or attribution.job_id is None):
+            attribution = replace(attribution or Attribution(), job_id=workload.job)
+        return HostFacts(processes=processes, host=host, attribution=attribution, workload=workload,
+                         dtype=workload.dtype if workload is not None else None, **_port_facts(port))
 
-    def _attribution(self, pids: Sequence[int]) -> Attribution | None:
-        """The job of the GPU's first process that has one (processes of one GPU share a job)."""
-        now = time.monotonic()
-        found = None
-        for pid in pids:
-            cached = self._jobs.get(pid)
-            job = cached[0] if cached is not None else process_job_id(pid, self._proc_root)
-            self._jobs[pid] = (job, now)
-            if job is not None and found is None:
-                found = job
-        for pid in [p for p, (_, t) in self._jobs.items() if now - t > 60.0]:
-            del self._jobs[pid]  # not reported by any GPU for a minute: gone (or its PID reused later)
-        return Attribution(job_id=found) if found is not None else None
-
-    def _still_wanted(self, pid: int) -> bool:
-        # Another GPU may hold the same process; keep its baseline for a little while.
-        entry = self._procs.get(pid)
-        return entry is not None and time.monotonic() - entry.t < 60.0
-
-    def _process(self, pid: int) -> ProcessFacts:
-        now = time.monotonic()
-        entry = self._procs.get(pid)
-        if entry is not None and now - entry.t < self._min_refresh_s:
-            return entry.facts  # asked again within the cycle (a process on several GPUs): same answer
-        try:
-            proc = entry.proc if entry else psutil.Process(pid)
-            with proc.oneshot():
-                name = proc.name()
-                cpu = _cpu_seconds(proc)
-        except (psutil.Error, OSError):
-            self._procs.pop(pid, None)
-            return ProcessFacts()  # not visible from here (another PID namespace) or already gone
-        cores = None
-        if entry is not None:
-            cores = max(0.0, (cpu - entry.cpu_s) / (now - entry.t))
-        facts = ProcessFacts(name=name, cpu_cores=cores)
-        self._procs[pid] = _Seen(proc, cpu, now, facts)
-        return facts
-
-    def _host_sample(self) -> HostSample | None:
-        now = time.monotonic()
-        if now - self._host_t < self._min_refresh_s:
-            return self._host
-        self._host_t = now
-        iowait = None
-        times = psutil.cpu_times()
-        total = sum(times)
-        wait = getattr(times, "iowait", None)
-        if wait is not None and self._cpu_prev is not None and total > self._cpu_prev[0]:
-            iowait = min(1.0, max(0.0, (wait - self._cpu_prev[1]) / (total - self._cpu_prev[0])))
-        if wait is not None:
-            self._cpu_prev = (total, wait)
-        self._host = HostSample(cpu_iowait_ratio=iowait, io_pressure_ratio=read_io_pressure(self._pressure))
-        return self._host
-
-
-def _cpu_seconds(proc: psutil.Process) -> float:
-    """CPU seconds of the process and its live children (data-loader workers are children)."""
-    t = proc.cpu_times()
-    total = t.user + t.system
-    for child in proc.children(recursive=True):
-        try:
-            c = child.cpu_times()
-        except (psutil.Error, OSError):
-            continue
-        total += c.user + c.system
-    return total
-
-
-def read_io_pressure(path: Path) -> float | None:
-    """PSI ``some avg10`` of /proc/pressure/io as a ratio; None where the kernel has no PSI."""
-    try:
-        text = path.read_text()
-    except OSError:
+    def _workload(self, gpu: str, uuid: str | None, pids: Sequence[int], now: float) -> WorkloadReport | None:
+        for source in self._workloads:
+            try:
+                report = source.report_for(gpu=gpu, uuid=uuid, pids=pids, now=now)
+            except Exception:  # noqa: BLE001 - a report is an extra; never lose a GPU sample over it
+                report = None
+            if report is not None:
+                return report
         return None
-    for line in text.splitlines():
-        if line.startswith("some "):
-            for item in line.split()[1:]:
-                key, _, value = item.partition("=")
-                if key == "avg10":
-                    try:
-                        return min(1.0, max(0.0, float(value) / 100.0))
-                    except ValueError:
-                        return None
-    return None
+
+    # -- attribution ----------------------------------------------------------------------------
+
+    def _job(self, pid: int, t: float) -> ProcessJob:
+        cached = self._jobs.get(pid)
+        job = cached[0] if cached is not None else process_job(pid, self._proc_root)
+        self._jobs[pid] = (job, t)
+        return job
+
+    def _attribution(self, gpu: str, uuid: str | None, bus_id: str | None, pids: Sequence[int]) -> Attribution | None:
+        """The job of the GPU's first process that has one; else the job whose environment names this
+        GPU (allocated but unused); plus its pod from the kubelet, else from the process's cgroup."""
+        t = self._clock()
+        jobs = [self._job(pid, t) for pid in pids]
+        for pid in [p for p, (_, seen) in self._jobs.items() if t - seen > PROCESS_MEMORY_S]:
+            del self._jobs[pid]  # not reported by any GPU for a minute: gone (or its PID reused later)
+            self._pod_of_pid.pop(pid, None)
+        job = next((j for j in jobs if j.job_id is not None), None)
+        if job is None:
+            refs = {f"index:{gpu}"} | ({f"uuid:{uuid.upper()}"} if uuid else set())
+            job = next((j for j, _ in self._jobs.values() if refs & set(j.gpus)), None)
+        pod = self._pods.pod_for(uuid, bus_id) if self._pods is not None else None
+        if pod is None and self._pod_from_pid is not None:
+            pod = next((p for pid in pids if (p := self._pod_from(pid)) is not None), None)
+        if job is None and pod is None:
+            return None
+        return Attribution(
+            job_id=job.job_id if job else None, user=job.user if job else None,
+            partition=job.partition if job else None, namespace=getattr(pod, "namespace", None),
+            pod=getattr(pod, "pod", None), container=getattr(pod, "container", None))
+
+    def _pod_from(self, pid: int) -> object | None:
+        if pid not in self._pod_of_pid:
+            try:
+                self._pod_of_pid[pid] = self._pod_from_pid(pid) if self._pod_from_pid else None
+            except Exception:  # noqa: BLE001 - a fallback; unknown is fine
+                self._pod_of_pid[pid] = None
+        return self._pod_of_pid[pid]
+
+
+def _port_facts(port: PortTotals | None) -> dict[str, float | int | None]:
+    if port is None:
+        return {}
+    rates = port.event_rates
+    congestion = [rates[n] for n in CONGESTION_COUNTERS if n in rates]
+    retransmits = [rates[n] for n in RETRANSMIT_COUNTERS if n in rates]
+    return {
+        "net_tx_bytes_per_s": port.tx_bytes_per_s, "net_rx_bytes_per_s": port.rx_bytes_per_s,
+        "net_congestion_per_s": sum(congestion) if congestion else None,
+        "net_retransmits_per_s": sum(retransmits) if retransmits else None,
+        "net_link_downs": int(port.event_deltas["link_downed"]) if "link_downed" in port.event_deltas else None,
+    }

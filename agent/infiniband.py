@@ -49,6 +49,10 @@ HW_COUNTERS = (
     "roce_adp_retrans",
 )
 """RoCE congestion and retransmit counters from ``hw_counters/`` (mlx5 names)."""
+CONGESTION_COUNTERS = ("np_ecn_marked_roce_packets", "rp_cnp_handled")
+"""Congestion notifications: packets the switches ECN-marked on arrival, CNPs that slowed our sender."""
+RETRANSMIT_COUNTERS = ("out_of_sequence", "packet_seq_err", "local_ack_timeout_err", "roce_adp_retrans")
+"""Lost or reordered packets that made the sender go back (each costs a timeout or a resend)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +84,10 @@ class PortTotals:
     rx_bytes_per_s: float | None
     events: dict[str, float]
     """Totals of ERROR_COUNTERS and HW_COUNTERS the port has (absent ones are left out)."""
+    event_deltas: dict[str, int] = field(default_factory=dict)
+    """How much each of those counters grew since the previous read (empty on the first read)."""
+    event_rates: dict[str, float] = field(default_factory=dict)
+    """The same per second."""
 
 
 def _read_int(path: Path) -> int | None:
@@ -250,7 +258,10 @@ class PortMonitor:
             tx_bytes=(old.tx_bytes if old else 0.0) + tx, rx_bytes=(old.rx_bytes if old else 0.0) + rx,
             tx_bytes_per_s=tx / elapsed if elapsed and "port_xmit_data" in deltas else None,
             rx_bytes_per_s=rx / elapsed if elapsed and "port_rcv_data" in deltas else None,
-            events=events)
+            events=events,
+            event_deltas={name: deltas[name] for name in ERROR_COUNTERS + HW_COUNTERS if name in deltas},
+            event_rates={name: deltas[name] / elapsed for name in ERROR_COUNTERS + HW_COUNTERS
+                         if elapsed and name in deltas})
         self._raw[key] = (now, reading.counters)
 
     def port_for_gpu(self, bus_id: str | None) -> PortTotals | None:

@@ -60,6 +60,20 @@ class ProcessSample:
     """CPU used by the process and its children, in cores (1.0 = one core busy)."""
     sm_util: Ratio | None = None
     """This process's share of SM time over the interval (NVML per-process utilisation)."""
+    command: str | None = None
+    user: str | None = None
+    cpu_main_cores: NonNegative | None = None
+    """CPU of the process itself; ``cpu_cores`` minus this is its workers' (children's) CPU."""
+    cpu_workers_cores: NonNegative | None = None
+    """CPU of its child processes: data-loader workers and other helpers."""
+    workers: NonNegativeInt | None = None
+    """Live child processes."""
+    cpu_limit_cores: NonNegative | None = None
+    """Cores the process may use (CPU affinity, capped by its cgroup quota)."""
+    rss_bytes: NonNegativeInt | None = None
+    io_read_bytes_per_s: NonNegative | None = None
+    """Storage reads of the process and its workers."""
+    io_write_bytes_per_s: NonNegative | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -68,6 +82,10 @@ class HostSample:
 
     cpu_iowait_ratio: Ratio | None = None
     io_pressure_ratio: Ratio | None = None
+    cpu_pressure_ratio: Ratio | None = None
+    """Share of time some runnable task waited for a CPU (PSI ``cpu`` some avg10): too few cores."""
+    cpu_utilization_ratio: Ratio | None = None
+    """Share of all host CPU time that was busy (not idle or iowait)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -99,6 +117,14 @@ class Attribution:
 
     job_id: str | None = None
     """Scheduler job (Slurm job id, training job name); joins GPUs of one job across nodes."""
+    user: str | None = None
+    """Who the job belongs to (Slurm job user, else the owner of the GPU's process)."""
+    partition: str | None = None
+    """Slurm partition."""
+    namespace: str | None = None
+    """Kubernetes namespace of the pod holding the GPU."""
+    pod: str | None = None
+    container: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -199,6 +225,12 @@ class GpuSample:
     attribution: Attribution | None = None
     """Which job holds this GPU: the Slurm job of its processes on a real node, the scenario's job
     in the virtual fleet."""
+    net_congestion_per_s: NonNegative | None = None
+    """Congestion notifications on the nearest RoCE port (ECN-marked packets + CNPs handled) per second."""
+    net_retransmits_per_s: NonNegative | None = None
+    """Out-of-sequence packets, sequence errors, ACK timeouts and adaptive retransmits per second."""
+    net_link_downs: NonNegativeInt | None = None
+    """Times the nearest port's link went down during the interval (a flap stalls collectives for seconds)."""
 
 
 SAMPLE_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(GpuSample))

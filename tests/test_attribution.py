@@ -93,8 +93,8 @@ def test_lookups_are_made_once_per_process_including_misses(tmp_path, monkeypatc
 
     write_proc(tmp_path, 30, cgroup=CGROUP_V1)
     reads: list[int] = []
-    real = host_module.process_job_id
-    monkeypatch.setattr(host_module, "process_job_id", lambda pid, root: reads.append(pid) or real(pid, root))
+    real = host_module.process_job
+    monkeypatch.setattr(host_module, "process_job", lambda pid, root: reads.append(pid) or real(pid, root))
     host = LocalHost(proc_root=tmp_path)
     for _ in range(5):
         assert host.facts("0", [31, 30], 0.0).attribution.job_id == "4242"  # 31 is invisible

@@ -7,7 +7,8 @@ import signal
 import subprocess
 import sys
 
-from agent.host import LocalHost, read_io_pressure
+from agent.host import LocalHost
+from agent.node_stats import read_pressure
 from tests.agent_process import poll
 
 BUSY = "import time\nend = time.time() + 30\nwhile time.time() < end: pass\n"
@@ -45,7 +46,7 @@ def test_a_process_that_is_gone_or_invisible_has_no_facts():
 def test_io_pressure_is_read_from_psi_some_avg10(tmp_path):
     psi = tmp_path / "io"
     psi.write_text("some avg10=12.50 avg60=3.00 avg300=1.00 total=123\nfull avg10=5.00 avg60=1.00 avg300=0.50 total=45\n")
-    assert read_io_pressure(psi) == 0.125
-    assert read_io_pressure(tmp_path / "missing") is None
+    assert read_pressure(psi) == 0.125
+    assert read_pressure(tmp_path / "missing") is None
     psi.write_text("garbage\n")
-    assert read_io_pressure(psi) is None
+    assert read_pressure(psi) is None

@@ -13,12 +13,16 @@ client on a real node.
 
 from __future__ import annotations
 
+from dataclasses import fields
 from typing import Any, Sequence
 
 from agent.backends.nvml.backend import NvmlBackend
 from agent.backends.virtual import VirtualBackend
 from agent.host import HostFacts, ProcessFacts
 from agent.model import GpuSample
+
+
+_PROCESS_FACTS = tuple(f.name for f in fields(ProcessFacts))
 
 
 class SimulatedHost:
@@ -33,10 +37,12 @@ class SimulatedHost:
         if sample is None:
             return HostFacts(processes={})
         known = {p.pid: p for p in sample.processes or ()}
-        processes = {pid: ProcessFacts(name=known[pid].name, cpu_cores=known[pid].cpu_cores)
+        processes = {pid: ProcessFacts(**{name: getattr(known[pid], name) for name in _PROCESS_FACTS})
                      for pid in pids if pid in known}
         return HostFacts(processes=processes, host=sample.host, net_tx_bytes_per_s=sample.net_tx_bytes_per_s,
-                         net_rx_bytes_per_s=sample.net_rx_bytes_per_s, workload=sample.workload, dtype=sample.dtype,
+                         net_rx_bytes_per_s=sample.net_rx_bytes_per_s, net_congestion_per_s=sample.net_congestion_per_s,
+                         net_retransmits_per_s=sample.net_retransmits_per_s, net_link_downs=sample.net_link_downs,
+                         workload=sample.workload, dtype=sample.dtype,
                          attribution=sample.attribution)
 
 

@@ -229,7 +229,8 @@ class NvmlDevice:
             clock_event_reasons=reasons,
             processes=_processes(pids_memory, sm_utils, host),
             host=host.host, net_tx_bytes_per_s=host.net_tx_bytes_per_s, net_rx_bytes_per_s=host.net_rx_bytes_per_s,
-            workload=host.workload, dtype=host.dtype, attribution=host.attribution,
+            net_congestion_per_s=host.net_congestion_per_s, net_retransmits_per_s=host.net_retransmits_per_s,
+            net_link_downs=host.net_link_downs, workload=host.workload, dtype=host.dtype, attribution=host.attribution,
             xid_errors=(self._xids(self.gpu) or None) if self._xids else None,
             **values,
         )
@@ -405,5 +406,5 @@ def _processes(pids: dict[int, int | None] | None, utils: dict[int, float], host
     for pid in sorted(pids):
         facts = host.processes.get(pid)
         out.append(ProcessSample(pid=pid, used_memory_bytes=pids[pid], sm_util=utils.get(pid),
-                                 name=facts.name if facts else None, cpu_cores=facts.cpu_cores if facts else None))
+                                 **(facts.sample_fields() if facts else {})))
     return tuple(out)
