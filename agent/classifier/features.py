@@ -54,8 +54,20 @@ class WindowFeatures:
     process_alive: bool | None
     memory_held_bytes: int | None
     process_cpu_cores: float | None
+    main_cpu_cores: float | None
+    """The busiest GPU process's own CPU (None unless the host splits it from its workers')."""
+    loader_cpu_cores: float | None
+    """Its child processes' CPU: data-loader workers."""
+    loader_workers: int | None
+    cpu_limit_cores: float | None
     iowait: float | None
     io_pressure: float | None
+    cpu_pressure: float | None
+    net_congestion_per_s: float | None
+    """Mean congestion notifications per second on the GPU's nearest NIC port over the window."""
+    net_retransmits_per_s: float | None
+    net_link_downs: int | None
+    """Link-down events of that port within the window."""
     tensor_mean: float | None
     """Duty-inclusive, clock-scaled tensor activity (the counter MFU before the dtype peak)."""
     dram_mean: float | None
@@ -233,6 +245,8 @@ def window_features(window: Sequence[GpuSample], long_window: Sequence[GpuSample
     latest = window[-1] if window else None
     procs = latest.processes if latest is not None else None
     cpu = [p.cpu_cores for p in procs if p.cpu_cores is not None] if procs else []
+    busiest = max((p for p in procs or () if p.cpu_cores is not None), key=lambda p: p.cpu_cores or 0.0, default=None)
+    split = busiest is not None and busiest.cpu_main_cores is not None and busiest.cpu_workers_cores is not None
     held = sum(p.used_memory_bytes or 0 for p in procs) if procs is not None else None
     if held == 0 and latest is not None and procs and latest.mem_used_bytes is not None:
         held = latest.mem_used_bytes
@@ -264,8 +278,16 @@ def window_features(window: Sequence[GpuSample], long_window: Sequence[GpuSample
         process_alive=(len(procs) > 0) if procs is not None else None,
         memory_held_bytes=held,
         process_cpu_cores=max(cpu) if cpu else None,
+        main_cpu_cores=busiest.cpu_main_cores if split and busiest else None,
+        loader_cpu_cores=busiest.cpu_workers_cores if split and busiest else None,
+        loader_workers=busiest.workers if split and busiest else None,
+        cpu_limit_cores=busiest.cpu_limit_cores if busiest else None,
         iowait=_mean([h.cpu_iowait_ratio for h in hosts if h.cpu_iowait_ratio is not None]),
         io_pressure=_mean([h.io_pressure_ratio for h in hosts if h.io_pressure_ratio is not None]),
+        cpu_pressure=_mean([h.cpu_pressure_ratio for h in hosts if h.cpu_pressure_ratio is not None]),
+        net_congestion_per_s=_mean(_values(window, "net_congestion_per_s")),
+        net_retransmits_per_s=_mean(_values(window, "net_retransmits_per_s")),
+        net_link_downs=int(sum(downs)) if (downs := _values(window, "net_link_downs")) else None,
         tensor_mean=_mean(tensor_scaled),
         dram_mean=_mean(_values(window, "dram_active")),
         pipe_means=_pipe_means(window, spec),

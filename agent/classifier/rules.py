@@ -32,7 +32,8 @@ PRIORITY_TIER: tuple[str, ...] = ("idle", "input_starved", "communication_jitter
 
 DETAILS: tuple[str, ...] = (
     "none", "warming_up", "gpu_down", "no_counters", "idle_held", "idle_free", "dataloader", "io", "host_launch",
-    "unattributed", "straggler", "straggler_victim", "unstable_steps", "bandwidth_bound", "at_roof",
+    "unattributed", "straggler", "straggler_victim", "link_flap", "network_congestion", "unstable_steps",
+    "bandwidth_bound", "at_roof",
     "leaning", "balanced", "power_proxy", "small_kernels",
 )
 """Every value the ``detail`` of a verdict can take: a bounded label set for the info metric."""
@@ -122,7 +123,9 @@ def score_classes(f: WindowFeatures, job: JobContext, t: Thresholds, incumbent: 
         steps_rule = _above(steady_steps, t.step_cv_alone, wcv)
         culprit = _all(_above(job.peer_skew, t.rank_skew, wcv), 1.0 if job.is_busiest else 0.0)
         victim = _above(job.rank_skew, t.rank_skew, wcv)
-        rules = [r for r in (wait_rule, steps_rule, culprit, victim) if r is not None]
+        network = _network_trouble(f, t)
+        net_rule = _all(network, max(variation)) if network is not None and variation else None
+        rules = [r for r in (wait_rule, steps_rule, culprit, victim, net_rule) if r is not None]
         jitter = max(rules) if rules else None
     elif f.duty is not None:
         jitter = 0.0
@@ -143,6 +146,16 @@ def score_classes(f: WindowFeatures, job: JobContext, t: Thresholds, incumbent: 
         latency = _all(busy, _below(power, t.power_proxy_latency, w), not_memory) if power is not None else None
     return {"idle": idle, "input_starved": starved, "communication_jittered": jitter,
             "compute_bound": compute, "memory_bound": memory, "latency_bound": latency}
+
+
+def _network_trouble(f: WindowFeatures, t: Thresholds) -> float | None:
+    """How strongly the GPU's NIC port shows trouble: a link flap, congestion marks or retransmits."""
+    parts = [_above(f.net_congestion_per_s, t.net_congestion_per_s, max(0.1 * t.net_congestion_per_s, 1e-9)),
+             _above(f.net_retransmits_per_s, t.net_retransmits_per_s, max(0.1 * t.net_retransmits_per_s, 1e-9))]
+    if f.net_link_downs is not None:
+        parts.append(1.0 if f.net_link_downs > 0 else 0.0)
+    known = [p for p in parts if p is not None]
+    return max(known) if known else None
 
 
 # ------------------------------------------------------------------------------ decision
@@ -223,14 +236,34 @@ def _starved_detail(f: WindowFeatures, t: Thresholds) -> tuple[str, tuple[str, .
     lost = 1.0 - (f.duty or 0.0)
     base = f"no kernel ran in {_pct(lost)} of the time while the process stayed alive"
     io = (f.iowait is not None and f.iowait >= t.io_wait) or (f.io_pressure is not None and f.io_pressure >= t.io_pressure)
-    cpu = f.process_cpu_cores
     if io:
         return "io", (base, f"host iowait {_pct(f.iowait)}, I/O pressure {_pct(f.io_pressure)}: reading the data is the bottleneck"), 1.0
+    if f.loader_cpu_cores is not None and f.main_cpu_cores is not None:
+        return _starved_by_tree(f, t, base)
+    cpu = f.process_cpu_cores  # no per-worker split (traces, virtual fleet): judge the whole tree
     if cpu is not None and cpu >= t.dataloader_cores:
         return "dataloader", (base, f"the job burns {cpu:.1f} CPU cores: loader workers cannot keep up (more workers or cheaper transforms)"), 1.0
     if cpu is not None and t.launch_cores <= cpu < t.dataloader_cores:
         return "host_launch", (base, f"the job uses {cpu:.1f} cores, about one busy thread: the main loop cannot launch work fast enough"), 1.0
     return "unattributed", (base, "host signals do not say why (no CPU or I/O evidence)"), t.confidence_inferred
+
+
+def _starved_by_tree(f: WindowFeatures, t: Thresholds, base: str) -> tuple[str, tuple[str, ...], float]:
+    """Sub-reason from the process tree: saturated workers, workers short of cores, or a busy main thread."""
+    loader, main, workers = f.loader_cpu_cores or 0.0, f.main_cpu_cores or 0.0, f.loader_workers or 0
+    capacity = min(workers, f.cpu_limit_cores) if f.cpu_limit_cores else float(workers)
+    if workers and capacity > 0 and loader >= t.loader_saturation * capacity:
+        return "dataloader", (base, f"{workers} loader workers use {loader:.1f} of the {capacity:.1f} cores they can have: "
+                                    "preprocessing cannot keep up (more workers or cores, or cheaper transforms)"), 1.0
+    if workers and f.cpu_pressure is not None and f.cpu_pressure >= t.cpu_pressure and loader >= 0.5:
+        return "dataloader", (base, f"loader workers use {loader:.1f} cores while tasks wait for a CPU "
+                                    f"{_pct(f.cpu_pressure)} of the time (CPU pressure): the node has too few free cores"), 1.0
+    if main >= t.launch_cores:
+        idle = f"its {workers} workers use {loader:.1f} cores" if workers else "it has no loader workers"
+        return "host_launch", (base, f"the main process uses {main:.1f} cores, about one busy thread, while {idle}: "
+                                     "the Python loop cannot launch work (or load data in-process) fast enough"), 1.0
+    return "unattributed", (base, f"main process {main:.1f} cores, {workers} workers {loader:.1f} cores, no I/O "
+                                  "pressure: host signals do not say why"), t.confidence_inferred
 
 
 def _jitter_detail(f: WindowFeatures, job: JobContext, t: Thresholds) -> tuple[str, tuple[str, ...], float]:
@@ -252,6 +285,20 @@ def _jitter_detail(f: WindowFeatures, job: JobContext, t: Thresholds) -> tuple[s
         reasons.insert(0, f"this rank computes {_pct(job.rank_skew)} less than the busiest rank of job {job.job}: "
                           "it waits for a straggler")
         return "straggler_victim", tuple(reasons), quality
+    if f.net_link_downs:
+        reasons.insert(0, f"the GPU's NIC port went down {f.net_link_downs} time(s) in the window: every flap "
+                          "stalls the job's collectives (check the cable, transceiver and switch port)")
+        return "link_flap", tuple(reasons), quality
+    congested = f.net_congestion_per_s is not None and f.net_congestion_per_s >= t.net_congestion_per_s
+    lossy = f.net_retransmits_per_s is not None and f.net_retransmits_per_s >= t.net_retransmits_per_s
+    if congested or lossy:
+        what = []
+        if congested:
+            what.append(f"{f.net_congestion_per_s:.0f} congestion marks/s")
+        if lossy:
+            what.append(f"{f.net_retransmits_per_s:.0f} retransmits/s")
+        reasons.insert(0, f"the GPU's NIC port sees {' and '.join(what)}: the fabric, not this GPU, delays the collectives")
+        return "network_congestion", tuple(reasons), quality
     if f.link_utilization is not None and f.link_utilization >= t.comm_bandwidth_link:
         reasons.append(f"fabric {_pct(f.link_utilization)} busy: communication is bandwidth-bound")
         return "bandwidth_bound", tuple(reasons), quality

@@ -55,6 +55,8 @@ class Thresholds(BaseModel):
     launch_cores: float = Field(0.9, ge=0.0, description="Process CPU around one core, workers idle: the main thread is the bottleneck.")
     io_wait: float = Field(0.10, ge=0.0, le=1.0, description="Host iowait ratio that means data fetching is slow.")
     io_pressure: float = Field(0.20, ge=0.0, le=1.0, description="Host I/O pressure (PSI some) that means data fetching is slow.")
+    loader_saturation: float = Field(0.9, ge=0.0, le=1.0, description="Worker CPU / the cores the workers may use (fewer of their count and the allotted cores) that means the loader is saturated.")
+    cpu_pressure: float = Field(0.20, ge=0.0, le=1.0, description="Host CPU pressure (PSI some) that, with busy workers, means they wait for cores.")
 
     # -- communication jitter ---------------------------------------------------------------------------
     comm_wait_gr: float = Field(0.8, ge=0.0, le=1.0, description="A comm-wait sample has a kernel resident at least this much ...")
@@ -72,6 +74,8 @@ class Thresholds(BaseModel):
     steps_for_cv_exit: int = Field(30, ge=2, le=10_000, description="Steps the CV is taken over while jitter is already the verdict (a quiet half minute is not the end of jitter).")
     min_steps: int = Field(5, ge=2, le=1000, description="Steps needed before a step-time CV is trusted.")
     comm_bandwidth_link: float = Field(0.6, ge=0.0, le=1.0, description="Fabric utilisation reported as bandwidth-bound communication.")
+    net_congestion_per_s: float = Field(1000.0, ge=0.0, description="ECN marks + CNPs per second on the GPU's NIC port that mean fabric congestion.")
+    net_retransmits_per_s: float = Field(10.0, ge=0.0, description="Retransmit and sequence-error events per second that mean a lossy fabric.")
 
     # -- throttling -------------------------------------------------------------------------------------------
     throttle_fraction: float = Field(0.5, ge=0.0, le=1.0, description="Share of busy samples with a throttle reason that sets the flag.")
@@ -135,6 +139,8 @@ SOURCES: dict[str, tuple[str, str]] = {
     "starved_max_comm_wait": ("engineering band", "classification.md §7.3"),
     "dataloader_cores": ("engineering band", _CAL + "; §7.3 proposes 90% of the workers' allotted cores, which a trace does not carry"),
     "launch_cores": ("engineering band", "HTA 'host wait': main thread pinned near one core [HTA]"),
+    "loader_saturation": ("sourced, adapted", "§7.3: worker CPU at 90% of the allotted cores; allotted = fewer of the worker count and the process's affinity/cgroup quota"),
+    "cpu_pressure": ("engineering band", "PSI some avg10 of 20%, the io_pressure level; not yet calibrated on real nodes"),
     "io_wait": ("engineering band", _CAL),
     "io_pressure": ("engineering band", _CAL),
     "comm_wait_gr": ("engineering band", "classification.md §7.2 comm_wait_frac"),
@@ -152,6 +158,8 @@ SOURCES: dict[str, tuple[str, str]] = {
     "steps_for_cv_exit": ("engineering band", _CAL + "; exit hysteresis for jitter, whose stalls come at random"),
     "min_steps": ("engineering band", "a CV of fewer steps is noise"),
     "comm_bandwidth_link": ("engineering band", "classification.md §7.3 comm_bandwidth_bound"),
+    "net_congestion_per_s": ("engineering band", "DCQCN sends some CNPs under normal load; thousands per second mean sustained congestion; not calibrated on real fabrics"),
+    "net_retransmits_per_s": ("engineering band", "a healthy lossless fabric retransmits almost never; not calibrated on real fabrics"),
     "throttle_fraction": ("engineering band", "classification.md §7.3"),
     "throttle_clock": ("engineering band", "classification.md §7.3; SW power cap at >= 0.9 clock is normal under GEMM"),
     "throttle_severe_clock": ("sourced", "HW slowdown / power brake roughly halve clocks [DCGM-H]; §7.3"),

@@ -295,7 +295,8 @@ class VirtualEngine:
             cached = ()
             if phase.holds_process:
                 cached = (ProcessSample(pid=plan.pid, name=plan.process_name, used_memory_bytes=phase.process_bytes,
-                                        cpu_cores=phase.cpu_cores),)
+                                        cpu_cores=phase.cpu_cores, cpu_main_cores=phase.cpu_cores - phase.cpu_workers_cores,
+                                        cpu_workers_cores=phase.cpu_workers_cores, workers=phase.workers),)
             plan.processes[key] = cached
         return cached
 

@@ -128,6 +128,9 @@ class PhasePlan:
         gib = phase.mem_used_gib
         self.process_bytes = int(gib * GIB) if gib is not None else int(_MEM_SHARE.get(share_key, 0.0) * dev.mem_total_bytes)
         self.cpu_cores = 0.02 if isinstance(phase, IdlePhase) else 1.0
+        self.cpu_workers_cores = 0.0
+        """Part of ``cpu_cores`` burnt by loader workers (child processes); the rest is the main process."""
+        self.workers = 0
 
     def state_kw(self) -> dict[str, Any]:
         return {"power_cap_w": self.phase.power_cap_w, "thermal": self.phase.thermal}
@@ -206,6 +209,8 @@ class InputStarvedPlan(SteadyPlan):
         self.gap = make_state(IDLE_ACTIVITY, dev, mode="gap", clock_of=self.busy, **self.state_kw())
         self.state = self.busy
         self.cpu_cores = 1.0 + phase.dataloader_cpu_cores
+        self.cpu_workers_cores = phase.dataloader_cpu_cores
+        self.workers = phase.loader_workers if phase.loader_workers is not None else max(1, round(phase.dataloader_cpu_cores))
         self.busy_len = phase.duty * phase.period_s
         self.burst_len = min(_BURST_SHARE, phase.duty) * phase.period_s
 

@@ -107,6 +107,8 @@ class InputStarvedPhase(_PhaseBase):
     busy_mfu: float = Field(0.45, gt=0.0, le=0.97)
     period_s: float = Field(0.8, gt=0.0)
     dataloader_cpu_cores: float = Field(7.5, ge=0.0, description="CPU the loader workers burn, in cores.")
+    loader_workers: int | None = Field(None, ge=0, le=1024, description="Loader worker processes; default: "
+                                       "one per core they burn (saturated workers, the usual cause of starvation).")
     iowait: float = Field(0.0, ge=0.0, le=1.0, description="Host iowait this job causes (fetch-bound loaders).")
     flops_per_token: float = Field(4.8e10, gt=0.0)
 
