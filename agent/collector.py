@@ -33,6 +33,7 @@ from agent.model import (
     DeviceInfo,
     DeviceState,
     GpuSample,
+    NicPort,
     NodeSnapshot,
     XidCount,
 )
@@ -349,12 +350,25 @@ class Collector:
             log.warning("reading device events failed", exc_info=True)
             return ()
 
+    @staticmethod
+    def _nics_of(nic_ports: Callable[[], tuple[NicPort, ...]] | None) -> tuple[NicPort, ...]:
+        """The backend host's NIC port totals (in memory, refreshed by the GPUs' host reads)."""
+        if nic_ports is None:
+            return ()
+        try:
+            return tuple(nic_ports())
+        except Exception:  # noqa: BLE001 - NIC counters are extras; never lose the snapshot over them
+            log.warning("reading NIC ports failed", exc_info=True)
+            return ()
+
     def _build_snapshot(self, now: float, health: CollectorHealth) -> NodeSnapshot:
         self._sequence += 1
         events = getattr(self.backend, "device_events", None)
         states = tuple(slot.state(self._events_of(events, slot.info.gpu)) for slot in self._slots.values())
         host = next((s.sample.host for s in states if s.sample is not None and s.sample.host), None)
+        nics = getattr(self.backend, "nic_ports", None)
         return NodeSnapshot(
+            nics=self._nics_of(nics),
             ts=now,
             node=self.node,
             devices=states,

@@ -22,7 +22,7 @@ from typing import Callable, Protocol, Sequence
 
 from agent.attribution import ProcessJob, process_job
 from agent.infiniband import CONGESTION_COUNTERS, RETRANSMIT_COUNTERS, PortMonitor, PortTotals
-from agent.model import Attribution, Dtype, HostSample, WorkloadReport
+from agent.model import Attribution, Dtype, HostSample, NicPort, WorkloadReport
 from agent.node_stats import NodeStats
 from agent.processes import ProcessFacts, ProcessTracker
 
@@ -120,6 +120,14 @@ class LocalHost:
             attribution = replace(attribution or Attribution(), job_id=workload.job)
         return HostFacts(processes=processes, host=host, attribution=attribution, workload=workload,
                          dtype=workload.dtype if workload is not None else None, **_port_facts(port))
+
+    def nic_ports(self) -> tuple[NicPort, ...]:
+        """Every port's totals as of the last refresh (the GPUs' reads refresh them)."""
+        return tuple(
+            NicPort(device=p.device, port=p.port, link_layer=p.link_layer, active=p.active,
+                    rate_bytes_per_s=p.rate_gbps * 1e9 / 8 if p.rate_gbps is not None else None,
+                    tx_bytes=p.tx_bytes, rx_bytes=p.rx_bytes, events=dict(p.events))
+            for p in self._ports.refresh())
 
     def _workload(self, gpu: str, uuid: str | None, pids: Sequence[int], now: float) -> WorkloadReport | None:
         for source in self._workloads:

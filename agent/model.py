@@ -341,6 +341,21 @@ class DeviceState:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class NicPort:
+    """One InfiniBand/RoCE port of the node, with totals since the agent started (Prometheus counters)."""
+
+    device: str
+    port: int
+    link_layer: str | None = None
+    active: bool = False
+    rate_bytes_per_s: float | None = None
+    tx_bytes: float = 0.0
+    rx_bytes: float = 0.0
+    events: dict[str, float] = field(default_factory=dict)
+    """Totals of the fixed error and RoCE counters the port has (agent.infiniband); absent ones left out."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CollectorHealth:
     """How the last collection cycle went; exported so a silent agent is never mistaken for idle GPUs."""
 
@@ -366,6 +381,8 @@ class NodeSnapshot:
     """Increments with every published snapshot; lets exporters cache per snapshot."""
     verdicts: tuple["Verdict", ...] = ()
     """The classifier's latest verdict per device (empty when classification is off)."""
+    nics: tuple[NicPort, ...] = ()
+    """The node's InfiniBand/RoCE ports (empty where there are none, or on the virtual fleet)."""
 
     @property
     def visible_devices(self) -> int:

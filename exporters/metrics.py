@@ -22,6 +22,11 @@ MetricKind = Literal["gauge", "counter", "info"]
 
 GPU_LABELS: tuple[str, ...] = ("node", "gpu", "uuid")
 NODE_LABELS: tuple[str, ...] = ("node",)
+NIC_LABELS: tuple[str, ...] = ("node", "device", "port")
+ATTRIBUTION_LABELS: tuple[str, ...] = ("job_id", "namespace", "pod", "container")
+"""Labels that may be copied onto every GPU series (opt-in, setting ``gpu_labels``): they change
+whenever a job or pod changes, so each one multiplies series churn; the _info metrics below carry
+them without that cost, for joins."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -253,11 +258,46 @@ PROCESS_SM = MetricDef(
     "Share of SM time one process used over the interval (same processes as the memory series).",
     GPU_LABELS + ("pid", "process"), nvidia="nvmlDeviceGetProcessUtilization (last-seen timestamp)", amd="—",
 )
+_SLURM = ("Slurm job of the GPU's processes (cgroup path, else SLURM_JOB_*), the job whose SLURM_JOB_GPUS or "
+          "*_VISIBLE_DEVICES names the GPU, else the job the workload reported")
 JOB_INFO = MetricDef(
     "roofwatch_gpu_job_info", "info", "",
     "The job holding this GPU, busy or not; join on node, gpu, uuid to group any GPU series by job_id.",
-    GPU_LABELS + ("job_id",), nvidia="Slurm job of the GPU's processes (cgroup path, else SLURM_JOB_ID)",
-    amd="Slurm job of the GPU's processes (cgroup path, else SLURM_JOB_ID)", virtual="scenario job",
+    GPU_LABELS + ("job_id", "user", "partition"), nvidia=_SLURM, amd=_SLURM, virtual="scenario job",
+)
+_KUBE = "kubelet pod-resources List (device id = GPU UUID / PCI address), else the process's cgroup"
+POD_INFO = MetricDef(
+    "roofwatch_gpu_pod_info", "info", "",
+    "The Kubernetes pod and container this GPU is allocated to; join on node, gpu, uuid.",
+    GPU_LABELS + ("namespace", "pod", "container"), nvidia=_KUBE, amd=_KUBE, virtual="—",
+)
+_PROC = "psutil over /proc"
+PROCESS_CPU = MetricDef(
+    "roofwatch_gpu_process_cpu_cores", "gauge", "cores",
+    "CPU used by a GPU process (role=main) and by its child processes, e.g. data-loader workers (role=workers).",
+    GPU_LABELS + ("pid", "process", "role"), nvidia=_PROC, amd=_PROC, virtual="simulated",
+)
+PROCESS_WORKERS = MetricDef(
+    "roofwatch_gpu_process_workers", "gauge", "processes", "Live child processes of a GPU process (loader workers and helpers).",
+    GPU_LABELS + ("pid", "process"), nvidia=_PROC, amd=_PROC, virtual="simulated",
+)
+PROCESS_CPU_LIMIT = MetricDef(
+    "roofwatch_gpu_process_cpu_limit_cores", "gauge", "cores",
+    "Cores a GPU process may use: its CPU affinity, capped by its cgroup cpu.max quota.",
+    GPU_LABELS + ("pid", "process"), nvidia=_PROC + " and cgroup v2", amd=_PROC + " and cgroup v2", virtual="—",
+)
+PROCESS_RSS = MetricDef(
+    "roofwatch_gpu_process_resident_memory_bytes", "gauge", "bytes", "Host memory resident for a GPU process (not its workers).",
+    GPU_LABELS + ("pid", "process"), nvidia=_PROC, amd=_PROC, virtual="—",
+)
+PROCESS_IO = MetricDef(
+    "roofwatch_gpu_process_io_bytes_per_second", "gauge", "bytes per second",
+    "Storage reads and writes of a GPU process and its workers (needs privileges for other users' processes).",
+    GPU_LABELS + ("pid", "process", "direction"), nvidia=_PROC, amd=_PROC, virtual="—",
+)
+PROCESS_INFO = MetricDef(
+    "roofwatch_gpu_process_info", "info", "", "Owner of a GPU process.",
+    GPU_LABELS + ("pid", "process", "user"), nvidia=_PROC, amd=_PROC, virtual="—",
 )
 JOB_ID_MAX_LEN = 128
 """Longer job ids are cut: a label value is held in every Prometheus series index that uses it."""
@@ -269,6 +309,55 @@ HOST_IO_PRESSURE = MetricDef(
     "roofwatch_host_io_pressure_ratio", "gauge", "ratio", "Share of time some task stalled on I/O (PSI some avg10).",
     NODE_LABELS, nvidia="/proc/pressure/io", amd="/proc/pressure/io",
 )
+HOST_CPU_PRESSURE = MetricDef(
+    "roofwatch_host_cpu_pressure_ratio", "gauge", "ratio",
+    "Share of time some runnable task waited for a CPU (PSI some avg10): loader workers short of cores.",
+    NODE_LABELS, nvidia="/proc/pressure/cpu", amd="/proc/pressure/cpu",
+)
+HOST_CPU_UTILIZATION = MetricDef(
+    "roofwatch_host_cpu_utilization_ratio", "gauge", "ratio", "Share of all host CPU time that was busy.",
+    NODE_LABELS, nvidia="/proc/stat", amd="/proc/stat", virtual="—",
+)
+_IB = "sysfs /class/infiniband/<device>/ports/<port>"
+NIC_INFO = MetricDef(
+    "roofwatch_nic_info", "info", "", "An InfiniBand/RoCE port on this node and its link layer.",
+    NIC_LABELS + ("link_layer",), nvidia=_IB, amd=_IB, virtual="—",
+)
+NIC_UP = MetricDef(
+    "roofwatch_nic_up", "gauge", "boolean", "1 while the port is ACTIVE, else 0.", NIC_LABELS,
+    nvidia=_IB + "/state", amd=_IB + "/state", virtual="—",
+)
+NIC_RATE = MetricDef(
+    "roofwatch_nic_link_rate_bytes_per_second", "gauge", "bytes per second", "Negotiated link rate of the port.",
+    NIC_LABELS, nvidia=_IB + "/rate", amd=_IB + "/rate", virtual="—",
+)
+NIC_BYTES = MetricDef(
+    "roofwatch_nic_bytes_total", "counter", "bytes", "Bytes through the port since the agent started.",
+    NIC_LABELS + ("direction",), nvidia=_IB + "/counters/port_{xmit,rcv}_data x 4", amd=_IB + "/counters/port_{xmit,rcv}_data x 4",
+    virtual="—",
+)
+NIC_XMIT_WAIT = MetricDef(
+    "roofwatch_nic_transmit_wait_ticks_total", "counter", "ticks",
+    "Ticks the port had data to send but could not (credit starvation: congestion downstream); tick length is HCA specific.",
+    NIC_LABELS, nvidia=_IB + "/counters/port_xmit_wait", amd=_IB + "/counters/port_xmit_wait", virtual="—",
+)
+NIC_LINK_DOWNED = MetricDef(
+    "roofwatch_nic_link_downed_total", "counter", "events",
+    "Times the port's link went down since the agent started; each flap stalls the collectives using it.",
+    NIC_LABELS, nvidia=_IB + "/counters/link_downed", amd=_IB + "/counters/link_downed", virtual="—",
+)
+NIC_ERRORS = MetricDef(
+    "roofwatch_nic_errors_total", "counter", "events", "Port error counters since the agent started, per counter.",
+    NIC_LABELS + ("counter",), nvidia=_IB + "/counters (fixed set)", amd=_IB + "/counters (fixed set)", virtual="—",
+)
+NIC_ROCE_EVENTS = MetricDef(
+    "roofwatch_nic_roce_events_total", "counter", "events",
+    "RoCE congestion (ECN marks, CNPs) and retransmit events since the agent started, per counter.",
+    NIC_LABELS + ("counter",), nvidia=_IB + "/hw_counters (mlx5 names)", amd=_IB + "/hw_counters (mlx5 names)",
+    virtual="—",
+)
+NIC_METRICS: tuple[MetricDef, ...] = (NIC_INFO, NIC_UP, NIC_RATE, NIC_BYTES, NIC_XMIT_WAIT, NIC_LINK_DOWNED, NIC_ERRORS,
+                                      NIC_ROCE_EVENTS)
 GPUS_EXPECTED = MetricDef(
     "roofwatch_gpus_expected", "gauge", "gpus", "GPUs this node should have (configured, else discovered at start).",
     NODE_LABELS, nvidia="collector", amd="collector", virtual="collector",
@@ -424,9 +513,19 @@ METRICS: tuple[MetricDef, ...] = (
     PROCESSES,
     PROCESS_MEMORY,
     PROCESS_SM,
+    PROCESS_CPU,
+    PROCESS_WORKERS,
+    PROCESS_CPU_LIMIT,
+    PROCESS_RSS,
+    PROCESS_IO,
+    PROCESS_INFO,
     JOB_INFO,
+    POD_INFO,
     HOST_IOWAIT,
     HOST_IO_PRESSURE,
+    HOST_CPU_PRESSURE,
+    HOST_CPU_UTILIZATION,
+    *NIC_METRICS,
     *VERDICT_METRICS,
 )
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import platform
 import threading
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable, Iterator, Sequence
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -18,24 +18,39 @@ from prometheus_client.registry import Collector
 from agent import __version__
 from agent.model import CLOCK_EVENT_REASONS, WORKLOAD_CLASSES, DeviceState, NodeSnapshot
 from exporters import metrics as m
+from exporters.nic_families import nic_families
+from exporters.process_families import ProcessFamilies
 
 
 class SnapshotCollector(Collector):
     """Yields every family in :data:`exporters.metrics.METRICS` from ``get_snapshot()``."""
 
-    def __init__(self, get_snapshot: Callable[[], NodeSnapshot], *, max_processes_per_gpu: int = 16) -> None:
+    def __init__(self, get_snapshot: Callable[[], NodeSnapshot], *, max_processes_per_gpu: int = 16,
+                 gpu_labels: Sequence[str] = ()) -> None:
         self._get_snapshot = get_snapshot
         self._max_processes = max_processes_per_gpu
+        self._gpu_labels = tuple(gpu_labels)
 
     def describe(self) -> Iterable[Metric]:
         return []  # families depend on the snapshot; skip the registry's eager collect()
 
     def collect(self) -> Iterator[Metric]:
-        yield from families_for(self._get_snapshot(), max_processes_per_gpu=self._max_processes)
+        yield from families_for(self._get_snapshot(), max_processes_per_gpu=self._max_processes,
+                                gpu_labels=self._gpu_labels)
 
 
-def families_for(snapshot: NodeSnapshot, *, max_processes_per_gpu: int = 16) -> list[Metric]:
-    """Build all metric families for one snapshot (pure: the same snapshot gives the same output)."""
+def families_for(snapshot: NodeSnapshot, *, max_processes_per_gpu: int = 16, gpu_labels: Sequence[str] = ()) -> list[Metric]:
+    """Build all metric families for one snapshot (pure: the same snapshot gives the same output).
+
+    ``gpu_labels`` (a subset of :data:`exporters.metrics.ATTRIBUTION_LABELS`) are added to every
+    per-GPU series, valued from the GPU's current attribution ("" when unknown). Series are built
+    from the snapshot on every scrape, so when a job or pod ends its labelled series simply stop
+    being exposed: nothing stale is left behind in the agent.
+    """
+    unknown = set(gpu_labels) - set(m.ATTRIBUTION_LABELS)
+    if unknown:
+        raise ValueError(f"gpu_labels: {sorted(unknown)} not in {list(m.ATTRIBUTION_LABELS)}")
+    fam = Families(tuple(gpu_labels))
     node = snapshot.node
     node_labels = [node]
     backend_labels = [node, snapshot.health.backend]
@@ -64,38 +79,67 @@ def families_for(snapshot: NodeSnapshot, *, max_processes_per_gpu: int = 16) -> 
     host = snapshot.host
     node_gauge(m.HOST_IOWAIT, node_labels, host.cpu_iowait_ratio if host else None)
     node_gauge(m.HOST_IO_PRESSURE, node_labels, host.io_pressure_ratio if host else None)
+    node_gauge(m.HOST_CPU_PRESSURE, node_labels, host.cpu_pressure_ratio if host else None)
+    node_gauge(m.HOST_CPU_UTILIZATION, node_labels, host.cpu_utilization_ratio if host else None)
 
-    out.extend(_device_families(node, snapshot.devices, max_processes_per_gpu))
-    out.extend(_verdict_families(node, snapshot))
+    out.extend(_device_families(fam, node, snapshot.devices, max_processes_per_gpu))
+    out.extend(_verdict_families(fam, node, snapshot))
+    out.extend(nic_families(node, snapshot.nics))
     return out
 
 
-def _device_families(node: str, devices: tuple[DeviceState, ...], max_processes: int) -> list[Metric]:
-    info = InfoMetricFamily(m.GPU_INFO.family_name, m.GPU_INFO.help, labels=m.GPU_LABELS)
-    up = GaugeMetricFamily(m.GPU_UP.name, m.GPU_UP.help, labels=m.GPU_UP.labels)
-    last = GaugeMetricFamily(m.GPU_LAST_SAMPLE.name, m.GPU_LAST_SAMPLE.help, labels=m.GPU_LAST_SAMPLE.labels)
-    errors = CounterMetricFamily(m.GPU_SAMPLE_ERRORS.family_name, m.GPU_SAMPLE_ERRORS.help, labels=m.GPU_SAMPLE_ERRORS.labels)
-    peak_flops = GaugeMetricFamily(m.GPU_PEAK_FLOPS.name, m.GPU_PEAK_FLOPS.help, labels=m.GPU_PEAK_FLOPS.labels)
-    peak_bw = GaugeMetricFamily(m.GPU_PEAK_BANDWIDTH.name, m.GPU_PEAK_BANDWIDTH.help, labels=m.GPU_PEAK_BANDWIDTH.labels)
-    gauges = [GaugeMetricFamily(g.metric.name, g.metric.help, labels=g.metric.labels) for g in m.SAMPLE_GAUGES]
-    pipes = _gauge(m.PIPE_ACTIVE)
-    tensor_pipes = _gauge(m.TENSOR_PIPE_ACTIVE)
-    clock_events = _gauge(m.CLOCK_EVENT_ACTIVE)
-    clock_event_time = _counter(m.CLOCK_EVENT_TIME)
-    counters = {defn.name: _counter(defn) for defn in (m.ENERGY, m.PCIE_BYTES, m.LINK_BYTES, m.NETWORK_BYTES)}
-    driver_calls = _counter(m.DRIVER_CALLS)
-    ecc = _counter(m.ECC_ERRORS)
-    remapped, remap_pending, remap_failure = _gauge(m.REMAPPED_ROWS), _gauge(m.REMAPPED_ROWS_PENDING), \
-        _gauge(m.REMAPPED_ROWS_FAILURE)
-    xid_errors, xid_last = _counter(m.XID_ERRORS), _gauge(m.XID_LAST_SEEN)
-    processes = _gauge(m.PROCESSES)
-    process_memory = _gauge(m.PROCESS_MEMORY)
-    process_sm = _gauge(m.PROCESS_SM)
-    job_info = InfoMetricFamily(m.JOB_INFO.family_name, m.JOB_INFO.help, labels=m.GPU_LABELS)
+class Families:
+    """Creates per-GPU families with the configured attribution labels after ``node, gpu, uuid``."""
+
+    def __init__(self, extra: tuple[str, ...] = ()) -> None:
+        self.extra = extra
+
+    def names(self, defn: m.MetricDef) -> tuple[str, ...]:
+        head = len(m.GPU_LABELS)
+        if not self.extra or defn.labels[:head] != m.GPU_LABELS:
+            return defn.labels
+        return defn.labels[:head] + self.extra + defn.labels[head:]
+
+    def values(self, node: str, device: DeviceState) -> list[str]:
+        """``node, gpu, uuid`` and the extra labels' values for one device."""
+        values = [node, device.info.gpu, device.info.uuid]
+        if self.extra:
+            sample = device.sample
+            who = sample.attribution if sample is not None else None
+            for name in self.extra:
+                value = getattr(who, name, None) if who is not None else None
+                values.append((value or "")[: m.JOB_ID_MAX_LEN])
+        return values
+
+    def gauge(self, defn: m.MetricDef) -> GaugeMetricFamily:
+        return GaugeMetricFamily(defn.name, defn.help, labels=self.names(defn))
+
+    def counter(self, defn: m.MetricDef) -> CounterMetricFamily:
+        return CounterMetricFamily(defn.family_name, defn.help, labels=self.names(defn))
+
+    def info(self, defn: m.MetricDef) -> InfoMetricFamily:
+        """Info families carry their own labels in the value dict; only the GPU key gets extras."""
+        return InfoMetricFamily(defn.family_name, defn.help, labels=m.GPU_LABELS + self.extra)
+
+
+def _device_families(fam: Families, node: str, devices: tuple[DeviceState, ...], max_processes: int) -> list[Metric]:
+    info = fam.info(m.GPU_INFO)
+    up, last, errors = fam.gauge(m.GPU_UP), fam.gauge(m.GPU_LAST_SAMPLE), fam.counter(m.GPU_SAMPLE_ERRORS)
+    peak_flops, peak_bw = fam.gauge(m.GPU_PEAK_FLOPS), fam.gauge(m.GPU_PEAK_BANDWIDTH)
+    gauges = [fam.gauge(g.metric) for g in m.SAMPLE_GAUGES]
+    pipes, tensor_pipes = fam.gauge(m.PIPE_ACTIVE), fam.gauge(m.TENSOR_PIPE_ACTIVE)
+    clock_events, clock_event_time = fam.gauge(m.CLOCK_EVENT_ACTIVE), fam.counter(m.CLOCK_EVENT_TIME)
+    counters = {defn.name: fam.counter(defn) for defn in (m.ENERGY, m.PCIE_BYTES, m.LINK_BYTES, m.NETWORK_BYTES)}
+    driver_calls = fam.counter(m.DRIVER_CALLS)
+    ecc = fam.counter(m.ECC_ERRORS)
+    remapped, remap_pending, remap_failure = (fam.gauge(m.REMAPPED_ROWS), fam.gauge(m.REMAPPED_ROWS_PENDING),
+                                              fam.gauge(m.REMAPPED_ROWS_FAILURE))
+    xid_errors, xid_last = fam.counter(m.XID_ERRORS), fam.gauge(m.XID_LAST_SEEN)
+    processes = ProcessFamilies(fam, max_processes)
 
     for device in devices:
         d = device.info
-        labels = [node, d.gpu, d.uuid]
+        labels = fam.values(node, device)
         spec = d.spec
         info.add_metric(
             labels,
@@ -161,51 +205,30 @@ def _device_families(node: str, devices: tuple[DeviceState, ...], max_processes:
             remapped.add_metric(labels + ["uncorrectable"], rows.uncorrectable)
             remap_pending.add_metric(labels, 1.0 if rows.pending else 0.0)
             remap_failure.add_metric(labels, 1.0 if rows.failure else 0.0)
-        if sample.processes is not None:
-            processes.add_metric(labels, len(sample.processes))
-            largest = sorted(sample.processes, key=lambda p: p.used_memory_bytes or 0, reverse=True)
-            for proc in largest[:max_processes]:
-                proc_labels = labels + [str(proc.pid), proc.name or ""]
-                if proc.used_memory_bytes is not None:
-                    process_memory.add_metric(proc_labels, proc.used_memory_bytes)
-                if proc.sm_util is not None:
-                    process_sm.add_metric(proc_labels, proc.sm_util)
-        job_id = sample.attribution.job_id if sample.attribution is not None else None
-        if job_id:
-            job_info.add_metric(labels, {"job_id": job_id[: m.JOB_ID_MAX_LEN]})
+        processes.add(labels, sample)
 
     return [info, up, last, errors, peak_flops, peak_bw, *gauges, pipes, tensor_pipes, clock_events, clock_event_time,
             *counters.values(), driver_calls, ecc, remapped, remap_pending, remap_failure, xid_errors, xid_last,
-            processes, process_memory, process_sm, job_info]
+            *processes.families()]
 
 
-def _gauge(defn: m.MetricDef) -> GaugeMetricFamily:
-    return GaugeMetricFamily(defn.name, defn.help, labels=defn.labels)
-
-
-def _counter(defn: m.MetricDef) -> CounterMetricFamily:
-    return CounterMetricFamily(defn.family_name, defn.help, labels=defn.labels)
-
-
-def _verdict_families(node: str, snapshot: NodeSnapshot) -> list[Metric]:
+def _verdict_families(fam: Families, node: str, snapshot: NodeSnapshot) -> list[Metric]:
     """Class, confidence, scores, reasons, roofline and MFU/MBU per GPU.
 
     The class one-hot, confidence and reason series exist for every GPU at all times (a GPU
     without a verdict yet, or down, reads ``unknown``), so their count per GPU is fixed; the
     measured values are absent while unknown, as everywhere else in roofwatch.
     """
-    def gauge(defn: m.MetricDef) -> GaugeMetricFamily:
-        return GaugeMetricFamily(defn.name, defn.help, labels=defn.labels)
-
+    gauge = fam.gauge
     one_hot, confidence, scores = gauge(m.WORKLOAD_CLASS), gauge(m.WORKLOAD_CONFIDENCE), gauge(m.WORKLOAD_SCORE)
-    reason = InfoMetricFamily(m.WORKLOAD_REASON.family_name, m.WORKLOAD_REASON.help, labels=m.GPU_LABELS)
+    reason = fam.info(m.WORKLOAD_REASON)
     throttled, duty, wait, step_cv, skew = (gauge(d) for d in (m.THROTTLED, m.DUTY_CYCLE, m.COMM_WAIT, m.STEP_TIME_CV, m.RANK_SKEW))
     flops, bandwidth, intensity, ridge, headroom, mfu, mbu = (gauge(d) for d in (
         m.ACHIEVED_FLOPS, m.ACHIEVED_BANDWIDTH, m.INTENSITY, m.RIDGE_POINT, m.ROOF_HEADROOM, m.MFU, m.MBU))
 
     verdicts = {v.gpu: v for v in snapshot.verdicts}
     for device in snapshot.devices:
-        labels = [node, device.info.gpu, device.info.uuid]
+        labels = fam.values(node, device)
         verdict = verdicts.get(device.info.gpu) if device.up else None
         cls = verdict.cls if verdict else "unknown"
         for name in WORKLOAD_CLASSES:
@@ -250,9 +273,11 @@ class ExpositionCache:
     the snapshot it was keyed by: concurrent scrapes can never mix two snapshots.
     """
 
-    def __init__(self, get_snapshot: Callable[[], NodeSnapshot], *, max_processes_per_gpu: int = 16) -> None:
+    def __init__(self, get_snapshot: Callable[[], NodeSnapshot], *, max_processes_per_gpu: int = 16,
+                 gpu_labels: Sequence[str] = ()) -> None:
         self._get_snapshot = get_snapshot
         self._max_processes = max_processes_per_gpu
+        self._gpu_labels = tuple(gpu_labels)
         self._lock = threading.Lock()
         self._cache: dict[tuple[int, str], bytes] = {}
 
@@ -265,7 +290,8 @@ class ExpositionCache:
         with self._lock:  # one rendering per snapshot even when many scrapers arrive at once
             cached = self._cache.get(key)
             if cached is None:
-                cached = encoder(SnapshotCollector(lambda: snapshot, max_processes_per_gpu=self._max_processes))
+                cached = encoder(SnapshotCollector(lambda: snapshot, max_processes_per_gpu=self._max_processes,
+                                                   gpu_labels=self._gpu_labels))
                 # Keep only the newest snapshot's renderings: memory stays bounded.
                 self._cache = {k: v for k, v in self._cache.items() if k[0] == snapshot.sequence}
                 self._cache[key] = cached

@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from agent.collector import Collector
 from agent.classifier.live import LiveClassifier
-from agent.model import (Attribution, DeviceInfo, GpuSample, GpuSpec, HostSample, ProcessSample, RemappedRows, WorkloadReport,
+from agent.model import (Attribution, DeviceInfo, GpuSample, GpuSpec, HostSample, NicPort, ProcessSample, RemappedRows, WorkloadReport,
                          XidCount)
 from exporters import docgen
 from exporters.http import AgentHTTPServer
@@ -39,17 +39,21 @@ def full_sample(gpu: str, now: float, n_procs: int = 3) -> GpuSample:
         mem_used_bytes=60 * 2**30, mem_total_bytes=80 * 2**30, clock_event_reasons=0x4, power_limit_w=700.0,
         processes=tuple(
             ProcessSample(pid=1000 + i, name=f'py"thon\n{i}', used_memory_bytes=(i + 1) * 2**30, cpu_cores=1.5,
-                          sm_util=0.3)
+                          sm_util=0.3, cpu_main_cores=1.0, cpu_workers_cores=0.5, workers=4, cpu_limit_cores=8.0,
+                          rss_bytes=3 * 2**30, io_read_bytes_per_s=1e6, io_write_bytes_per_s=0.0, user="alice",
+                          command="python train.py")
             for i in range(n_procs)
         ),
-        host=HostSample(cpu_iowait_ratio=0.02, io_pressure_ratio=0.01), dtype="bf16",
+        host=HostSample(cpu_iowait_ratio=0.02, io_pressure_ratio=0.01, cpu_pressure_ratio=0.03,
+                        cpu_utilization_ratio=0.4), dtype="bf16",
         workload=WorkloadReport(job="train", rank=int(gpu), world_size=2, step=int(now), step_time_s=1.0 + 0.1 * (int(now) % 3),
                                 tokens_per_s=2e4, flops_per_token=4.8e10, model_bytes=16e9),
         memory_temperature_c=80.0, tensor_hmma_active=0.6, tensor_imma_active=0.0, tensor_dmma_active=0.0,
         tensor_dfma_active=0.0, clock_event_time_s={"sw_power_cap": 12.5, "hw_thermal_slowdown": 0.0},
         ecc_corrected_errors=3, ecc_uncorrected_errors=0,
         remapped_rows=RemappedRows(correctable=1, uncorrectable=0, pending=False, failure=False), driver_calls=9,
-        attribution=Attribution(job_id="train-" + "x" * 200),
+        attribution=Attribution(job_id="train-" + "x" * 200, user="alice", partition="gpu", namespace="ml",
+                                pod="trainer-0", container="main"),
     )
 
 
@@ -67,6 +71,11 @@ class FullBackend:
 
     def discover(self):
         return self.devices
+
+    def nic_ports(self) -> tuple[NicPort, ...]:
+        return (NicPort(device="mlx5_0", port=1, link_layer="InfiniBand", active=True, rate_bytes_per_s=5e10,
+                        tx_bytes=1e12, rx_bytes=2e12,
+                        events={"port_xmit_wait": 1e6, "link_downed": 1.0, "symbol_error": 2.0, "rp_cnp_handled": 7.0}),)
 
     def device_events(self, gpu: str) -> tuple[XidCount, ...]:
         return (XidCount(xid=79, count=1, last_ts=1_800_000_000.0),) if gpu == "1" else ()

@@ -27,7 +27,7 @@ from agent.backends.nvml.errors import Meaning, describe, meaning
 from agent.backends.nvml.events import XidWatcher
 from agent.backends.nvml.gpm import MIN_SPAN_S
 from agent.host import HostSource, LocalHost
-from agent.model import DeviceInfo, GpuSample, XidCount
+from agent.model import DeviceInfo, GpuSample, NicPort, XidCount
 
 log = logging.getLogger("roofwatch.nvml")
 
@@ -166,6 +166,11 @@ class NvmlBackend:
             self._reinit()
             raise
         return dataclasses.replace(sample, driver_calls=self.nvml.count)
+
+    def nic_ports(self) -> tuple[NicPort, ...]:
+        """The node's InfiniBand/RoCE ports as the host side last read them (none without such a host)."""
+        ports = getattr(self._host, "nic_ports", None)
+        return ports() if ports is not None else ()
 
     def close(self) -> None:
         self._closed = True
