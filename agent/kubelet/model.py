@@ -1,0 +1,51 @@
+"""Plain, immutable data for Kubernetes attribution.
+
+The client converts protobuf messages into these dataclasses at the edge so that nothing past
+:mod:`agent.kubelet.client` depends on generated code (or on the protobuf runtime's mutable
+message objects, which are not safe to share between threads).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class PodRef:
+    """Who holds a GPU: the labels the exporter attaches to a GPU's series.
+
+    Any field may be None when the source cannot tell: the kubelet API names pod, namespace and
+    container but knows no UIDs; the cgroup fallback knows the pod UID and container id, and the
+    pod name and namespace only when it may read the process's environment and root.
+    """
+
+    namespace: str | None
+    pod: str | None
+    container: str | None
+    pod_uid: str | None = None
+    container_id: str | None = None
+
+
+@dataclass(frozen=True)
+class ContainerDevices:
+    """Devices of one extended resource (``nvidia.com/gpu``, ``amd.com/gpu``...) given to a container."""
+
+    resource_name: str
+    device_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ContainerResources:
+    """One container of a pod with the device-plugin devices assigned to it."""
+
+    name: str
+    devices: tuple[ContainerDevices, ...]
+
+
+@dataclass(frozen=True)
+class PodResources:
+    """One pod as the kubelet pod-resources API reports it."""
+
+    name: str
+    namespace: str
+    containers: tuple[ContainerResources, ...]

@@ -1,0 +1,1 @@
+"""Generated Python stubs for the kubelet pod-resources API; see README.md for provenance."""
