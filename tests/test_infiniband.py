@@ -176,3 +176,40 @@ def test_local_host_reports_the_nearest_ports_traffic_for_each_gpu(sysfs):
     assert gpu1.net_tx_bytes_per_s > 0 and gpu1.net_tx_bytes_per_s == pytest.approx(3 * gpu1.net_rx_bytes_per_s)
     assert gpu0.net_tx_bytes_per_s == 0.0, "GPU 0's own port moved nothing"
     assert host.facts("9", [], 0.0).net_tx_bytes_per_s is None, "no bus id, no port"
+
+
+def test_flaps_congestion_and_retransmits_reach_the_gpu_and_the_port_series(sysfs):
+    """What the jitter rule and the roofwatch_nic_* series read, from one fixture tree."""
+    from prometheus_client.core import Metric
+
+    from agent.host import LocalHost
+    from exporters.nic_families import nic_families
+
+    host = LocalHost(proc_root=sysfs.root / "proc", min_refresh_s=0.0, sysfs_root=sysfs.root)
+    base = dict(port_xmit_data=0, port_rcv_data=0, link_downed=2, port_xmit_wait=10, symbol_error=0,
+                np_ecn_marked_roce_packets=100, rp_cnp_handled=100, out_of_sequence=5, local_ack_timeout_err=0)
+    sysfs.counters("mlx5_0", **base)
+    first = host.facts("0", [], 0.0, bus_id=NVML_BUS_IDS["gpu0"])
+    assert first.net_link_downs is None and first.net_congestion_per_s is None, "deltas need two reads"
+    sysfs.counters("mlx5_0", **{**base, "link_downed": 3, "np_ecn_marked_roce_packets": 700, "rp_cnp_handled": 500,
+                                "out_of_sequence": 25, "local_ack_timeout_err": 5, "port_xmit_wait": 1010,
+                                "symbol_error": 4})
+    gpu0 = host.facts("0", [], 0.0, bus_id=NVML_BUS_IDS["gpu0"])
+    assert gpu0.net_link_downs == 1
+    assert gpu0.net_congestion_per_s > 0 and gpu0.net_retransmits_per_s > 0
+    assert gpu0.net_congestion_per_s / gpu0.net_retransmits_per_s == pytest.approx((600 + 400) / (20 + 5))
+    gpu1 = host.facts("1", [], 0.0, bus_id=NVML_BUS_IDS["gpu1"])
+    assert gpu1.net_link_downs is None, "GPU 1's port has no link_downed counter"
+
+    ports = {p.device: p for p in host.nic_ports()}
+    assert ports["mlx5_0"].events["link_downed"] == 1 and ports["mlx5_0"].events["symbol_error"] == 4
+    assert ports["mlx5_0"].rate_bytes_per_s == 400e9 / 8 and ports["mlx5_0"].active
+    families: dict[str, Metric] = {f.name: f for f in nic_families("n1", tuple(ports.values()))}
+    downed = {s.labels["device"]: s.value for s in families["roofwatch_nic_link_downed"].samples}
+    assert downed == {"mlx5_0": 1.0}
+    wait = {s.labels["device"]: s.value for s in families["roofwatch_nic_transmit_wait_ticks"].samples}
+    assert wait == {"mlx5_0": 1000.0}
+    roce = {(s.labels["device"], s.labels["counter"]): s.value for s in families["roofwatch_nic_roce_events"].samples}
+    assert roce[("mlx5_0", "rp_cnp_handled")] == 400.0 and roce[("mlx5_0", "local_ack_timeout_err")] == 5.0
+    errors = {s.labels["counter"] for s in families["roofwatch_nic_errors"].samples}
+    assert errors == {"symbol_error"}, "xmit_wait and link_downed have their own families"

@@ -228,6 +228,8 @@ class VirtualEngine:
             name = workload.process or _DEFAULT_PROCESS.get(busy[0] if busy else "", "python")
         key = hash_prefix(seed, node.name, info.gpu)  # "3" hashes as 3 did: whole-GPU noise unchanged
         pid = 2000 + int(unit_hash(hash_prefix(seed, "pid", job, where.rank), node.name) * 4_000_000)
+        if workload is not None and workload.pid is not None:
+            pid = workload.pid
         return _GpuPlan(node=node.name, gpu=info.gpu, info=info, dev=dev, schedule=schedule, plans=plans,
                         before_start=before, dtype=dtype, pid=pid, process_name=name, noise_key=key,
                         energy_offset_j=1e6 + unit_hash(key, "energy") * 4e8,

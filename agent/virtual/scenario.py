@@ -209,6 +209,8 @@ class Workload(_Strict):
     dtype: Dtype = "bf16"
     repeat: bool = True
     process: str | None = Field(None, min_length=1, description="Process name (default by kind).")
+    pid: int | None = Field(None, ge=1, description="Host PID the driver reports for this job's process "
+                            "(default: a stable made-up one); lets a test attach a real process to a simulated GPU.")
     phases: list[Phase] = Field(min_length=1)
 
     @field_validator("gpus")
