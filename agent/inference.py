@@ -1,0 +1,311 @@
+"""Workload reports from inference servers' own Prometheus metrics (vLLM, SGLang, TGI).
+
+A serving job never calls our client, but it already counts what we need: tokens in and out,
+and (depending on server and version) engine steps and estimated FLOPs. :class:`InferenceScraper`
+polls the configured ``/metrics`` endpoints in a background thread, turns counter deltas between
+two scrapes into rates (agent.inference_parse), and answers :meth:`InferenceScraper.report_for`
+from memory, so a collection cycle never waits on a server.
+
+Which GPUs an endpoint serves is configured (``gpus``) or found by PID: the process listening on
+the URL's port, plus its descendants, matched against each GPU's process list.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Literal, Sequence
+from urllib.parse import urlsplit, urlunsplit
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from agent.inference_io import describe_error, http_fetch, server_pids
+from agent.inference_parse import CounterReset, ExpositionError, Kind, Rates, Totals, detect, parse, rates, totals
+from agent.model import Dtype, WorkloadReport
+
+log = logging.getLogger("roofwatch.inference")
+
+DEFAULT_MAX_BYTES = 4 * 1024 * 1024
+Fetch = Callable[[str, float, int], bytes]
+"""(url, timeout_s, max_bytes) -> response body; raises on any failure."""
+
+
+class InferenceEndpoint(BaseModel):
+    """One inference server's metrics endpoint and what the agent must know about its model."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    url: str = Field(..., max_length=2048, description="http(s) URL of the server's Prometheus metrics; "
+                     "a URL without a path gets /metrics.")
+    kind: Literal["auto", "vllm", "sglang", "tgi"] = Field("auto", description="Server kind; auto detects it "
+                                                           "from the metric names.")
+    gpus: list[str] | None = Field(None, min_length=1, max_length=1024, description="GPU indices or UUIDs the "
+                                   "server runs on; default: found from the PID listening on the URL's port.")
+    flops_per_token: float | None = Field(None, gt=0.0, le=1e16, description="Forward FLOPs per token.")
+    params: float | None = Field(None, gt=0.0, le=1e15, description="Parameter count; gives 2 x params FLOPs "
+                                 "per token when flops_per_token is not set.")
+    model_bytes: float | None = Field(None, gt=0.0, le=1e15, description="Bytes of weights read per step (MBU).")
+    dtype: Dtype | None = Field(None, description="Math precision, picks the peak MFU is measured against.")
+    world_size: int | None = Field(None, ge=1, le=65536, description="GPUs of the whole server (all nodes); "
+                                   "default: the GPUs this endpoint maps to on this node.")
+    job: str | None = Field(None, min_length=1, max_length=256, description="Job name put on the reports.")
+
+    @field_validator("url")
+    @classmethod
+    def _check_url(cls, value: str) -> str:
+        parts = urlsplit(value.strip())
+        if parts.scheme not in ("http", "https"):
+            raise ValueError(f"url must start with http:// or https:// (got {value!r})")
+        if not parts.hostname:
+            raise ValueError(f"url has no host (got {value!r})")
+        if parts.username or parts.password:
+            raise ValueError("url must not carry credentials")
+        try:
+            port = parts.port
+        except ValueError:
+            raise ValueError(f"url port must be a number from 1 to 65535 (got {value!r})") from None
+        if port == 0:
+            raise ValueError(f"url port must be a number from 1 to 65535 (got {value!r})")
+        path = parts.path if parts.path not in ("", "/") else "/metrics"
+        return urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
+
+    @field_validator("gpus", mode="before")
+    @classmethod
+    def _check_gpus(cls, value: object) -> object:
+        if not isinstance(value, list):
+            return value  # pydantic reports the type error
+        out: list[str] = []
+        for item in value:
+            if isinstance(item, bool) or not isinstance(item, (int, str)):
+                raise ValueError(f"gpus entries must be GPU indices or UUIDs (got {item!r})")
+            text = str(item).strip()
+            if not text or any(c.isspace() for c in text) or (isinstance(item, int) and item < 0):
+                raise ValueError(f"gpus entries must be GPU indices or UUIDs (got {item!r})")
+            if text not in out:
+                out.append(text)
+        return out
+
+    @property
+    def effective_flops_per_token(self) -> float | None:
+        """FLOPs per token as configured, else the 2 x parameters of a forward pass."""
+        if self.flops_per_token is not None:
+            return self.flops_per_token
+        return 2.0 * self.params if self.params is not None else None
+
+    @property
+    def port(self) -> int:
+        parts = urlsplit(self.url)
+        return parts.port or (443 if parts.scheme == "https" else 80)
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointStatus:
+    """How scraping one endpoint goes, for `doctor` and the agent's own metrics."""
+
+    url: str
+    kind: Kind | None
+    """Detected (or configured) server kind; None until a scrape recognised one."""
+    up: bool
+    error: str | None
+    last_success_ts: float | None
+    scrapes_total: int
+    failures_total: int
+    models: tuple[str, ...]
+    pids: tuple[int, ...] | None
+    """Server PIDs found on this node (None when ``gpus`` is configured)."""
+    pid_error: str | None
+    has_rate: bool
+    flops_source: Literal["server", "config"] | None
+    """Where FLOPs/token comes from: the server's estimated-FLOPs counter, or the configuration."""
+
+
+@dataclass(slots=True)
+class _State:
+    endpoint: InferenceEndpoint
+    kind: Kind | None = None
+    up: bool = False
+    error: str | None = None
+    last_success_ts: float | None = None
+    scrapes: int = 0
+    failures: int = 0
+    models: tuple[str, ...] = ()
+    prev: Totals | None = None
+    prev_ts: float | None = None
+    rates: Rates | None = None
+    rates_ts: float | None = None
+    pids: frozenset[int] = frozenset()
+    pid_error: str | None = None
+    pids_checked: float | None = None
+    seen: dict[str, float] = field(default_factory=dict)
+    """GPU -> when report_for last matched it by PID: the default world size."""
+
+
+class InferenceScraper:
+    """Polls inference servers' metrics and answers :class:`agent.host.WorkloadSource` queries.
+
+    Rates: Δcounter / Δt between the two latest successful scrapes (none after the first scrape,
+    none across a counter reset). Several label sets (vLLM engines, SGLang dp ranks, models) are
+    summed, ranks of one replica counted once (see agent.inference_parse).
+    """
+
+    def __init__(self, endpoints: Sequence[InferenceEndpoint], *, interval_s: float = 5.0, timeout_s: float = 2.0,
+                 max_bytes: int = DEFAULT_MAX_BYTES, clock: Callable[[], float] = time.time,
+                 fetch: Fetch | None = None, pid_refresh_s: float = 60.0) -> None:
+        if interval_s <= 0 or timeout_s <= 0 or max_bytes < 1 or pid_refresh_s <= 0:
+            raise ValueError("interval_s, timeout_s, pid_refresh_s and max_bytes must be positive")
+        self._states = [_State(endpoint=e) for e in endpoints]
+        self._interval_s, self._timeout_s, self._max_bytes = interval_s, timeout_s, max_bytes
+        self._clock, self._fetch = clock, fetch or http_fetch
+        self._pid_refresh_s = pid_refresh_s
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Scrape every ``interval_s`` in a daemon thread (idempotent)."""
+        if self._thread is not None and self._thread.is_alive():
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="roofwatch-inference", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self._timeout_s + 1.0)
+            self._thread = None
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            started = time.monotonic()
+            try:
+                self.scrape_once()
+            except Exception:  # a bug here must not kill the thread for good
+                log.exception("inference scrape failed")
+            self._stop.wait(max(0.0, self._interval_s - (time.monotonic() - started)))
+
+    def scrape_once(self, now: float | None = None) -> None:
+        """Scrape every endpoint once; ``now`` stamps the scrapes (default: the clock after each fetch)."""
+        for state in self._states:
+            if self._stop.is_set() and self._thread is not None:
+                return
+            self._scrape(state, now)
+
+    def _scrape(self, state: _State, now: float | None) -> None:
+        ep = state.endpoint
+        if ep.gpus is None and (state.pids_checked is None
+                                or time.monotonic() - state.pids_checked >= self._pid_refresh_s):
+            pids, problem = server_pids(ep.url, ep.port)  # slow (walks /proc): rarely, and outside the lock
+            with self._lock:
+                state.pids, state.pid_error, state.pids_checked = pids, problem, time.monotonic()
+        try:
+            body = self._fetch(ep.url, self._timeout_s, self._max_bytes)
+            expo = parse(body.decode("utf-8", errors="replace"))
+            kind = detect(expo) if ep.kind == "auto" else ep.kind
+            if kind is None:
+                seen = ", ".join(sorted(expo.prefixes)) or "none"
+                raise ExpositionError(f"no vLLM, SGLang or TGI token counters in the response (server metric "
+                                      f"families seen: {seen})")
+            current = totals(expo, kind)
+        except Exception as exc:
+            self._failed(state, describe_error(exc, self._timeout_s) if not isinstance(exc, ExpositionError)
+                         else str(exc))
+            return
+        t = now if now is not None else self._clock()
+        with self._lock:
+            prev, prev_ts = state.prev, state.prev_ts
+        new_rates, note = None, None
+        if prev is not None and prev_ts is not None:
+            try:
+                new_rates = rates(prev, current, t - prev_ts)
+            except CounterReset:
+                note = "counter reset or server restart: no rate for this interval"
+                log.info("inference endpoint %s: %s", ep.url, note)
+        with self._lock:
+            if not state.up and state.scrapes:
+                log.info("inference endpoint %s is up again (%s)", ep.url, kind)
+            state.prev, state.prev_ts, state.rates = current, t, new_rates
+            state.rates_ts = t if new_rates is not None else None
+            state.kind, state.models, state.up, state.error = kind, current.models, True, note
+            state.last_success_ts = t
+            state.scrapes += 1
+
+    def _failed(self, state: _State, error: str) -> None:
+        with self._lock:
+            if state.up or state.scrapes == 0:
+                log.warning("inference endpoint %s unusable: %s", state.endpoint.url, error)
+            else:
+                log.debug("inference endpoint %s still unusable: %s", state.endpoint.url, error)
+            state.up, state.error = False, error
+            state.scrapes += 1
+            state.failures += 1
+
+    def report_for(self, *, gpu: str, uuid: str | None, pids: Sequence[int], now: float) -> WorkloadReport | None:
+        """The fresh report of the first endpoint that serves GPU ``gpu`` (``uuid``) whose processes are
+        ``pids``. Answers from the last scrape; never blocks on I/O, never raises."""
+        try:
+            with self._lock:
+                for state in self._states:
+                    if self._serves(state, gpu, uuid, pids, now):
+                        report = self._report(state, now)
+                        if report is not None:
+                            return report
+        except Exception:
+            log.debug("report_for failed", exc_info=True)
+        return None
+
+    def _serves(self, state: _State, gpu: str, uuid: str | None, pids: Sequence[int], now: float) -> bool:
+        configured = state.endpoint.gpus
+        if configured is not None:
+            return gpu in configured or (uuid is not None and uuid in configured)
+        if state.pids and any(pid in state.pids for pid in pids):
+            state.seen[gpu] = now
+            return True
+        state.seen.pop(gpu, None)
+        return False
+
+    def _world_size(self, state: _State, now: float) -> int:
+        ep = state.endpoint
+        if ep.world_size is not None:
+            return ep.world_size
+        if ep.gpus is not None:
+            return len(ep.gpus)
+        window = max(3.0 * self._interval_s, 120.0)  # longer than any collection interval
+        for gpu in [g for g, t in state.seen.items() if now - t > window]:
+            del state.seen[gpu]
+        return max(1, len(state.seen))
+
+    def _report(self, state: _State, now: float) -> WorkloadReport | None:
+        r = state.rates
+        if not state.up or r is None or state.rates_ts is None or now - state.rates_ts > 3.0 * self._interval_s:
+            return None
+        ep = state.endpoint
+        world = self._world_size(state, now)
+        tokens = r.computed_tokens_per_s
+        flops_per_token = ep.effective_flops_per_token
+        if r.flops_per_gpu_per_s is not None and tokens > 0:
+            flops_per_token = r.flops_per_gpu_per_s * world / tokens  # the server's own estimate wins
+        step_time = 1.0 / r.steps_per_s if r.steps_per_s else None
+        model_bytes = ep.model_bytes
+        if r.bytes_per_gpu_per_s is not None:  # bytes the server estimates it moved, KV cache included
+            if step_time:
+                model_bytes = r.bytes_per_gpu_per_s * world * step_time
+            elif tokens > 0:
+                model_bytes = r.bytes_per_gpu_per_s * world / tokens
+        return WorkloadReport(job=ep.job, world_size=world,
+                              step=int(r.steps_total) if r.steps_total is not None else None,
+                              step_time_s=step_time, tokens_per_s=tokens, flops_per_token=flops_per_token,
+                              model_bytes=model_bytes, dtype=ep.dtype, source=state.kind)
+
+    def status(self) -> tuple[EndpointStatus, ...]:
+        with self._lock:
+            return tuple(EndpointStatus(
+                url=s.endpoint.url, kind=s.kind, up=s.up, error=s.error, last_success_ts=s.last_success_ts,
+                scrapes_total=s.scrapes, failures_total=s.failures, models=s.models,
+                pids=tuple(sorted(s.pids)) if s.endpoint.gpus is None else None,
+                pid_error=s.pid_error if s.endpoint.gpus is None else None, has_rate=s.rates is not None,
+                flops_source=("server" if s.rates is not None and s.rates.flops_per_gpu_per_s is not None
+                              else "config" if s.endpoint.effective_flops_per_token is not None else None),
+            ) for s in self._states)
