@@ -27,6 +27,7 @@ from pydantic_settings import (
 )
 
 from agent.classifier.thresholds import Thresholds
+from agent.inference import InferenceEndpoint
 from agent.model import Dtype
 
 DEFAULT_PORT = 9477
@@ -87,6 +88,19 @@ class Settings(BaseSettings):
         "PCIe tree that maps each GPU to its nearest NIC (in a container, the host's /sys mounted read-only)."
     )
     max_processes_per_gpu: int = Field(16, ge=0, le=1024, description="Per-process series kept per GPU (largest first).")
+    gpu_labels: list[Literal["job_id", "namespace", "pod", "container"]] = Field(
+        default_factory=list, description="Attribution labels copied onto every GPU series (opt-in: each one adds "
+        "series churn whenever jobs or pods change); roofwatch_gpu_job_info and roofwatch_gpu_pod_info always carry them.")
+    kubelet_socket: str | None = Field(
+        "/var/lib/kubelet/pod-resources/kubelet.sock", description="kubelet pod-resources socket for pod/namespace/"
+        "container attribution; used when it exists (or when set explicitly); empty disables it.")
+    kubelet_refresh_s: float = Field(10.0, ge=1.0, le=3600.0, description="Seconds between pod-resources List calls.")
+    inference_endpoints: list[InferenceEndpoint] = Field(
+        default_factory=list, description="Inference servers (vLLM, SGLang, TGI) whose Prometheus metrics give "
+        "workload MFU/MBU without code changes (see docs/attribution.md).")
+    inference_interval_s: float = Field(5.0, ge=0.5, le=300.0, description="Seconds between scrapes of each "
+                                        "inference endpoint; reports older than 3 intervals are dropped.")
+    inference_timeout_s: float = Field(2.0, gt=0.0, le=30.0, description="Deadline for one inference endpoint scrape.")
     scenario: str = Field("demo", min_length=1, description="Virtual backend: built-in scenario name or YAML path.")
     virtual_node: str | None = Field(None, description="Virtual backend: which scenario node this agent plays.")
     dtype: Dtype = Field("bf16", description="Math precision assumed for peak FLOP/s when the workload does not say.")
@@ -132,10 +146,11 @@ def _describe(error: dict[str, Any]) -> str:
     message = str(error.get("msg", "invalid value")).removeprefix("Value error, ")
     if error.get("type") == "extra_forbidden":
         loc = error.get("loc", ())
-        valid = Thresholds.model_fields if len(loc) > 1 and loc[0] == "classifier" else Settings.model_fields
+        nested = {"classifier": Thresholds.model_fields, "inference_endpoints": InferenceEndpoint.model_fields}
+        valid = nested.get(str(loc[0]), Settings.model_fields) if len(loc) > 1 else Settings.model_fields
         return f"{field}: unknown setting (valid settings: {', '.join(sorted(valid))})"
     given = error.get("input")
-    shown = "" if isinstance(given, dict) else f" (got {given!r})"
+    shown = "" if isinstance(given, dict) or "(got " in message else f" (got {given!r})"
     env_name = "ROOFWATCH_" + "__".join(str(part) for part in error.get("loc", ())).upper()
     if os.environ.get(env_name) is not None and str(given) == os.environ[env_name]:
         shown += f" from {env_name}"

@@ -121,6 +121,16 @@ class LocalHost:
         return HostFacts(processes=processes, host=host, attribution=attribution, workload=workload,
                          dtype=workload.dtype if workload is not None else None, **_port_facts(port))
 
+    def close(self) -> None:
+        """Stop the background sources this host was given (kubelet cache, inference scraper)."""
+        for source in (*self._workloads, self._pods):
+            close = getattr(source, "close", None)
+            if close is not None:
+                try:
+                    close()
+                except Exception:  # noqa: BLE001 - shutting down; nothing to recover
+                    pass
+
     def nic_ports(self) -> tuple[NicPort, ...]:
         """Every port's totals as of the last refresh (the GPUs' reads refresh them)."""
         return tuple(

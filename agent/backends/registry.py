@@ -8,9 +8,14 @@ an import traceback.
 from __future__ import annotations
 
 import time
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from agent.backends.base import Backend, BackendUnavailable
 from agent.config import Settings
+
+if TYPE_CHECKING:
+    from agent.host import LocalHost, WorkloadSource
 
 DEMO_HINT = "To try roofwatch without a GPU, run `roofwatch demo` (a simulated 8-GPU H100 node)."
 
@@ -19,7 +24,7 @@ VIRTUAL_HEAD_START_S = 60.0
 """How long the virtual scenario has been running when the agent starts."""
 
 
-def open_virtual(settings: Settings) -> Backend:
+def open_virtual(settings: Settings, reports: WorkloadSource | None = None) -> Backend:
     from agent.backends.virtual import VirtualBackend
     from agent.virtual.scenario import ScenarioError, resolve_scenario
 
@@ -35,21 +40,47 @@ def open_virtual(settings: Settings) -> Backend:
     )
 
 
-def open_nvml(settings: Settings) -> Backend:
-    from agent.backends.nvml import NvmlBackend, load_pynvml
+def open_local_host(settings: Settings, reports: WorkloadSource | None = None) -> LocalHost:
+    """The real host side, with the sources the settings enable, each started in the background.
+
+    Workload reports the job sends itself (``reports``) win over what an inference server's
+    metrics imply. The kubelet cache starts when its socket exists (a Kubernetes node) or when
+    the socket was configured explicitly (then a missing socket is logged and retried).
+    """
     from agent.host import LocalHost
+    from agent.kubelet import PodResourcesCache, pod_from_cgroup
 
-    return NvmlBackend(load_pynvml(), node=settings.node_name, host=LocalHost(sysfs_root=settings.sysfs_root))
+    workloads: list[WorkloadSource] = [reports] if reports is not None else []
+    if settings.inference_endpoints:
+        from agent.inference import InferenceScraper
+
+        scraper = InferenceScraper(settings.inference_endpoints, interval_s=settings.inference_interval_s,
+                                   timeout_s=settings.inference_timeout_s)
+        scraper.start()
+        workloads.append(scraper)
+    pods = None
+    socket_path = settings.kubelet_socket
+    if socket_path and (Path(socket_path).exists() or "kubelet_socket" in settings.model_fields_set):
+        pods = PodResourcesCache(socket_path, refresh_s=settings.kubelet_refresh_s)
+        pods.start()
+    return LocalHost(sysfs_root=settings.sysfs_root, workloads=workloads, pods=pods, pod_from_pid=pod_from_cgroup)
 
 
-def open_nvml_virtual(settings: Settings) -> Backend:
+def open_nvml(settings: Settings, reports: WorkloadSource | None = None) -> Backend:
+    from agent.backends.nvml import NvmlBackend, load_pynvml
+
+    nvml = load_pynvml()  # fails fast (no driver) before any background source starts
+    return NvmlBackend(nvml, node=settings.node_name, host=open_local_host(settings, reports))
+
+
+def open_nvml_virtual(settings: Settings, reports: WorkloadSource | None = None) -> Backend:
     """The real NVML backend over the fake driver that plays the virtual scenario."""
     from agent.backends.nvml_virtual import VirtualNvmlBackend
 
     return VirtualNvmlBackend(open_virtual(settings))  # type: ignore[arg-type]
 
 
-def open_amd(settings: Settings) -> Backend:
+def open_amd(settings: Settings, reports: WorkloadSource | None = None) -> Backend:
     try:
         import amdsmi  # type: ignore[import-not-found]  # noqa: F401
     except ImportError:
@@ -66,14 +97,17 @@ def open_amd(settings: Settings) -> Backend:
 OPENERS = {"nvml": open_nvml, "amd": open_amd, "virtual": open_virtual, "nvml-virtual": open_nvml_virtual}
 
 
-def open_backend(settings: Settings) -> Backend:
-    """Open ``settings.backend``; ``auto`` tries NVML then AMD and explains every failure."""
+def open_backend(settings: Settings, reports: WorkloadSource | None = None) -> Backend:
+    """Open ``settings.backend``; ``auto`` tries NVML then AMD and explains every failure.
+
+    ``reports`` is where workload reports sent to this agent land (the real backends use it; the
+    simulated fleet has its own)."""
     if settings.backend != "auto":
-        return OPENERS[settings.backend](settings)
+        return OPENERS[settings.backend](settings, reports)
     reasons = []
     for name in ("nvml", "amd"):
         try:
-            return OPENERS[name](settings)
+            return OPENERS[name](settings, reports)
         except BackendUnavailable as exc:
             reasons.append(str(exc))
     raise BackendUnavailable("no GPU backend found:\n  - " + "\n  - ".join(reasons) + "\n" + DEMO_HINT)

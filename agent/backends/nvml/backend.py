@@ -174,6 +174,9 @@ class NvmlBackend:
 
     def close(self) -> None:
         self._closed = True
+        host_close = getattr(self._host, "close", None)
+        if host_close is not None:
+            host_close()
         if self._events is not None:
             self._events.stop()
         for device in self._devices.values():
