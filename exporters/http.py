@@ -1,8 +1,9 @@
-"""The agent's HTTP endpoint: ``/metrics``, ``/healthz``, ``/api/v1/snapshot`` and a landing page.
+"""The agent's HTTP endpoint: ``/metrics``, ``/healthz``, ``/api/v1/snapshot``, a landing page, and
+``POST /api/v1/report`` for workload reports (when a :class:`~agent.reports.ReportStore` is given).
 
-Every handler reads the last published snapshot and nothing else, so a request can never wait
-on a GPU. Concurrency is capped: past ``max_concurrent`` in-flight requests the server answers
-503 at once instead of spawning threads without bound.
+Every GET handler reads the last published snapshot and nothing else, so a request can never wait
+on a GPU; a report only touches the in-memory store. Concurrency is capped: past ``max_concurrent``
+in-flight requests the server answers 503 at once instead of spawning threads without bound.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from prometheus_client.exposition import choose_encoder
 
 from agent import __version__
 from agent.model import NodeSnapshot
+from agent.reports import REPORT_PATH, ReportStore, is_loopback, linger, serve_report
 from agent.snapshot_json import snapshot_to_dict
 from exporters.prometheus import ExpositionCache
 
@@ -41,8 +43,10 @@ class AgentHTTPServer(ThreadingHTTPServer):
         max_processes_per_gpu: int = 16,
         max_concurrent: int = 64,
         clock: Callable[[], float] = time.time,
+        reports: ReportStore | None = None,
     ) -> None:
         self.get_snapshot = get_snapshot
+        self.reports = reports
         self.exposition = ExpositionCache(get_snapshot, max_processes_per_gpu=max_processes_per_gpu)
         self.stale_after_s = stale_after_s
         self.clock = clock
@@ -92,7 +96,28 @@ class _Handler(BaseHTTPRequestHandler):
     def _not_allowed(self) -> None:
         self._send(HTTPStatus.METHOD_NOT_ALLOWED, b"only GET and HEAD are supported\n", "text/plain; charset=utf-8", {"Allow": "GET, HEAD"})
 
-    do_POST = do_PUT = do_DELETE = do_PATCH = _not_allowed  # noqa: N815
+    do_PUT = do_DELETE = do_PATCH = _not_allowed  # noqa: N815
+
+    def do_POST(self) -> None:  # noqa: N802
+        if urlsplit(self.path).path != REPORT_PATH:
+            self._not_allowed()
+            return
+        if not self.server.slots.acquire(blocking=False):
+            self._send(HTTPStatus.SERVICE_UNAVAILABLE, b"too many concurrent requests\n", "text/plain; charset=utf-8",
+                       {"Connection": "close"})
+            linger(self.connection)
+            return
+        try:
+            store = self.server.reports
+            if store is None:
+                # The body stays unread, so the connection cannot carry another request.
+                self._send(HTTPStatus.NOT_FOUND, b"workload reports are not enabled on this agent\n",
+                           "text/plain; charset=utf-8", {"Connection": "close"})
+                linger(self.connection)
+                return
+            serve_report(self, store, peer_pid=None, from_loopback=is_loopback(str(self.client_address[0])))
+        finally:
+            self.server.slots.release()
 
     def _route(self) -> None:
         path = urlsplit(self.path).path
