@@ -136,12 +136,12 @@ def _settings_from(args: argparse.Namespace, **forced: Any) -> Settings:
 # -- commands -------------------------------------------------------------------------------
 
 
-def _open(settings: Settings):
+def _open(settings: Settings, reports=None):
     from agent.backends.base import BackendUnavailable
     from agent.backends.registry import open_backend
 
     try:
-        return open_backend(settings)
+        return open_backend(settings, reports)
     except BackendUnavailable as exc:
         raise CliError(str(exc)) from None
 
@@ -187,7 +187,8 @@ def _serve(settings: Settings, record: str | None, *, announce: bool) -> int:
     from exporters.http import AgentHTTPServer
 
     configure_logging(settings.log_level, settings.log_format)
-    backend = _open(settings)
+    store = _report_store(settings)
+    backend = _open(settings, store)
     collector = _make_collector(settings, backend)
     recorder = _attach_recorder(collector, record, settings) if record else None
     try:
@@ -196,10 +197,23 @@ def _serve(settings: Settings, record: str | None, *, announce: bool) -> int:
             lambda: collector.snapshot,
             stale_after_s=settings.effective_stale_after_s,
             max_processes_per_gpu=settings.max_processes_per_gpu,
+            gpu_labels=settings.gpu_labels,
+            reports=store if settings.report_http else None,
         )
     except OSError as exc:
         collector.stop()
         raise CliError(f"cannot listen on {settings.listen}: {exc.strerror or exc}") from None
+    report_socket = None
+    if store is not None and settings.report_socket:
+        from agent.reports import ReportSocketServer
+
+        try:
+            report_socket = ReportSocketServer(settings.report_socket, store, mode=settings.report_socket_mode)
+            report_socket.start()
+        except OSError as exc:
+            server.server_close()
+            collector.stop()
+            raise CliError(f"report_socket: cannot listen on {settings.report_socket}: {exc.strerror or exc}") from None
 
     stop = threading.Event()
 
@@ -223,10 +237,25 @@ def _serve(settings: Settings, record: str | None, *, announce: bool) -> int:
     stop.wait()
     server.shutdown()
     server.server_close()
+    if report_socket is not None:
+        report_socket.close()
     collector.stop(timeout=1.0)
     if recorder is not None:
         recorder.close()
     return EXIT_OK
+
+
+def _report_store(settings: Settings):
+    """Where workload reports land (None when both transports are off); a bad token file stops the start."""
+    if not settings.reports_enabled or settings.backend in DEMO_BACKENDS:
+        return None  # the simulated fleet reports for its own jobs
+    from agent.reports import ReportStore
+
+    try:
+        token = settings.read_report_token()
+    except ConfigError as exc:
+        raise CliError(str(exc), EXIT_CONFIG) from None
+    return ReportStore(ttl_s=settings.report_ttl_s, token=token)
 
 
 def _attach_recorder(collector, path: str, settings: Settings):

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -101,6 +101,18 @@ class Settings(BaseSettings):
     inference_interval_s: float = Field(5.0, ge=0.5, le=300.0, description="Seconds between scrapes of each "
                                         "inference endpoint; reports older than 3 intervals are dropped.")
     inference_timeout_s: float = Field(2.0, gt=0.0, le=30.0, description="Deadline for one inference endpoint scrape.")
+    report_socket: str | None = Field(
+        None, description="Unix socket for workload reports (agent.client looks for /run/roofwatch/report.sock); "
+        "unset = no socket.")
+    report_socket_mode: int = Field(0o666, ge=0, le=0o777, description="File mode of the report socket "
+                                    "(YAML: 0o660 or 432); anyone who can open it may report unless a token is set.")
+    report_http: bool = Field(True, description="Accept POST /api/v1/report on the HTTP port (loopback clients "
+                              "only, unless a report token is set).")
+    report_token: str | None = Field(None, min_length=8, description="Bearer token every report must carry "
+                                     "(also lets non-loopback HTTP clients report).")
+    report_token_file: str | None = Field(None, min_length=1, description="Read the report token from this file "
+                                          "(e.g. a mounted Secret); excludes report_token.")
+    report_ttl_s: float = Field(30.0, gt=0.0, le=3600.0, description="How long a workload report counts after it arrives.")
     scenario: str = Field("demo", min_length=1, description="Virtual backend: built-in scenario name or YAML path.")
     virtual_node: str | None = Field(None, description="Virtual backend: which scenario node this agent plays.")
     dtype: Dtype = Field("bf16", description="Math precision assumed for peak FLOP/s when the workload does not say.")
@@ -116,6 +128,28 @@ class Settings(BaseSettings):
     def _check_listen(cls, value: str) -> str:
         parse_listen(value)
         return value
+
+    @model_validator(mode="after")
+    def _one_token_source(self) -> "Settings":
+        if self.report_token and self.report_token_file:
+            raise ValueError("report_token and report_token_file are exclusive: set one")
+        return self
+
+    @property
+    def reports_enabled(self) -> bool:
+        return bool(self.report_socket) or self.report_http
+
+    def read_report_token(self) -> str | None:
+        """The report token, read from ``report_token_file`` when set (stripped); ConfigError if unreadable."""
+        if not self.report_token_file:
+            return self.report_token
+        try:
+            token = Path(self.report_token_file).read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise ConfigError(f"report_token_file: cannot read {self.report_token_file}: {exc.strerror or exc}") from None
+        if len(token) < 8:
+            raise ConfigError(f"report_token_file: {self.report_token_file} holds fewer than 8 characters")
+        return token
 
     @property
     def listen_address(self) -> tuple[str, int]:

@@ -16,7 +16,7 @@ import threading
 import time
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Callable
+from typing import Callable, Sequence
 from urllib.parse import urlsplit
 
 from prometheus_client.exposition import choose_encoder
@@ -44,10 +44,12 @@ class AgentHTTPServer(ThreadingHTTPServer):
         max_concurrent: int = 64,
         clock: Callable[[], float] = time.time,
         reports: ReportStore | None = None,
+        gpu_labels: Sequence[str] = (),
     ) -> None:
         self.get_snapshot = get_snapshot
         self.reports = reports
-        self.exposition = ExpositionCache(get_snapshot, max_processes_per_gpu=max_processes_per_gpu)
+        self.exposition = ExpositionCache(get_snapshot, max_processes_per_gpu=max_processes_per_gpu,
+                                          gpu_labels=gpu_labels)
         self.stale_after_s = stale_after_s
         self.clock = clock
         self.slots = threading.BoundedSemaphore(max_concurrent)
@@ -77,6 +79,9 @@ class _Handler(BaseHTTPRequestHandler):
     server: AgentHTTPServer
     server_version = f"roofwatch/{__version__}"
     protocol_version = "HTTP/1.1"
+    timeout = 300
+    """Idle keep-alive connections are closed after this many seconds, so each cannot hold a thread
+    for ever (Prometheus reconnects at its next scrape)."""
 
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - stdlib signature
         log.debug("http %s", format % args)

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import psutil
 import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
@@ -121,10 +122,91 @@ def test_a_saturated_loader_worker_makes_the_verdict_dataloader(node: Node) -> N
 
 
 def test_when_the_worker_stops_the_verdict_no_longer_blames_the_loader(node: Node) -> None:
-    poll(lambda: (node.cycle(), node.verdict("0"))[1] is not None and node.verdict("0").detail == "dataloader",
-         60, interval=0.0, what="dataloader first")
-    for child in __import__("psutil").Process(node.trainer.pid).children():
+    def detail() -> str | None:
+        node.cycle()
+        verdict = node.verdict("0")
+        return verdict.detail if verdict is not None else None
+
+    poll(lambda: detail() == "dataloader", 60, interval=0.0, what="dataloader first")
+    for child in psutil.Process(node.trainer.pid).children():
         child.kill()
-    poll(lambda: (node.cycle(), node.verdict("0"))[1] is not None and node.verdict("0").detail != "dataloader",
-         60, interval=0.0, what="the verdict to move off dataloader")
+    poll(lambda: detail() not in (None, "dataloader"), 60, interval=0.0, what="the verdict to move off dataloader")
     assert node.verdict("0").cls == "input_starved"
+
+
+REPORTER = """
+import time
+from agent.client import report
+print("ready", flush=True)
+step = 0
+while True:
+    step += 1
+    report(step=step, step_time_s=1.0, tokens={tokens}, flops_per_token={flops}, dtype="bf16", rank=0, world_size=1,
+           job="pretrain-7b")
+    time.sleep(0.1)
+"""
+
+
+def test_a_job_reporting_through_the_client_shows_workload_mfu_next_to_counter_mfu_and_its_pod(tmp_path) -> None:
+    """A real process reports over the unix socket; its GPU's pod comes from a real gRPC kubelet."""
+    from agent.kubelet import PodResourcesCache
+    from agent.reports import ReportSocketServer, ReportStore
+    from agent.specs import spec_by_key
+    from tests.fake_kubelet import FakeKubelet, pod
+
+    peak = spec_by_key("h100-sxm").peak_flops["bf16"]
+    flops_per_token, target = 1.4e10, 0.37
+    tokens = target * peak / flops_per_token  # per 1 s step, whole job (world size 1)
+    socket_path = str(tmp_path / "report.sock")
+    clocks: list[Any] = []  # the store dates reports by the simulated wall clock the collector asks with
+    store = ReportStore(ttl_s=30.0, clock=lambda: clocks[0]() if clocks else 0.0)
+    server = ReportSocketServer(socket_path, store)
+    server.start()
+    job = subprocess.Popen([sys.executable, "-c", REPORTER.format(tokens=tokens, flops=flops_per_token)],
+                           env=clean_env(ROOFWATCH_REPORT_SOCKET=socket_path), stdout=subprocess.PIPE, text=True,
+                           start_new_session=True)
+    kubelet = FakeKubelet().start()
+    rig = None
+    collector = None
+    try:
+        assert job.stdout is not None and job.stdout.readline().strip() == "ready"
+        rig = Rig(scenario(gpus=2, workloads=[
+            {"job": "train", "gpus": [0], "pid": job.pid,
+             "phases": [{"kind": "compute", "duration_s": 3600, "mfu": 0.5}]}]))
+        clocks.append(rig.clock)
+        pods = PodResourcesCache(kubelet.socket_path, refresh_s=60.0)
+        backend = NvmlBackend(rig.nvml, clock=rig.clock, wall=rig.clock, sleep=rig.clock.advance,
+                              host=LocalHost(min_refresh_s=0.2, workloads=[store], pods=pods))
+        uuid0 = next(d.uuid for d in backend.discover() if d.gpu == "0")
+        kubelet.pods = [pod("trainer-0", "ml", main={"nvidia.com/gpu": [uuid0]})]
+        pods.start()  # after its kubelet has the pod (the backend closes it with its host)
+        collector = Collector(backend, node="n1", interval_s=1.0, clock=rig.clock, monotonic=rig.clock,
+                              analyzer=LiveClassifier())
+        node = Node(rig, collector, job, [uuid0])
+
+        def both_mfus() -> dict[str, float] | None:
+            node.cycle()
+            text = node.exposition(gpu_labels=("pod", "namespace"))
+            mfu = {s.labels["source"]: (s.value, s.labels) for f in text_string_to_metric_families(text)
+                   for s in f.samples if s.name == "roofwatch_gpu_mfu_ratio" and s.labels["gpu"] == "0"}
+            return mfu if {"workload", "counters"} <= set(mfu) and mfu["workload"][1]["pod"] == "trainer-0" else None
+
+        mfu = poll(both_mfus, 60, interval=0.0, what="workload and counter MFU with pod labels on GPU 0")
+        assert mfu["workload"][0] == pytest.approx(target, rel=1e-6)
+        assert mfu["counters"][0] == pytest.approx(0.5, abs=0.1), "the simulated tensor activity"
+        assert mfu["workload"][1]["namespace"] == "ml" and mfu["workload"][1]["dtype"] == "bf16"
+        text = node.exposition()
+        assert info_labels(text, "roofwatch_gpu_pod_info")["0"]["container"] == "main"
+        assert info_labels(text, "roofwatch_gpu_job_info")["0"]["job_id"] == "pretrain-7b", "reported job name"
+        assert "1" not in info_labels(text, "roofwatch_gpu_pod_info")
+        report = collector.snapshot.devices[0].sample.workload
+        assert report is not None and report.source == "client" and report.dtype == "bf16"
+    finally:
+        if collector is not None:
+            collector.stop()
+        if rig is not None:
+            rig.close()
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait()
+        server.close()
+        kubelet.close()
