@@ -254,7 +254,7 @@ def _report_store(settings: Settings):
     try:
         token = settings.read_report_token()
     except ConfigError as exc:
-        raise CliError(str(exc), EXIT_CONFIG) from None
+        raise CliError(str(exc), EXIT_USAGE) from None
     return ReportStore(ttl_s=settings.report_ttl_s, token=token)
 
 

@@ -110,3 +110,27 @@ def test_cli_bad_config_file_exits_2_naming_field(tmp_path):
     result = _roofwatch("demo", "--config", str(cfg))
     assert result.returncode == 2
     assert "history_len" in result.stderr and str(cfg) in result.stderr
+
+
+def test_attribution_and_report_settings_are_checked_naming_the_field(tmp_path):
+    with pytest.raises(ConfigError, match=r"gpu_labels\.0: .*'job_id', 'namespace', 'pod' or 'container'"):
+        load_settings(gpu_labels=["hostname"])
+    with pytest.raises(ConfigError, match=r"inference_endpoints\.0\.bogus: unknown setting \(valid settings: .*params"):
+        load_settings(inference_endpoints=[{"url": "http://127.0.0.1:8000", "bogus": 1}])
+    with pytest.raises(ConfigError, match=r"report_token and report_token_file are exclusive"):
+        load_settings(report_token="x" * 16, report_token_file=str(tmp_path / "t"))
+    with pytest.raises(ConfigError, match=r"report_token: String should have at least 8 characters"):
+        load_settings(report_token="short")
+    settings = load_settings(report_token_file=str(tmp_path / "missing"))
+    with pytest.raises(ConfigError, match=r"report_token_file: cannot read .*missing"):
+        settings.read_report_token()
+    (tmp_path / "token").write_text("  s3cret-token\n")
+    assert load_settings(report_token_file=str(tmp_path / "token")).read_report_token() == "s3cret-token"
+
+
+def test_cli_unreadable_report_token_file_exits_2_naming_it(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "agent.cli", "run", "--backend", "nvml"],
+                            env={**os.environ, "ROOFWATCH_REPORT_TOKEN_FILE": str(tmp_path / "nope")},
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert "report_token_file" in result.stderr and "nope" in result.stderr
