@@ -17,7 +17,7 @@ Everything here is best effort: a process may exit between the driver listing it
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Callable
 
@@ -65,7 +65,6 @@ class _Tree:
     workers_cpu_s: dict[int, float]
     io: dict[int, tuple[int, int]]
     facts: ProcessFacts
-    workers: dict[int, psutil.Process] = field(default_factory=dict)
 
 
 def _cpu_s(proc: psutil.Process) -> float:
@@ -154,7 +153,6 @@ class ProcessTracker:
             rss = proc.memory_info().rss
             io_main = _io(proc)
             limit = _affinity(proc)
-        workers: dict[int, psutil.Process] = {}
         workers_cpu: dict[int, float] = {}
         io: dict[int, tuple[int, int]] = {pid: io_main} if io_main is not None else {}
         io_known = io_main is not None
@@ -163,13 +161,10 @@ class ProcessTracker:
         except (psutil.Error, OSError):
             children = []
         for child in children:
-            known = old.workers.get(child.pid) if old is not None else None
-            child = known if known is not None and known.is_running() else child
             try:
                 workers_cpu[child.pid] = _cpu_s(child)
             except (psutil.Error, OSError):
                 continue  # exited between listing and reading
-            workers[child.pid] = child
             counters = _io(child)
             if counters is not None:
                 io[child.pid] = counters
@@ -190,11 +185,10 @@ class ProcessTracker:
         facts = ProcessFacts(
             name=name, command=command, user=user,
             cpu_cores=None if main_rate is None or workers_rate is None else main_rate + workers_rate,
-            cpu_main_cores=main_rate, cpu_workers_cores=workers_rate, workers=len(workers),
+            cpu_main_cores=main_rate, cpu_workers_cores=workers_rate, workers=len(workers_cpu),
             cpu_limit_cores=limit, rss_bytes=rss, io_read_bytes_per_s=read_rate, io_write_bytes_per_s=write_rate,
         )
-        return _Tree(proc=proc, t=now, main_cpu_s=main_cpu, workers_cpu_s=workers_cpu, io=io, facts=facts,
-                     workers=workers)
+        return _Tree(proc=proc, t=now, main_cpu_s=main_cpu, workers_cpu_s=workers_cpu, io=io, facts=facts)
 
 
 def _command(proc: psutil.Process) -> str | None:

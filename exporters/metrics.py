@@ -301,6 +301,11 @@ PROCESS_INFO = MetricDef(
 )
 JOB_ID_MAX_LEN = 128
 """Longer job ids are cut: a label value is held in every Prometheus series index that uses it."""
+
+
+def clip_label(value: str | None) -> str:
+    """An attribution label value as exported: "" when unknown, cut at :data:`JOB_ID_MAX_LEN`."""
+    return (value or "")[:JOB_ID_MAX_LEN]
 HOST_IOWAIT = MetricDef(
     "roofwatch_host_cpu_iowait_ratio", "gauge", "ratio", "Share of host CPU time spent waiting for I/O.",
     NODE_LABELS, nvidia="/proc/stat", amd="/proc/stat",

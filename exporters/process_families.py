@@ -19,10 +19,6 @@ if TYPE_CHECKING:
     from exporters.prometheus import Families
 
 
-def _clip(value: str | None) -> str:
-    return (value or "")[: m.JOB_ID_MAX_LEN]
-
-
 class ProcessFamilies:
     """Collects the process and attribution families over all GPUs of one snapshot."""
 
@@ -49,8 +45,7 @@ class ProcessFamilies:
                 key = labels + [str(proc.pid), proc.name or ""]
                 _add(self.memory, key, proc.used_memory_bytes)
                 _add(self.sm, key, proc.sm_util)
-                _add(self.cpu, key + ["main"], proc.cpu_main_cores if proc.cpu_main_cores is not None else
-                     (proc.cpu_cores if proc.cpu_workers_cores is None else None))
+                _add(self.cpu, key + ["main"], proc.cpu_main_cores)
                 _add(self.cpu, key + ["workers"], proc.cpu_workers_cores)
                 _add(self.workers, key, proc.workers)
                 _add(self.cpu_limit, key, proc.cpu_limit_cores)
@@ -58,7 +53,7 @@ class ProcessFamilies:
                 _add(self.io, key + ["read"], proc.io_read_bytes_per_s)
                 _add(self.io, key + ["write"], proc.io_write_bytes_per_s)
                 if proc.user:
-                    self.owner.add_metric(key, {"user": _clip(proc.user)})
+                    self.owner.add_metric(key, {"user": m.clip_label(proc.user)})
         who = sample.attribution
         if who is None:
             return
@@ -75,7 +70,7 @@ class ProcessFamilies:
 
 def _known(**values: str | None) -> dict[str, str]:
     """Info labels that are known (an empty label is the same as no label to Prometheus; leave it out)."""
-    return {key: _clip(value) for key, value in values.items() if value}
+    return {key: m.clip_label(value) for key, value in values.items() if value}
 
 
 def _add(family: GaugeMetricFamily, labels: list[str], value: float | None) -> None:

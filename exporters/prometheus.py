@@ -108,7 +108,7 @@ class Families:
             who = sample.attribution if sample is not None else None
             for name in self.extra:
                 value = getattr(who, name, None) if who is not None else None
-                values.append((value or "")[: m.JOB_ID_MAX_LEN])
+                values.append(m.clip_label(value))
         return values
 
     def gauge(self, defn: m.MetricDef) -> GaugeMetricFamily:
