@@ -354,6 +354,18 @@ def mig_slice_spec(parent: GpuSpec, slices: int, gb: int) -> GpuSpec:
     return scale_spec(parent, slices / MIG_COMPUTE_SLICES, suffix=f"-mig-{slices}g.{gb}gb", mem_fraction=mem_fraction)
 
 
+def partition_slice_spec(parent: GpuSpec, count: int, mode: str) -> GpuSpec:
+    """Peaks of one of ``count`` AMD compute partitions (``mode`` SPX/DPX/QPX/CPX): FLOPs, CUs,
+    memory and bandwidth each divided by ``count``.
+
+    Memory follows what KFD reports per partition (the total over the partition count);
+    bandwidth is the fair share, since one XCD cannot pull the whole HBM bandwidth by itself.
+    """
+    if count <= 1:
+        return parent
+    return scale_spec(parent, 1.0 / count, suffix=f"-{mode.lower()}", mem_fraction=1.0 / count)
+
+
 def _check_fraction(value: float, what: str) -> None:
     if not (math.isfinite(value) and 0 < value <= 1):
         raise ValueError(f"{what} must be in (0, 1], got {value!r}")

@@ -31,7 +31,7 @@ ROOFLINE_TIER: tuple[str, ...] = ("compute_bound", "memory_bound", "latency_boun
 PRIORITY_TIER: tuple[str, ...] = ("idle", "input_starved", "communication_jittered")
 
 DETAILS: tuple[str, ...] = (
-    "none", "warming_up", "gpu_down", "no_counters", "idle_held", "idle_free", "dataloader", "io", "host_launch",
+    "none", "warming_up", "gpu_down", "no_counters", "no_compute_counter", "idle_held", "idle_free", "dataloader", "io", "host_launch",
     "unattributed", "straggler", "straggler_victim", "link_flap", "network_congestion", "unstable_steps",
     "bandwidth_bound", "at_roof",
     "leaning", "balanced", "power_proxy", "small_kernels",

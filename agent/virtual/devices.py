@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from agent.model import DeviceInfo, GpuSpec
-from agent.specs import mig_slice_spec
+from agent.specs import mig_slice_spec, partition_slice_spec
 
 MIB = 1024**2
 GIB = 1024**3
@@ -187,6 +187,62 @@ def mig_uuid(seed: int, node: str, gpu: str) -> str:
     """``MIG-<uuid>``, stable per (seed, node, instance id) as NVML's MIG device UUIDs are."""
     digest = hashlib.blake2b(f"{seed}/{node}/mig/{gpu}".encode(), digest_size=16).digest()
     return f"MIG-{uuidlib.UUID(bytes=digest, version=4)}"
+
+
+# ----------------------------------------------------------------------------- AMD partitions
+
+ComputePartition = Literal["SPX", "DPX", "QPX", "CPX"]
+MemoryPartition = Literal["NPS1", "NPS2", "NPS4"]
+COMPUTE_PARTITIONS: dict[str, int] = {"SPX": 1, "DPX": 2, "QPX": 4, "CPX": 8}
+"""Partitions per GPU in each compute-partition mode of an 8-XCD part (MI300X, MI325X, MI355X)."""
+MEMORY_PARTITIONS: dict[str, int] = {"NPS1": 1, "NPS2": 2, "NPS4": 4}
+_PARTITIONABLE = ("mi300x", "mi325x", "mi355x")
+
+
+def partitionable(key: str) -> bool:
+    """AMD parts whose XCDs can be split into compute partitions (MI250X's two GCDs are simply two devices)."""
+    return key.startswith(_PARTITIONABLE)
+
+
+def partition_count(key: str, compute_partition: str) -> int:
+    """Devices one GPU shows in ``compute_partition`` mode (1 for models without partitions)."""
+    return COMPUTE_PARTITIONS[compute_partition] if partitionable(key) else 1
+
+
+def partition_uuid(seed: int, node: str, gpu: str) -> str:
+    digest = hashlib.blake2b(f"{seed}/{node}/xcp/{gpu}".encode(), digest_size=16).digest()
+    return str(uuidlib.UUID(bytes=digest, version=4))
+
+
+def partition_info(seed: int, node: str, index: int, partition: int, count: int, mode: str, key: str,
+                   spec: GpuSpec, counters: str = "amdsmi") -> DeviceInfo:
+    """Identity of partition ``<index>/<partition>`` (partition = the id KFD reports, from 0).
+
+    Each partition is its own device to amdsmi: own UUID, the parent's bus and device with the
+    partition id as PCI function, 1/count of the compute units and memory. Socket power, energy
+    and the fabric links are read on partition 0 only.
+    """
+    view = driver_view(key, spec)
+    scaled = partition_slice_spec(spec, count, mode)
+    bus = pci_bus_id(index, spec.vendor)
+    primary = partition == 0
+    caps = capabilities(spec.vendor, view.link_count if primary else 0, counters, mig_instance=not primary)
+    if not primary:
+        caps += ("temperature",)
+    return DeviceInfo(
+        gpu=f"{index}/{partition}",
+        uuid=partition_uuid(seed, node, f"{index}/{partition}"),
+        vendor=spec.vendor,
+        model=view.name,
+        memory_total_bytes=(view.memory_mib * MIB // count) if view.memory_mib else scaled.memory_bytes,
+        sm_count=scaled.sm_count,
+        link_count=view.link_count if primary else 0,
+        pci_device_id=_pci_device_id(view, spec),
+        pci_bus_id=f"{bus[:-1]}{partition}",
+        sm_clock_max_mhz=spec.max_clock_mhz,
+        spec=scaled,
+        capabilities=caps,
+    )
 
 
 def _pci_device_id(view: DriverView, spec: GpuSpec) -> int | None:

@@ -38,6 +38,7 @@ from agent.virtual.devices import (
     driver_view,
     mig_instance_info,
     parse_mig_profile,
+    partition_info,
 )
 from agent.virtual.kinds import PhasePlan, Placement, compile_phase
 from agent.virtual.physics import (
@@ -207,7 +208,10 @@ class VirtualEngine:
                     peak_flops=info.spec.peak_flops.get(workload.dtype if workload else "bf16", 0.0),
                     clock=clocks.get(job) if job else None)
                 plan = self._gpu_plan(node, info, dev, workload, where, clocks)
-                plan.hidden = HIDDEN_FIELDS[counters] + (MIG_HIDDEN_FIELDS if "/" in info.gpu else ())
+                # A MIG instance has no power or bus readings of its own. An AMD partition keeps
+                # its share here: the fake libamd_smi sums the shares into partition 0's socket power.
+                mig_instance = "/" in info.gpu and node.partitions == 1
+                plan.hidden = HIDDEN_FIELDS[counters] + (MIG_HIDDEN_FIELDS if mig_instance else ())
                 plan.blind = counters == "minimal"
                 self._plans[(node.name, info.gpu)] = plan
             self._host_sources[node.name] = _host_sources(node, clocks)
@@ -333,15 +337,27 @@ def _label(plan: _GpuPlan, t: float) -> str:
 
 def _node_devices(seed: int, node: Node, spec: GpuSpec, view: DriverView, counters: str
                   ) -> list[tuple[DeviceInfo, DeviceModel]]:
-    """Every device the node exposes, in index order: whole GPUs, or a MIG GPU's instances.
+    """Every device the node exposes, in index order: whole GPUs, a MIG GPU's instances, or an AMD
+    GPU's compute partitions (each 1/N of the GPU: peaks, memory, host link, fabric and power budget).
 
     An instance is simulated as a small GPU: its own peaks (scaled spec), memory and a
     g/7 share of the power budget so that clocks and caps behave as on the whole GPU.
     """
     link = (spec.link_bandwidth_bytes_per_s or view.fabric_bytes_per_s) if view.link_count else 0.0
     out: list[tuple[DeviceInfo, DeviceModel]] = []
+    parts = node.partitions
     for index in range(node.gpus):
         profiles = node.mig.get(index)
+        if parts > 1:
+            for p in range(parts):
+                info = partition_info(seed, node.name, index, p, parts, node.amd.compute_partition, node.model, spec,
+                                      counters)
+                assert info.spec is not None
+                dev = DeviceModel.from_spec(
+                    info.spec, pcie_bytes_per_s=view.pcie_bytes_per_s / parts, link_bytes_per_s=link / parts,
+                    net_bytes_per_s=NET_BYTES_PER_S / parts, mem_total_bytes=info.memory_total_bytes or 0)
+                out.append((info, dev.share(1.0 / parts)))
+            continue
         if not profiles:
             info = device_info(seed, node.name, index, node.model, spec, counters)
             out.append((info, DeviceModel.from_spec(

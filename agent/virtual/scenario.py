@@ -29,7 +29,10 @@ A node may also set ``counters`` (what a real backend can read there: ``full``, 
 ``nvml_basic``, ``minimal``; default by model) and ``mig`` (``{0: [3g.40gb, 3g.40gb]}``: GPU 0 is
 replaced by two MIG instances that workloads and faults name ``"0/1"`` and ``"0/2"``), and
 ``nvml`` (:class:`NvmlProfile`: how the fake NVIDIA driver of :mod:`agent.virtual.fake_nvml`
-behaves there: driver version, permissions, unsupported symbols and fields).
+behaves there: driver version, permissions, unsupported symbols and fields). An AMD node may set
+``amd`` (:class:`AmdProfile`): its compute and memory partition modes (with ``CPX`` each MI300X
+becomes eight devices that workloads and faults name ``"0/0"`` .. ``"0/7"``, the partition id
+KFD reports) and how its fake libamd_smi (:mod:`agent.virtual.fake_amdsmi`) behaves.
 """
 
 from __future__ import annotations
@@ -44,7 +47,18 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 
 from agent.model import Dtype, GpuSpec
 from agent.specs import spec_by_key
-from agent.virtual.devices import MIG_SLICES, CounterPreset, mig_capable, parse_mig_profile
+from agent.virtual.devices import (
+    COMPUTE_PARTITIONS,
+    MEMORY_PARTITIONS,
+    MIG_SLICES,
+    ComputePartition,
+    CounterPreset,
+    MemoryPartition,
+    mig_capable,
+    parse_mig_profile,
+    partition_count,
+    partitionable,
+)
 
 GIB = 1024**3
 
@@ -170,7 +184,7 @@ _GPU_REF = re.compile(r"^(\d+)(?:/(\d+))?$")
 
 
 def _gpu_ref(value: Any) -> Any:
-    """A GPU index (``3``, ``"3"``) or a MIG instance ``"<index>/<instance>"``, canonicalised.
+    """A GPU index (``3``, ``"3"``) or a MIG instance / AMD partition ``"<index>/<j>"``, canonicalised.
 
     Indices stay ints (what scenarios always used); instances become ``"3/1"``, the trace
     format's GPU id. Anything else is left for pydantic to reject with its usual message.
@@ -183,21 +197,18 @@ def _gpu_ref(value: Any) -> Any:
         return value
     match = _GPU_REF.match(value.strip())
     if match is None:
-        raise ValueError(f"{value!r} is neither a GPU index nor a MIG instance '<index>/<instance>'")
+        raise ValueError(f"{value!r} is neither a GPU index nor a MIG instance or partition '<index>/<j>'")
     if match.group(2) is None:
         return int(match.group(1))
-    instance = int(match.group(2))
-    if instance < 1:
-        raise ValueError(f"{value!r}: MIG instances are numbered from 1")
-    return f"{int(match.group(1))}/{instance}"
+    return f"{int(match.group(1))}/{int(match.group(2))}"  # the node checks the range (MIG from 1, partitions from 0)
 
 
 GpuRef = Annotated[Union[int, str], BeforeValidator(_gpu_ref)]
-"""What a workload or fault names: a whole GPU (int) or a MIG instance (``"i/j"``)."""
+"""What a workload or fault names: a whole GPU (int), a MIG instance or an AMD partition (``"i/j"``)."""
 
 
 def gpu_parent(ref: int | str) -> int:
-    """The physical GPU index of a reference (the GPU itself, or a MIG instance's parent)."""
+    """The physical GPU index of a reference (the GPU itself, or a MIG instance's or partition's parent)."""
     return ref if isinstance(ref, int) else int(ref.split("/", 1)[0])
 
 
@@ -294,6 +305,43 @@ class NvmlProfile(_Strict):
         return int(self.driver_version.split(".", 1)[0])
 
 
+AmdSymbol = Annotated[str, Field(pattern=r"^amdsmi_[a-z0-9_]+$")]
+
+
+class AmdProfile(_Strict):
+    """How the node's AMD GPUs are partitioned and how its (fake) libamd_smi behaves.
+
+    The partition modes shape the devices every backend sees; the rest only matters to the fake
+    library of :mod:`agent.virtual.fake_amdsmi` that the real amdsmi package runs on.
+    """
+
+    compute_partition: ComputePartition = Field(
+        "SPX", description="SPX: one device per GPU; DPX/QPX/CPX: 2/4/8 devices per GPU, one per group of XCDs "
+        "(MI300X, MI325X, MI355X).")
+    memory_partition: MemoryPartition = Field(
+        "NPS1", description="NUMA nodes per socket; never more than the compute partitions (NPS4 needs CPX).")
+    rocm_version: str = Field("7.0.2", pattern=r"^\d+\.\d+(\.\d+)?$", description="amdsmi_get_lib_version.")
+    driver_version: str = Field("6.12.12", min_length=1, description="amdgpu driver version (amdsmi_get_gpu_driver_info).")
+    library: bool = Field(True, description="False: libamd_smi.so is missing (importing amdsmi raises KeyError).")
+    missing_symbols: list[AmdSymbol] = Field(
+        default_factory=list, description="C symbols the library lacks: importing a newer amdsmi wrapper fails "
+        "with 'undefined symbol', as on a ROCm older than the wrapper.")
+    not_supported: list[AmdSymbol] = Field(
+        default_factory=list, description="C symbols that return AMDSMI_STATUS_NOT_SUPPORTED.")
+    no_permission: list[AmdSymbol] = Field(
+        default_factory=list, description="C symbols that return AMDSMI_STATUS_NO_PERM.")
+    na_metrics: list[str] = Field(
+        default_factory=list, description="amdsmi_gpu_metrics_t fields the firmware leaves at all ones "
+        "(the amdsmi package reports them as 'N/A').")
+
+    @model_validator(mode="after")
+    def _nps_within_partitions(self) -> "AmdProfile":
+        if MEMORY_PARTITIONS[self.memory_partition] > COMPUTE_PARTITIONS[self.compute_partition]:
+            raise ValueError(f"memory_partition: {self.memory_partition} needs at least as many compute partitions "
+                             f"({self.compute_partition} has {COMPUTE_PARTITIONS[self.compute_partition]})")
+        return self
+
+
 class Node(_Strict):
     """One host with ``gpus`` identical GPUs of catalogue model ``model``."""
 
@@ -308,6 +356,8 @@ class Node(_Strict):
     faults: list[Fault] = Field(default_factory=list)
     nvml: NvmlProfile = Field(
         default_factory=NvmlProfile, description="The fake NVML driver's behaviour on this node.")
+    amd: AmdProfile = Field(
+        default_factory=AmdProfile, description="AMD partition modes and the fake libamd_smi's behaviour on this node.")
 
     @field_validator("model")
     @classmethod
@@ -322,6 +372,7 @@ class Node(_Strict):
     def _consistent(self) -> "Node":
         spec = spec_by_key(self.model)
         self._check_mig(spec)
+        self._check_partitions(spec)
         owner: dict[str, str] = {}
         for w_i, workload in enumerate(self.workloads):
             where = f"workloads.{w_i}"
@@ -363,28 +414,52 @@ class Node(_Strict):
             if memory_gb is not None and gb > memory_gb + 1e-9:
                 raise ValueError(f"{where}: instances use {gb} GB of memory; {self.model} has {memory_gb:.0f} GB")
 
+    def _check_partitions(self, spec: GpuSpec) -> None:
+        if self.amd.compute_partition != "SPX" and not partitionable(self.model):
+            raise ValueError(f"amd.compute_partition: {self.model} has no compute partitions "
+                             "(partitionable: MI300X, MI325X, MI355X)")
+
+    @property
+    def partitions(self) -> int:
+        """Devices each GPU of this node shows (AMD compute partitions; 1 otherwise)."""
+        return partition_count(self.model, self.amd.compute_partition)
+
     def _check_ref(self, ref: int | str, where: str, *, whole_ok: bool) -> None:
-        """The GPU exists; a MIG GPU is named by its instances (faults may name the whole GPU)."""
+        """The GPU exists; a MIG or partitioned GPU is named by its instances or partitions
+        (faults may name the whole GPU)."""
         index = gpu_parent(ref)
         if index >= self.gpus:
             raise ValueError(f"{where}: GPU {index} does not exist (node has {self.gpus})")
         profiles = self.mig.get(index)
+        parts = self.partitions
         if isinstance(ref, int):
             if profiles and not whole_ok:
                 ids = ", ".join(f"{index}/{j}" for j in range(1, len(profiles) + 1))
                 raise ValueError(f"{where}: GPU {index} is in MIG mode; use its instances ({ids})")
+            if parts > 1 and not whole_ok:
+                raise ValueError(f"{where}: GPU {index} is in {self.amd.compute_partition} mode; use its partitions "
+                                 f"({index}/0 .. {index}/{parts - 1})")
+            return
+        sub = int(ref.split("/", 1)[1])
+        if parts > 1:
+            if sub >= parts:
+                raise ValueError(f"{where}: partition {ref} does not exist (GPU {index} has {parts}: "
+                                 f"{index}/0 .. {index}/{parts - 1})")
             return
         if not profiles:
             raise ValueError(f"{where}: GPU {index} is not in MIG mode (no mig entry), so it has no instance {ref}")
-        instance = int(ref.split("/", 1)[1])
-        if instance > len(profiles):
-            raise ValueError(f"{where}: MIG instance {ref} does not exist (GPU {index} has {len(profiles)})")
+        if not 1 <= sub <= len(profiles):
+            raise ValueError(f"{where}: MIG instance {ref} does not exist (GPU {index} has {len(profiles)}); "
+                             "MIG instances are numbered from 1")
 
     def _memory_of(self, ref: int | str, spec: GpuSpec) -> tuple[int | None, str]:
         """Device memory a job on ``ref`` can hold, and how to name that device in errors."""
         if isinstance(ref, int):
             return spec.memory_bytes, self.model
         index, instance = (int(x) for x in ref.split("/", 1))
+        if self.partitions > 1:
+            memory = spec.memory_bytes // self.partitions if spec.memory_bytes else None
+            return memory, f"{self.model} {self.amd.compute_partition} partition"
         profile = self.mig[index][instance - 1]
         parsed = parse_mig_profile(profile)
         assert parsed is not None
