@@ -74,6 +74,8 @@ class ProcessSample:
     io_read_bytes_per_s: NonNegative | None = None
     """Storage reads of the process and its workers."""
     io_write_bytes_per_s: NonNegative | None = None
+    compute_units: NonNegativeInt | None = None
+    """Compute units the process's queues occupied at the read (amdsmi ``cu_occupancy``)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -147,6 +149,22 @@ class RemappedRows:
     """A remap waits for the next GPU reset to take effect."""
     failure: bool
     """A remap failed: the GPU has run out of spare rows and should be serviced."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LinkTraffic:
+    """One GPU-to-GPU fabric link (an XGMI link) with the driver's cumulative byte counters.
+
+    The totals are the driver's own (since driver load), so exporters publish them as counters
+    that survive agent restarts, and per-link imbalance (one slow or down link) stays visible.
+    """
+
+    link: NonNegativeInt
+    read_bytes: NonNegative | None = None
+    """Bytes this GPU read over the link (received)."""
+    write_bytes: NonNegative | None = None
+    """Bytes this GPU wrote over the link (sent)."""
+    up: bool | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -231,6 +249,12 @@ class GpuSample:
     """Out-of-sequence packets, sequence errors, ACK timeouts and adaptive retransmits per second."""
     net_link_downs: NonNegativeInt | None = None
     """Times the nearest port's link went down during the interval (a flap stalls collectives for seconds)."""
+    pcie_bytes_per_s: NonNegative | None = None
+    """PCIe traffic of both directions together, from drivers that do not split it (amdsmi)."""
+    pcie_replays: NonNegativeInt | None = None
+    """PCIe replays since the driver loaded: link-level retransmissions of a marginal link."""
+    links: tuple[LinkTraffic, ...] | None = None
+    """Per-link fabric counters (AMD XGMI); the link_* rates above are their sum over the interval."""
 
 
 SAMPLE_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(GpuSample))
@@ -306,6 +330,8 @@ class DeviceInfo:
     """Peaks for this device (already scaled to a MIG slice / partition); ``None`` if unknown."""
     capabilities: tuple[str, ...] = ()
     """What the backend found it can read (e.g. ``gpm``, ``tensor_active``), for `doctor`."""
+    partition: str | None = None
+    """AMD partition modes of the GPU this device belongs to (``CPX/NPS1``); None where there are none."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

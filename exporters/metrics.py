@@ -78,15 +78,16 @@ SAMPLE_GAUGES: tuple[SampleGauge, ...] = (
     _gpu_gauge(
         "roofwatch_gpu_engine_active_ratio", "ratio",
         "Fraction of the interval in which any kernel ran (duty cycle; not SM occupancy).", "gr_active",
-        nvidia="GPM GRAPHICS_UTIL, else nvmlDeviceGetUtilizationRates().gpu", amd="gfx_activity",
+        nvidia="GPM GRAPHICS_UTIL, else nvmlDeviceGetUtilizationRates().gpu",
+        amd="average_gfx_activity; a partition: its xcp_stats.gfx_busy_inst",
     ),
     _gpu_gauge(
         "roofwatch_gpu_sm_active_ratio", "ratio", "Fraction of SMs with at least one resident warp, averaged over the interval.",
-        "sm_active", nvidia="GPM SM_UTIL (Hopper+)", amd="—",
+        "sm_active", nvidia="GPM SM_UTIL (Hopper+)", amd="— (per process: roofwatch_gpu_process_compute_units)",
     ),
     _gpu_gauge(
         "roofwatch_gpu_sm_occupancy_ratio", "ratio", "Resident warps relative to the theoretical maximum.",
-        "sm_occupancy", nvidia="GPM SM_OCCUPANCY (Hopper+)", amd="per-process cu_occupancy, summed",
+        "sm_occupancy", nvidia="GPM SM_OCCUPANCY (Hopper+)", amd="—",
     ),
     _gpu_gauge(
         "roofwatch_gpu_tensor_active_ratio", "ratio", "Fraction of cycles any tensor pipe was active.",
@@ -94,7 +95,7 @@ SAMPLE_GAUGES: tuple[SampleGauge, ...] = (
     ),
     _gpu_gauge(
         "roofwatch_gpu_dram_active_ratio", "ratio", "Fraction of peak DRAM bandwidth in use.",
-        "dram_active", nvidia="GPM DRAM_BW_UTIL (Hopper+)", amd="umc_activity (memory-controller busy, a proxy)",
+        "dram_active", nvidia="GPM DRAM_BW_UTIL (Hopper+)", amd="average_umc_activity (memory-controller busy, a proxy; whole GPU)",
     ),
     _gpu_gauge(
         "roofwatch_gpu_power_watts", "watts", "Instantaneous board power draw.", "power_w",
@@ -102,7 +103,7 @@ SAMPLE_GAUGES: tuple[SampleGauge, ...] = (
     ),
     _gpu_gauge(
         "roofwatch_gpu_power_limit_watts", "watts", "Enforced power limit; power at this limit explains clock drops.",
-        "power_limit_w", nvidia="nvmlDeviceGetEnforcedPowerLimit", amd="power_limit",
+        "power_limit_w", nvidia="nvmlDeviceGetEnforcedPowerLimit", amd="amdsmi_get_power_cap_info power_cap (partition 0)",
     ),
     _gpu_gauge(
         "roofwatch_gpu_temperature_celsius", "celsius", "GPU die temperature.", "temperature_c",
@@ -110,11 +111,11 @@ SAMPLE_GAUGES: tuple[SampleGauge, ...] = (
     ),
     _gpu_gauge(
         "roofwatch_gpu_sm_clock_hertz", "hertz", "Current SM (AMD: gfx) clock.", "sm_clock_mhz",
-        nvidia="nvmlDeviceGetClockInfo(SM)", amd="current_gfxclk", scale=1e6,
+        nvidia="nvmlDeviceGetClockInfo(SM)", amd="current_gfxclk (a partition: its XCCs' current_gfxclks)", scale=1e6,
     ),
     _gpu_gauge(
         "roofwatch_gpu_sm_clock_max_hertz", "hertz", "Maximum SM (AMD: gfx) clock.", "sm_clock_max_mhz",
-        nvidia="nvmlDeviceGetMaxClockInfo(SM)", amd="max gfx clock", scale=1e6,
+        nvidia="nvmlDeviceGetMaxClockInfo(SM)", amd="amdsmi_get_clock_info(GFX) max_clk", scale=1e6,
     ),
     _gpu_gauge(
         "roofwatch_gpu_memory_used_bytes", "bytes", "Device memory in use.", "mem_used_bytes",
@@ -126,12 +127,18 @@ SAMPLE_GAUGES: tuple[SampleGauge, ...] = (
     ),
     _gpu_gauge(
         "roofwatch_gpu_memory_temperature_celsius", "celsius", "HBM temperature; HBM throttles on its own limit.",
-        "memory_temperature_c", nvidia="field MEMORY_TEMP", amd="temperature_mem",
+        "memory_temperature_c", nvidia="field MEMORY_TEMP", amd="temperature_mem, else hottest temperature_hbm",
     ),
     _gpu_gauge(
         "roofwatch_gpu_driver_calls_per_sample", "calls",
         "Vendor-library calls the agent made to read this GPU in its last sample (the agent's own cost).",
         "driver_calls", nvidia="counted around every pynvml call", amd="counted around every amdsmi call",
+    ),
+    _gpu_gauge(
+        "roofwatch_gpu_pcie_bandwidth_bytes_per_second", "bytes per second",
+        "PCIe traffic of both directions together, where the driver does not split it by direction.",
+        "pcie_bytes_per_s", nvidia="— (by direction: roofwatch_gpu_pcie_bytes_total)",
+        amd="pcie_bandwidth_inst (GB/s; partition 0)",
     ),
 )
 
@@ -153,23 +160,25 @@ TENSOR_PIPE_FIELDS: tuple[tuple[str, str], ...] = (
 CLOCK_EVENT_ACTIVE = MetricDef(
     "roofwatch_gpu_clock_event_active", "gauge", "boolean",
     "1 while this clocks-event reason holds the clock down (power cap, thermal, ...), else 0.",
-    GPU_LABELS + ("reason",), nvidia="nvmlDeviceGetCurrentClocksEventReasons", amd="throttle_status / violation status",
+    GPU_LABELS + ("reason",), nvidia="nvmlDeviceGetCurrentClocksEventReasons",
+    amd="ppt / socket_thm / hbm_thm / prochot residency accumulators rising during the interval",
 )
 
 CLOCK_EVENT_TIME = MetricDef(
     "roofwatch_gpu_clock_event_seconds_total", "counter", "seconds",
     "Time this throttle reason held the clock down since the driver loaded (exact, unlike sampling the mask).",
-    GPU_LABELS + ("reason",), nvidia="fields CLOCKS_EVENT_REASON_* (accumulated ns)", amd="ppt/thm residency",
+    GPU_LABELS + ("reason",), nvidia="fields CLOCKS_EVENT_REASON_* (accumulated ns)", amd="—",
 )
 ECC_ERRORS = MetricDef(
     "roofwatch_gpu_ecc_errors_total", "counter", "errors",
     "ECC errors since the driver loaded (volatile); any uncorrected error needs attention.",
-    GPU_LABELS + ("type",), nvidia="fields ECC_SBE_VOL_TOTAL / ECC_DBE_VOL_TOTAL", amd="total ECC count",
+    GPU_LABELS + ("type",), nvidia="fields ECC_SBE_VOL_TOTAL / ECC_DBE_VOL_TOTAL",
+    amd="amdsmi_get_gpu_total_ecc_count (since boot)",
 )
 REMAPPED_ROWS = MetricDef(
     "roofwatch_gpu_remapped_rows", "gauge", "rows",
     "HBM rows remapped to spares, by the error type that caused it.",
-    GPU_LABELS + ("type",), nvidia="fields REMAPPED_COR / REMAPPED_UNC", amd="bad pages",
+    GPU_LABELS + ("type",), nvidia="fields REMAPPED_COR / REMAPPED_UNC", amd="—",
 )
 REMAPPED_ROWS_PENDING = MetricDef(
     "roofwatch_gpu_remapped_rows_pending", "gauge", "boolean",
@@ -231,7 +240,23 @@ ENERGY = MetricDef(
 )
 PCIE_BYTES = MetricDef(
     "roofwatch_gpu_pcie_bytes_total", "counter", "bytes", "Bytes over the host PCIe link since the agent started.",
-    GPU_LABELS + ("direction",), nvidia="GPM PCIE_TX/RX_PER_SEC or PCIe byte fields", amd="pcie_bandwidth_acc",
+    GPU_LABELS + ("direction",), nvidia="GPM PCIE_TX/RX_PER_SEC or PCIe byte fields",
+    amd="— (no direction split: roofwatch_gpu_pcie_bandwidth_bytes_per_second)",
+)
+PCIE_REPLAYS = MetricDef(
+    "roofwatch_gpu_pcie_replays_total", "counter", "events",
+    "PCIe replays (link-level retransmissions) since the driver loaded; a rising count marks a marginal link.",
+    GPU_LABELS, nvidia="—", amd="pcie_replay_count_acc (partition 0)", virtual="—",
+)
+FABRIC_LINK_BYTES = MetricDef(
+    "roofwatch_gpu_fabric_link_bytes_total", "counter", "bytes",
+    "Bytes over each GPU-to-GPU link since the driver loaded (rx = read by this GPU, tx = written).",
+    GPU_LABELS + ("link", "direction"), nvidia="—", amd="xgmi_read_data_acc / xgmi_write_data_acc x 1024 (partition 0)",
+    virtual="—",
+)
+FABRIC_LINK_UP = MetricDef(
+    "roofwatch_gpu_fabric_link_up", "gauge", "boolean", "1 while a GPU-to-GPU link is up, 0 when it is down.",
+    GPU_LABELS + ("link",), nvidia="—", amd="xgmi_link_status (partition 0)", virtual="—",
 )
 LINK_BYTES = MetricDef(
     "roofwatch_gpu_link_bytes_total", "counter", "bytes",
@@ -252,6 +277,11 @@ PROCESS_MEMORY = MetricDef(
     "roofwatch_gpu_process_memory_used_bytes", "gauge", "bytes",
     "Device memory held by one process (largest max_processes_per_gpu per GPU).",
     GPU_LABELS + ("pid", "process"), nvidia="usedGpuMemory", amd="memory_usage.vram_mem",
+)
+PROCESS_COMPUTE_UNITS = MetricDef(
+    "roofwatch_gpu_process_compute_units", "gauge", "compute units",
+    "Compute units one process's queues occupied at the read (AMD; same processes as the memory series).",
+    GPU_LABELS + ("pid", "process"), nvidia="—", amd="cu_occupancy", virtual="—",
 )
 PROCESS_SM = MetricDef(
     "roofwatch_gpu_process_sm_utilization_ratio", "gauge", "ratio",
@@ -506,7 +536,10 @@ METRICS: tuple[MetricDef, ...] = (
     CLOCK_EVENT_TIME,
     ENERGY,
     PCIE_BYTES,
+    PCIE_REPLAYS,
     LINK_BYTES,
+    FABRIC_LINK_BYTES,
+    FABRIC_LINK_UP,
     NETWORK_BYTES,
     DRIVER_CALLS,
     ECC_ERRORS,
@@ -518,6 +551,7 @@ METRICS: tuple[MetricDef, ...] = (
     PROCESSES,
     PROCESS_MEMORY,
     PROCESS_SM,
+    PROCESS_COMPUTE_UNITS,
     PROCESS_CPU,
     PROCESS_WORKERS,
     PROCESS_CPU_LIMIT,

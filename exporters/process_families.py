@@ -27,6 +27,7 @@ class ProcessFamilies:
         self.count = fam.gauge(m.PROCESSES)
         self.memory = fam.gauge(m.PROCESS_MEMORY)
         self.sm = fam.gauge(m.PROCESS_SM)
+        self.compute_units = fam.gauge(m.PROCESS_COMPUTE_UNITS)
         self.cpu = fam.gauge(m.PROCESS_CPU)
         self.workers = fam.gauge(m.PROCESS_WORKERS)
         self.cpu_limit = fam.gauge(m.PROCESS_CPU_LIMIT)
@@ -45,6 +46,7 @@ class ProcessFamilies:
                 key = labels + [str(proc.pid), proc.name or ""]
                 _add(self.memory, key, proc.used_memory_bytes)
                 _add(self.sm, key, proc.sm_util)
+                _add(self.compute_units, key, proc.compute_units)
                 _add(self.cpu, key + ["main"], proc.cpu_main_cores)
                 _add(self.cpu, key + ["workers"], proc.cpu_workers_cores)
                 _add(self.workers, key, proc.workers)
@@ -64,7 +66,7 @@ class ProcessFamilies:
             self.pod.add_metric(gpu, _known(namespace=who.namespace, pod=who.pod, container=who.container))
 
     def families(self) -> list[Metric]:
-        return [self.count, self.memory, self.sm, self.cpu, self.workers, self.cpu_limit, self.rss, self.io,
+        return [self.count, self.memory, self.sm, self.compute_units, self.cpu, self.workers, self.cpu_limit, self.rss, self.io,
                 self.owner, self.job, self.pod]
 
 

@@ -132,6 +132,8 @@ def _device_families(fam: Families, node: str, devices: tuple[DeviceState, ...],
     counters = {defn.name: fam.counter(defn) for defn in (m.ENERGY, m.PCIE_BYTES, m.LINK_BYTES, m.NETWORK_BYTES)}
     driver_calls = fam.counter(m.DRIVER_CALLS)
     ecc = fam.counter(m.ECC_ERRORS)
+    replays = fam.counter(m.PCIE_REPLAYS)
+    link_bytes, link_up = fam.counter(m.FABRIC_LINK_BYTES), fam.gauge(m.FABRIC_LINK_UP)
     remapped, remap_pending, remap_failure = (fam.gauge(m.REMAPPED_ROWS), fam.gauge(m.REMAPPED_ROWS_PENDING),
                                               fam.gauge(m.REMAPPED_ROWS_FAILURE))
     xid_errors, xid_last = fam.counter(m.XID_ERRORS), fam.gauge(m.XID_LAST_SEEN)
@@ -199,6 +201,16 @@ def _device_families(fam: Families, node: str, devices: tuple[DeviceState, ...],
         for kind, count in (("corrected", sample.ecc_corrected_errors), ("uncorrected", sample.ecc_uncorrected_errors)):
             if count is not None:
                 ecc.add_metric(labels + [kind], count)
+        if sample.pcie_replays is not None:
+            replays.add_metric(labels, sample.pcie_replays)
+        for link in sample.links or ():
+            name = str(link.link)
+            if link.read_bytes is not None:
+                link_bytes.add_metric(labels + [name, "rx"], link.read_bytes)
+            if link.write_bytes is not None:
+                link_bytes.add_metric(labels + [name, "tx"], link.write_bytes)
+            if link.up is not None:
+                link_up.add_metric(labels + [name], 1.0 if link.up else 0.0)
         rows = sample.remapped_rows
         if rows is not None:
             remapped.add_metric(labels + ["correctable"], rows.correctable)
@@ -208,7 +220,7 @@ def _device_families(fam: Families, node: str, devices: tuple[DeviceState, ...],
         processes.add(labels, sample)
 
     return [info, up, last, errors, peak_flops, peak_bw, *gauges, pipes, tensor_pipes, clock_events, clock_event_time,
-            *counters.values(), driver_calls, ecc, remapped, remap_pending, remap_failure, xid_errors, xid_last,
+            *counters.values(), replays, link_bytes, link_up, driver_calls, ecc, remapped, remap_pending, remap_failure, xid_errors, xid_last,
             *processes.families()]
 
 

@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from agent.collector import Collector
 from agent.classifier.live import LiveClassifier
-from agent.model import (Attribution, DeviceInfo, GpuSample, GpuSpec, HostSample, NicPort, ProcessSample, RemappedRows, WorkloadReport,
+from agent.model import (Attribution, DeviceInfo, GpuSample, GpuSpec, HostSample, LinkTraffic, NicPort, ProcessSample, RemappedRows, WorkloadReport,
                          XidCount)
 from exporters import docgen
 from exporters.http import AgentHTTPServer
@@ -41,7 +41,7 @@ def full_sample(gpu: str, now: float, n_procs: int = 3) -> GpuSample:
             ProcessSample(pid=1000 + i, name=f'py"thon\n{i}', used_memory_bytes=(i + 1) * 2**30, cpu_cores=1.5,
                           sm_util=0.3, cpu_main_cores=1.0, cpu_workers_cores=0.5, workers=4, cpu_limit_cores=8.0,
                           rss_bytes=3 * 2**30, io_read_bytes_per_s=1e6, io_write_bytes_per_s=0.0, user="alice",
-                          command="python train.py")
+                          command="python train.py", compute_units=38)
             for i in range(n_procs)
         ),
         host=HostSample(cpu_iowait_ratio=0.02, io_pressure_ratio=0.01, cpu_pressure_ratio=0.03,
@@ -50,7 +50,8 @@ def full_sample(gpu: str, now: float, n_procs: int = 3) -> GpuSample:
                                 tokens_per_s=2e4, flops_per_token=4.8e10, model_bytes=16e9),
         memory_temperature_c=80.0, tensor_hmma_active=0.6, tensor_imma_active=0.0, tensor_dmma_active=0.0,
         tensor_dfma_active=0.0, clock_event_time_s={"sw_power_cap": 12.5, "hw_thermal_slowdown": 0.0},
-        ecc_corrected_errors=3, ecc_uncorrected_errors=0,
+        ecc_corrected_errors=3, ecc_uncorrected_errors=0, pcie_bytes_per_s=4e9, pcie_replays=2,
+        links=(LinkTraffic(link=0, read_bytes=3e12, write_bytes=2e12, up=True), LinkTraffic(link=1, read_bytes=None, write_bytes=1e9, up=False)),
         remapped_rows=RemappedRows(correctable=1, uncorrectable=0, pending=False, failure=False), driver_calls=9,
         attribution=Attribution(job_id="train-" + "x" * 200, user="alice", partition="gpu", namespace="ml",
                                 pod="trainer-0", container="main"),

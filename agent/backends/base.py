@@ -16,14 +16,31 @@ Shaped for the awkward parts of real vendor libraries:
   when its last XID matters).
 * **Hangs**: the collector calls ``sample`` from worker threads with a deadline and never calls
   the same device twice concurrently, so a backend must be safe to call for *different* devices
-  from different threads (NVML is thread-safe; amdsmi calls are serialised by the backend).
+  from different threads (NVML is thread-safe; the AMD backend serialises the calls for one physical GPU, whose partitions share
+  one metrics table).
 """
 
 from __future__ import annotations
 
+import enum
 from typing import Protocol, Sequence, runtime_checkable
 
 from agent.model import DeviceInfo, GpuSample
+
+
+class Meaning(enum.Enum):
+    """What a vendor library's error code means for the agent; each backend maps its own codes."""
+
+    ABSENT = "absent"
+    """This device or driver cannot do it: stop asking (capability probed away)."""
+    NO_DATA = "no_data"
+    """Nothing new since the last read (sample APIs); not a failure."""
+    DEVICE_LOST = "device_lost"
+    """The device is gone or needs a reset: mark it down, re-acquire its handle with back-off."""
+    LIBRARY = "library"
+    """The library itself is unusable (not initialised, driver changed underneath): re-initialise."""
+    FAILED = "failed"
+    """Anything else: this read failed, try again next interval."""
 
 
 class BackendError(Exception):

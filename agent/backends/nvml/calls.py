@@ -2,8 +2,8 @@
 
 The collector reads every device in its own worker thread, so a thread-local counter reset at
 the start of ``sample`` and read at its end is exactly "NVML calls per device per interval",
-with no locking on the hot path. Only ``nvml*`` functions are counted; constants, structs and
-exception classes pass straight through.
+with no locking on the hot path. Only the library's functions (``nvml*``, or ``amdsmi_*`` for the
+AMD backend) are counted; constants, structs and exception classes pass straight through.
 """
 
 from __future__ import annotations
@@ -16,15 +16,17 @@ from typing import Any, Callable
 class CountingNvml:
     """A thin proxy over a pynvml module that counts the calls each thread makes."""
 
-    def __init__(self, module: Any) -> None:
+    def __init__(self, module: Any, prefix: str = "nvml") -> None:
+        """``prefix``: which callables are library calls (``nvml``; ``amdsmi_`` for the AMD backend)."""
         self.module = module
+        self._prefix = prefix
         self._local = threading.local()
         self._wrapped: dict[str, Callable[..., Any]] = {}
         self._lock = threading.Lock()
 
     def __getattr__(self, name: str) -> Any:
         target = getattr(self.module, name)
-        if not (name.startswith("nvml") and callable(target)) or isinstance(target, type):
+        if not (name.startswith(self._prefix) and callable(target)) or isinstance(target, type):
             return target
         wrapped = self._wrapped.get(name)
         if wrapped is None:

@@ -7,7 +7,7 @@ made on the numeric ``value``, which is the C return code and the same everywher
 
 from __future__ import annotations
 
-import enum
+from agent.backends.base import Meaning
 
 # nvmlReturn_t codes (nvml.h); pynvml exposes the same numbers as NVML_ERROR_*.
 SUCCESS = 0
@@ -24,19 +24,6 @@ RESET_REQUIRED = 16
 LIB_RM_VERSION_MISMATCH = 18
 NO_DATA = 21
 DEPRECATED = 26
-
-
-class Meaning(enum.Enum):
-    ABSENT = "absent"
-    """This device or driver cannot do it: stop asking (capability probed away)."""
-    NO_DATA = "no_data"
-    """Nothing new since the last read (sample APIs); not a failure."""
-    DEVICE_LOST = "device_lost"
-    """The device is gone or needs a reset: mark it down, re-acquire its handle with back-off."""
-    LIBRARY = "library"
-    """NVML itself is unusable (not initialised, driver upgraded underneath): re-initialise."""
-    FAILED = "failed"
-    """Anything else: this read failed, try again next interval."""
 
 
 _MEANINGS = {
