@@ -86,7 +86,7 @@ cmd=${1:-help}
 [ $# -gt 0 ] && shift
 case "$cmd" in
     demo)
-        ensure_venv ""
+        ensure_venv "[amd]"   # the amdsmi wrapper, for --backend amd-virtual (no ROCm needed)
         exec "$VENV/bin/roofwatch" demo "$@"
         ;;
     test)

@@ -23,8 +23,8 @@ log = logging.getLogger("roofwatch")
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 DEMO_LISTEN = f"127.0.0.1:{DEFAULT_PORT}"
-BACKENDS = ("auto", "nvml", "amd", "virtual", "nvml-virtual")
-DEMO_BACKENDS = ("virtual", "nvml-virtual")
+BACKENDS = ("auto", "nvml", "amd", "virtual", "nvml-virtual", "amd-virtual")
+DEMO_BACKENDS = ("virtual", "nvml-virtual", "amd-virtual")
 
 
 class CliError(Exception):
@@ -73,7 +73,9 @@ def build_parser() -> argparse.ArgumentParser:
     _settings_flags(demo, backend=False)
     demo.add_argument("--backend", choices=DEMO_BACKENDS, default="virtual",
                       help="virtual: the simulator directly; nvml-virtual: the real NVML backend over a fake "
-                           "driver playing the same simulation (default virtual)")
+                           "driver playing the same simulation; amd-virtual: the real AMD backend (amdsmi) over a "
+                           "fake libamd_smi, on the 8 x MI300X scenario unless --scenario says otherwise "
+                           "(default virtual)")
     demo.add_argument("--record", metavar="FILE", help="also append every sample to this trace")
 
     snap = sub.add_parser("snapshot", help="print one snapshot of this node's GPUs", description="Collect briefly and print what the agent sees.")

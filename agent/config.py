@@ -66,9 +66,10 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="ROOFWATCH_", env_nested_delimiter="__", extra="forbid",
                                       validate_default=True)
 
-    backend: Literal["auto", "nvml", "amd", "virtual", "nvml-virtual"] = Field(
+    backend: Literal["auto", "nvml", "amd", "virtual", "nvml-virtual", "amd-virtual"] = Field(
         "auto", description="Telemetry source: auto tries NVML, then AMD; virtual runs the simulated fleet; "
-        "nvml-virtual runs the NVML backend over a fake driver that plays the simulated fleet."
+        "nvml-virtual / amd-virtual run the NVML / AMD backend over a fake driver library that plays the simulated "
+        "fleet (amd-virtual defaults to the mi300x scenario)."
     )
     listen: str = Field(f":{DEFAULT_PORT}", description="HTTP listen address HOST:PORT (empty host = all interfaces).")
     interval_s: float = Field(1.0, ge=0.05, le=60.0, description="Seconds between collection cycles.")

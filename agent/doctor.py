@@ -217,9 +217,13 @@ def run_doctor(settings: Any, *, root: Path = Path("/"), environ: dict[str, str]
     report.add(Finding("roofwatch", "info", f"python {sys.version.split()[0]}, "
                                             f"nvidia-ml-py {_package_version('nvidia-ml-py') or 'not installed'}, "
                                             f"amdsmi {_package_version('amdsmi') or 'not installed'}"))
+    from agent.doctor_amd import amd_findings, check_amd_device_nodes
+
     wanted = settings.backend
     if wanted in ("auto", "nvml"):
         report.add(*check_device_nodes(root, environ))
+    if wanted in ("auto", "amd"):
+        report.add(*check_amd_device_nodes(root, required=wanted == "amd"))
     names = ("nvml", "amd") if wanted == "auto" else (wanted,)
     for name in names:
         try:
@@ -234,8 +238,10 @@ def run_doctor(settings: Any, *, root: Path = Path("/"), environ: dict[str, str]
             except BackendUnavailable as exc:
                 report.add(Finding(f"{name} backend", "fail", str(exc), "every metric from this vendor"))
                 continue
-            if hasattr(backend, "devices") and hasattr(backend, "module"):
+            if hasattr(backend, "devices") and hasattr(backend, "nvml"):
                 findings, gpus = nvml_findings(backend)
+            elif hasattr(backend, "devices") and hasattr(backend, "amdsmi"):
+                findings, gpus = amd_findings(backend)
             else:
                 findings, gpus = [Finding(f"{name} backend", "ok", f"{len(devices)} GPU(s)")], len(devices)
             report.add(*findings)
@@ -252,5 +258,6 @@ def run_doctor(settings: Any, *, root: Path = Path("/"), environ: dict[str, str]
 
 _UNAVAILABLE_FIX = {
     "nvml": "install the NVIDIA driver (it provides libnvidia-ml.so.1); in a container use the NVIDIA container toolkit",
-    "amd": "install ROCm and the matching amdsmi wrapper (pip install /opt/rocm/share/amd_smi)",
+    "amd": "install ROCm (package amd-smi-lib) and the amdsmi wrapper of the same version "
+           "(pip install /opt/rocm/share/amd_smi); see docs/amd.md",
 }

@@ -81,20 +81,27 @@ def open_nvml_virtual(settings: Settings, reports: WorkloadSource | None = None)
 
 
 def open_amd(settings: Settings, reports: WorkloadSource | None = None) -> Backend:
-    try:
-        import amdsmi  # type: ignore[import-not-found]  # noqa: F401
-    except ImportError:
-        raise BackendUnavailable("AMD: the amdsmi package is not installed (pip install 'roofwatch[amd]')") from None
-    except Exception as exc:  # noqa: BLE001 - amdsmi raises KeyError when libamd_smi.so is missing
-        raise BackendUnavailable(f"AMD: amdsmi could not load libamd_smi.so ({type(exc).__name__}: {exc})") from None
-    try:
-        from agent.backends.amd import AmdBackend  # type: ignore[import-not-found]
-    except ImportError:
-        raise BackendUnavailable("AMD: amdsmi loaded, but this build of roofwatch has no AMD backend yet") from None
-    return AmdBackend(settings)  # pragma: no cover - arrives with the AMD backend
+    from agent.backends.amd import AmdBackend, load_amdsmi
+
+    amdsmi = load_amdsmi()  # fails fast (no ROCm, version skew) before any background source starts
+    return AmdBackend(amdsmi, node=settings.node_name, host=open_local_host(settings, reports))
 
 
-OPENERS = {"nvml": open_nvml, "amd": open_amd, "virtual": open_virtual, "nvml-virtual": open_nvml_virtual}
+def open_amd_virtual(settings: Settings, reports: WorkloadSource | None = None) -> Backend:
+    """The real AMD backend over the fake libamd_smi that plays the virtual scenario (default: mi300x)."""
+    from agent.backends.amd_virtual import VirtualAmdBackend
+
+    if "scenario" not in settings.model_fields_set:
+        settings = settings.model_copy(update={"scenario": "mi300x"})
+    try:
+        return VirtualAmdBackend(open_virtual(settings))  # type: ignore[arg-type]
+    except ImportError as exc:
+        raise BackendUnavailable(f"amd-virtual needs the amdsmi Python package ({exc}); "
+                                 "pip install 'roofwatch[amd]' (no ROCm needed for the simulation)") from None
+
+
+OPENERS = {"nvml": open_nvml, "amd": open_amd, "virtual": open_virtual, "nvml-virtual": open_nvml_virtual,
+           "amd-virtual": open_amd_virtual}
 
 
 def open_backend(settings: Settings, reports: WorkloadSource | None = None) -> Backend:

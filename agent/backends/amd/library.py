@@ -1,0 +1,64 @@
+"""Importing amdsmi, whose failures are not ImportErrors, and saying how to fix each one.
+
+The ``amdsmi`` wrapper binds every C symbol of ``libamd_smi.so`` when it is imported:
+
+* without ROCm the library is missing: the wrapper prints a hint and the import raises
+  ``KeyError: 'libamd_smi.so'``;
+* with a wrapper newer than the installed ROCm a symbol is missing: ``AttributeError ...
+  undefined symbol: amdsmi_...`` (the PyPI wheel is newer than most installed ROCm releases).
+
+Both become :class:`BackendUnavailable` with the fix, never a traceback.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from typing import Any
+
+from agent.backends.amd.errors import DRIVER_NOT_LOADED, NO_PERM, NOT_INIT, code_of, describe
+from agent.backends.base import BackendUnavailable
+
+MATCH_ROCM = ("install the amdsmi wrapper that ships with your ROCm: pip install /opt/rocm/share/amd_smi "
+              "(or pin the PyPI wheel to your ROCm version, e.g. pip install 'amdsmi==6.4.*' on ROCm 6.4)")
+
+
+def import_error_message(exc: BaseException) -> str:
+    """What to tell a person when ``import amdsmi`` failed with ``exc``."""
+    text = str(exc)
+    if isinstance(exc, KeyError) or "libamd_smi" in text and "undefined symbol" not in text:
+        return ("AMD: libamd_smi.so not found: ROCm (package amd-smi-lib) is not installed here, or ROCM_PATH "
+                "does not point at it; in a container, mount /opt/rocm or use a ROCm base image")
+    if "undefined symbol" in text:
+        symbol = text.rsplit("undefined symbol:", 1)[-1].strip()
+        return (f"AMD: the amdsmi Python package is newer than the installed ROCm library "
+                f"(libamd_smi.so has no {symbol}); {MATCH_ROCM}")
+    return f"AMD: amdsmi could not be imported ({type(exc).__name__}: {exc}); {MATCH_ROCM}"
+
+
+def load_amdsmi() -> Any:
+    """The real ``amdsmi`` module, or :class:`BackendUnavailable` saying what is wrong."""
+    hint = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(hint):  # the wrapper prints its own hint on failure
+            import amdsmi  # type: ignore[import-not-found]
+    except ImportError as exc:
+        if getattr(exc, "name", None) == "amdsmi":
+            raise BackendUnavailable("AMD: the amdsmi package is not installed; " + MATCH_ROCM) from None
+        raise BackendUnavailable(import_error_message(exc)) from None
+    except Exception as exc:  # noqa: BLE001 - KeyError / AttributeError / OSError from the ctypes wrapper
+        raise BackendUnavailable(import_error_message(exc)) from None
+    return amdsmi
+
+
+def init_message(exc: BaseException) -> str:
+    """What to tell a person when amdsmi_init fails."""
+    code = code_of(exc)
+    if code == DRIVER_NOT_LOADED:
+        return "amdsmi: the amdgpu kernel driver is not loaded (check `lsmod | grep amdgpu` and `dmesg | grep amdgpu`)"
+    if code == NO_PERM:
+        return ("amdsmi: no permission to open /dev/kfd or /dev/dri/renderD* (add the user to the video and "
+                "render groups, or give the container those devices)")
+    if code == NOT_INIT:
+        return "amdsmi: initialisation failed (is another process holding the rocm_smi lock in /dev/shm?)"
+    return f"amdsmi: initialisation failed: {describe(exc)}"

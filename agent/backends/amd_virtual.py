@@ -1,0 +1,40 @@
+"""``amd-virtual``: the real AMD backend over a fake libamd_smi that plays the virtual fleet.
+
+The real ``amdsmi`` package (its interface and ctypes wrapper, unchanged) is loaded as a private
+copy whose C library is :mod:`agent.virtual.fake_amdsmi`, driven by the same simulation as the
+``virtual`` backend. So ``roofwatch demo --backend amd-virtual`` shows MI300X GPUs through every
+amdsmi call, dict key, unit and "N/A" a real node would give. What amdsmi cannot know (process
+CPU, host I/O, NIC traffic, the job's own reports) comes from the simulation's host side.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agent.backends.amd.backend import AmdBackend
+from agent.backends.nvml_virtual import SimulatedHost
+from agent.backends.virtual import VirtualBackend
+from agent.model import GpuSample
+
+
+class VirtualAmdBackend(AmdBackend):
+    """:class:`AmdBackend` on a fake libamd_smi; also offers the virtual backend's demo head start."""
+
+    name = "amd-virtual"
+
+    def __init__(self, virtual: VirtualBackend, **kwargs: Any) -> None:
+        from agent.virtual.fake_amdsmi import FakeAmdSmiLibrary, load_amdsmi
+
+        self.virtual = virtual
+        self.library = FakeAmdSmiLibrary(virtual)
+        kwargs.setdefault("host", SimulatedHost(self.library))
+        kwargs.setdefault("node", virtual.node)
+        super().__init__(load_amdsmi(self.library), **kwargs)
+
+    def warm_samples(self, now: float, seconds: float, interval_s: float = 1.0) -> list[GpuSample]:
+        return self.virtual.warm_samples(now, seconds, interval_s)
+
+    def close(self) -> None:
+        super().close()
+        self.library.close()
+        self.virtual.close()

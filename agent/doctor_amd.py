@@ -1,0 +1,87 @@
+"""The AMD half of ``roofwatch doctor``: device files, ROCm and amdsmi versions, partitions and
+what each device can be read for, from the AMD backend's own probe."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Iterable
+
+from agent.doctor import Finding, _package_version
+
+AMD_CAPABILITY_IMPACT: dict[str, tuple[str, str, str]] = {
+    "gr_active": ("fail", "roofwatch_gpu_engine_active_ratio and every workload class (the GPU reads unknown)",
+                  "the metrics table and amdsmi_get_gpu_activity both failed: check /dev/kfd and /dev/dri access"),
+    "power": ("warn", "roofwatch_gpu_power_watts; the power proxy that separates compute- from latency-bound "
+              "(AMD has no tensor counter)", "socket power needs MI200 or newer firmware and partition 0"),
+    "energy": ("warn", "roofwatch_gpu_energy_joules_total and energy recording rules", "update the GPU firmware / ROCm"),
+    "pcie": ("info", "roofwatch_gpu_pcie_bandwidth_bytes_per_second and roofwatch_gpu_pcie_replays_total",
+             "needs gpu_metrics v1.4+ (MI300) or amdsmi_get_pcie_info"),
+    "clock_event_reasons": ("warn", "roofwatch_gpu_clock_event_active and the throttled flag",
+                            "needs the gpu_metrics residency counters (MI300, ROCm 6.3+)"),
+    "processes": ("warn", "roofwatch_gpu_processes, per-process VRAM and compute units",
+                  "run with the host PID namespace and read access to /sys/kernel/debug (KFD process list)"),
+    "ecc": ("info", "ECC error counters (the ECC alert)", "RAS is disabled or unsupported on this GPU"),
+}
+AMD_EXPECTED = ("gr_active", "power", "energy", "pcie", "clock_event_reasons", "processes", "ecc")
+PRIMARY_ONLY = ("power", "energy", "pcie")
+
+
+def check_amd_device_nodes(root: Path = Path("/"), *, required: bool = True) -> list[Finding]:
+    """/dev/kfd (compute) and /dev/dri/renderD* (per GPU): present and readable by this user?
+
+    ``required`` is False when AMD is only one of the vendors ``auto`` tries: then a missing
+    /dev/kfd is information, not a failure.
+    """
+    dev = root / "dev"
+    kfd = dev / "kfd"
+    render = sorted(p.name for p in (dev / "dri").glob("renderD*")) if (dev / "dri").is_dir() else []
+    if not kfd.exists():
+        status = "fail" if required else "info"
+        return [Finding("AMD device files", status, "/dev/kfd is missing (no amdgpu driver, or not passed to the "
+                        "container)", "every AMD metric" if required else "",
+                        "load the amdgpu driver (modprobe amdgpu); in a container pass --device /dev/kfd "
+                        "--device /dev/dri, or request amd.com/gpu in Kubernetes" if required else "")]
+    unreadable = [str(p.relative_to(root)) for p in [kfd, *((dev / "dri" / n) for n in render)]
+                  if not os.access(p, os.R_OK | os.W_OK)]
+    detail = f"/dev/kfd and {len(render)} render node(s) ({', '.join(render) or 'none'})"
+    if unreadable:
+        return [Finding("AMD device files", "fail", detail + f"; no read/write access to {', '.join(unreadable)}",
+                        "those GPUs", "add the agent's user to the video and render groups (or run as root)")]
+    return [Finding("AMD device files", "ok", detail)]
+
+
+def amd_findings(backend: Any) -> tuple[list[Finding], int]:
+    """Library, driver and ROCm versions, partitions and every capability, from a discovered AmdBackend."""
+    out = [Finding("AMD driver", "ok", f"amdgpu {backend.driver_version or 'unknown'}, libamd_smi "
+                                      f"{backend.library_version or 'unknown'}, amdsmi package "
+                                      f"{_package_version('amdsmi') or '(copy)'}")]
+    devices = backend.devices
+    modes_seen: set[str] = set()
+    for gpu, device in devices.items():
+        info = device.info
+        spec = info.spec.key if info.spec else "unknown"
+        where = f", partition {device.partition} of {device.partitions} ({info.partition})" if device.partitions > 1 else ""
+        out.append(Finding("GPU", "info", f"{info.model} ({info.uuid}), {info.pci_bus_id}, spec {spec}{where}", gpu=gpu))
+        if info.partition and info.partition not in modes_seen:
+            modes_seen.add(info.partition)
+            out.append(Finding("partitions", "info", f"compute/memory partition mode {info.partition}: each partition "
+                               "is a device held to its share of the GPU's peaks; socket power, energy, PCIe and "
+                               "XGMI are read on partition 0 only", gpu=gpu.split("/")[0]))
+        out.extend(_capability_findings(device))
+    out.append(Finding("tensor activity", "info", "amdsmi has no tensor-pipe, SM-occupancy or FP-pipe counter: "
+                       "counter MFU is unavailable (MFU needs workload reports), and compute- vs latency-bound "
+                       "rests on power with lower confidence",
+                       "roofwatch_gpu_tensor_active_ratio, counter MFU", "report tokens/s and FLOPs per token from "
+                       "the job (agent.client) to get MFU"))
+    return out, len(devices)
+
+
+def _capability_findings(device: Any) -> Iterable[Finding]:
+    caps = set(device.info.capabilities)
+    for cap in AMD_EXPECTED:
+        if cap in caps or (not device.primary and cap in PRIMARY_ONLY):
+            continue
+        status, impact, fix = AMD_CAPABILITY_IMPACT[cap]
+        reasons = "; ".join(f"{k} {r}" for k, r in device.absent.items())
+        yield Finding(cap, status, f"unavailable{': ' + reasons if reasons else ''}", impact, fix, gpu=device.gpu)
