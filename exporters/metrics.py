@@ -138,7 +138,7 @@ SAMPLE_GAUGES: tuple[SampleGauge, ...] = (
         "roofwatch_gpu_pcie_bandwidth_bytes_per_second", "bytes per second",
         "PCIe traffic of both directions together, where the driver does not split it by direction.",
         "pcie_bytes_per_s", nvidia="— (by direction: roofwatch_gpu_pcie_bytes_total)",
-        amd="pcie_bandwidth_inst (GB/s; partition 0)",
+        amd="Δpcie_bandwidth_acc / Δaccumulation_counter (GB/s; partition 0)",
     ),
 )
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from agent.backends.amd.backend import AmdBackend
+from agent.backends.amd.library import import_error_message
+from agent.backends.base import BackendUnavailable
 from agent.backends.nvml_virtual import SimulatedHost
 from agent.backends.virtual import VirtualBackend
 from agent.model import GpuSample
@@ -29,7 +31,13 @@ class VirtualAmdBackend(AmdBackend):
         self.library = FakeAmdSmiLibrary(virtual)
         kwargs.setdefault("host", SimulatedHost(self.library))
         kwargs.setdefault("node", virtual.node)
-        super().__init__(load_amdsmi(self.library), **kwargs)
+        try:
+            amdsmi = load_amdsmi(self.library)
+        except Exception as exc:  # noqa: BLE001 - the same import traps as the real package (docs/amd.md)
+            self.library.close()
+            virtual.close()
+            raise BackendUnavailable(import_error_message(exc)) from None
+        super().__init__(amdsmi, **kwargs)
 
     def warm_samples(self, now: float, seconds: float, interval_s: float = 1.0) -> list[GpuSample]:
         return self.virtual.warm_samples(now, seconds, interval_s)

@@ -69,7 +69,7 @@ class _State:
     last_now: float | None = None
     links: dict[int, tuple[_Rate, _Rate]] = field(default_factory=dict)
     residency: dict[str, float] = field(default_factory=dict)
-    pcie_bytes: _Rate = field(default_factory=_Rate)
+    averages: dict[str, tuple[float, float] | None] = field(default_factory=dict)
     slow_at: float = -1e18
     power_limit_w: float | None = None
     ecc: tuple[int | None, int | None] = (None, None)
@@ -245,7 +245,12 @@ class AmdDevice:
     def _pcie(self, out: dict[str, Any], t: dict[str, Any] | None, now: float) -> None:
         gbps = replays = None
         if t is not None:
-            gbps = v.num(t.get("pcie_bandwidth_inst"))  # GB/s, both directions together
+            # pcie_bandwidth_acc adds the instantaneous GB/s once per accumulation tick, so its rise
+            # over the counter's rise is the interval's average; pcie_bandwidth_inst is a whole-GB/s
+            # snapshot that reads 0 for light traffic, used only until there is a baseline.
+            gbps = self._accumulated_average(t, "pcie_bandwidth_acc")
+            if gbps is None:
+                gbps = v.num(t.get("pcie_bandwidth_inst"))
             replays = v.num(t.get("pcie_replay_count_acc"))
         if gbps is None and replays is None:
             info = self._opt("pcie", self.amdsmi.amdsmi_get_pcie_info, self.handle)
@@ -255,6 +260,17 @@ class AmdDevice:
             replays = v.num(metric.get("pcie_replay_count"))
         out["pcie_bytes_per_s"] = gbps * 1e9 if gbps is not None else None
         out["pcie_replays"] = int(replays) if replays is not None else None
+
+    def _accumulated_average(self, t: dict[str, Any], key: str) -> float | None:
+        """Average of a per-tick accumulator over the interval: Δkey / Δaccumulation_counter."""
+        acc, value = v.num(t.get("accumulation_counter")), v.num(t.get(key))
+        s = self._state
+        prev = s.averages.get(key)
+        s.averages[key] = (acc, value) if acc is not None and value is not None else None
+        if prev is None or acc is None or value is None:
+            return None
+        d_acc, d_value = acc - prev[0], value - prev[1]
+        return d_value / d_acc if d_acc > 0 and d_value >= 0 else None
 
     def _links(self, out: dict[str, Any], t: dict[str, Any] | None, now: float) -> None:
         """XGMI per-link accumulators (KB) -> driver totals in bytes and summed rates."""

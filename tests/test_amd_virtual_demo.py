@@ -1,0 +1,92 @@
+"""``roofwatch demo --backend amd-virtual``: a virtual 8 x MI300X node through the real amdsmi code path.
+
+The agent runs as a real process; it reaches the simulation only through the real amdsmi package
+and the fake libamd_smi, and must serve MI300X metrics and a verdict per GPU.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.agent_process import AgentProcess, clean_env, poll, roofwatch_cmd
+
+pytestmark = pytest.mark.e2e
+
+
+def samples(text: str, name: str) -> list:
+    return [s for f in text_string_to_metric_families(text) for s in f.samples if s.name == name]
+
+
+@pytest.fixture(scope="module")
+def agent():
+    proc = AgentProcess("demo", "--listen", "127.0.0.1:0", "--backend", "amd-virtual")
+    try:
+        proc.wait_healthy()
+        poll(lambda: "roofwatch_gpu_fabric_link_bytes_total{" in proc.metrics(), 20, what="first AMD samples")
+        yield proc
+    finally:
+        proc.kill()
+
+
+def test_serves_eight_mi300x_with_amd_readings_and_verdicts(agent):
+    text = agent.metrics()
+    info = samples(text, "roofwatch_gpu_info")
+    assert len(info) == 8 and {s.labels["model"] for s in info} == {"AMD Instinct MI300X"}
+    assert {s.labels["vendor"] for s in info} == {"amd"} and {s.labels["spec"] for s in info} == {"mi300x"}
+    assert {s.labels["backend"] for s in samples(text, "roofwatch_collector_cycles_total")} == {"amd-virtual"}
+    classes = {s.labels["gpu"]: s.labels["class"] for s in samples(text, "roofwatch_gpu_workload_class") if s.value == 1.0}
+    assert len(classes) == 8
+    assert classes["7"] == "idle" and classes["4"] == "memory_bound"  # the scenario's idle GPU and FP8 decode
+    assert not samples(text, "roofwatch_gpu_tensor_active_ratio")  # amdsmi has no tensor counter: absent, not 0
+    assert len(samples(text, "roofwatch_gpu_power_watts")) == 8
+    links = {(s.labels["gpu"], s.labels["link"]) for s in samples(text, "roofwatch_gpu_fabric_link_bytes_total")}
+    assert len({gpu for gpu, _ in links}) == 8 and len(links) == 8 * 7
+    calls = samples(text, "roofwatch_gpu_driver_calls_per_sample")
+    assert calls and all(s.value >= 3 for s in calls)
+
+
+def test_promtool_accepts_the_amd_exposition(agent):
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool is required (Debian package 'prometheus')"
+    result = subprocess.run([promtool, "check", "metrics"], input=agent.metrics(), capture_output=True,
+                            text=True, timeout=30)
+    assert result.returncode == 0 and not result.stdout.strip() and not result.stderr.strip(), result
+
+
+def run_doctor(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(roofwatch_cmd("doctor", *args), capture_output=True, text=True, timeout=60, env=clean_env())
+
+
+def test_doctor_on_the_virtual_mi300x_node_names_what_amd_lacks():
+    result = run_doctor("--backend", "amd-virtual", "--json")
+    report = json.loads(result.stdout)
+    assert report["gpus"] == 8, result.stdout + result.stderr
+    checks = {f["check"] for f in report["findings"]}
+    assert {"AMD driver", "tensor activity"} <= checks
+    lacking = next(f for f in report["findings"] if f["check"] == "tensor activity")
+    assert "no tensor-pipe" in lacking["detail"] and "agent.client" in lacking["fix"]
+
+
+def test_doctor_on_a_cpx_node_with_a_locked_process_list(tmp_path):
+    scenario = tmp_path / "cpx.yaml"
+    scenario.write_text(
+        "name: cpx\nnodes:\n  - name: n\n    model: mi300x\n    gpus: 1\n"
+        "    amd: {compute_partition: CPX, no_permission: [amdsmi_get_gpu_process_list]}\n")
+    result = run_doctor("--backend", "amd-virtual", "--scenario", str(scenario))
+    assert result.returncode == 3, result.stdout + result.stderr
+    text = result.stdout
+    assert "partition 3 of 8 (CPX/NPS1)" in text
+    assert "WARN processes [GPU 0/0]: unavailable" in text and "no permission" in text
+    assert "WARN power [GPU 0/3]" not in text  # socket power lives on partition 0: not a defect elsewhere
+
+
+def test_doctor_amd_without_rocm_says_how_to_fix_it():
+    result = run_doctor("--backend", "amd")
+    assert result.returncode == 1
+    assert "libamd_smi.so not found" in result.stdout and "/dev/kfd" in result.stdout
+    assert "Traceback" not in result.stdout + result.stderr
