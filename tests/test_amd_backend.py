@@ -6,7 +6,6 @@ through every unit conversion and "N/A", must come back out of the backend as th
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import pytest
@@ -20,23 +19,8 @@ from agent.backends.virtual import VirtualBackend
 from agent.config import Settings
 from agent.specs import spec_by_key
 from agent.virtual.fake_amdsmi import FakeAmdSmiLibrary, load_amdsmi
-from agent.virtual.scenario import parse_scenario, resolve_scenario
-
-T0 = 1_800_000_000.0
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = T0
-        self._lock = threading.Lock()
-
-    def __call__(self) -> float:
-        with self._lock:
-            return self.t
-
-    def advance(self, seconds: float) -> None:
-        with self._lock:
-            self.t += seconds
+from agent.virtual.scenario import parse_scenario
+from tests.nvml_harness import T0, ManualClock
 
 
 def scenario(gpus: int = 2, workloads: list | None = None, **node: Any) -> Any:
@@ -56,7 +40,7 @@ CPX = dict(gpus=1, amd={"compute_partition": "CPX", "memory_partition": "NPS1"},
 
 class Rig:
     def __init__(self, scen: Any) -> None:
-        self.clock = Clock()
+        self.clock = ManualClock()
         start = T0 - 100.0
         self.virtual = VirtualBackend(scen, clock=self.clock, start_time=start)
         self.twin = VirtualBackend(scen, clock=self.clock, start_time=start)

@@ -17,7 +17,8 @@ import threading
 import time
 from typing import Any, Callable, Sequence
 
-from agent.backends.amd.device import AmdDevice, LibraryError, SocketTable
+from agent.backends.amd.device import AmdDevice, SocketTable
+from agent.backends.readings import LibraryError
 from agent.backends.amd.discovery import Found, discover
 from agent.backends.amd.errors import Meaning, describe, meaning
 from agent.backends.amd.library import init_message

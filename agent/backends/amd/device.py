@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from agent.backends.amd import values as v
-from agent.backends.amd.errors import Meaning, describe, meaning
-from agent.backends.base import DeviceError, DeviceLostError
+from agent.backends.amd.errors import describe, meaning
+from agent.backends.readings import ReadingPolicy
 from agent.host import HostFacts, HostSource
 from agent.model import CLOCK_EVENT_REASONS, DeviceInfo, GpuSample, LinkTraffic, ProcessSample
 
@@ -32,10 +32,6 @@ log = logging.getLogger("roofwatch.amd")
 
 SLOW_REFRESH_S = 60.0
 """Power cap and ECC totals change rarely; re-read them this often."""
-
-
-class LibraryError(DeviceError):
-    """amdsmi itself must be re-initialised (not initialised, or the driver changed underneath)."""
 
 
 @dataclass(slots=True)
@@ -99,9 +95,7 @@ class AmdDevice:
         self.node = node
         self._host = host
         self._clock = clock
-        self.absent: dict[str, str] = {}
-        """Capability -> why it is unavailable, for ``doctor``."""
-        self.failed: dict[str, str] = {}
+        self._policy = ReadingPolicy("amdsmi", lambda: self.info.gpu, lambda: self.info.uuid, meaning, describe)
         self._state = _State()
 
     @property
@@ -115,21 +109,7 @@ class AmdDevice:
     # ------------------------------------------------------------------ policy
 
     def _error(self, what: str, exc: BaseException, *, core: bool = False) -> None:
-        kind = meaning(exc)
-        if kind is Meaning.ABSENT:
-            if what not in self.absent:
-                log.info("GPU %s: %s unavailable (%s); not asking again", self.gpu, what, describe(exc))
-            self.absent[what] = describe(exc)
-            return
-        if kind is Meaning.NO_DATA:
-            return
-        if kind is Meaning.DEVICE_LOST:
-            raise DeviceLostError(f"amdsmi: GPU {self.gpu} ({self.info.uuid}): {describe(exc)} during {what}") from None
-        if kind is Meaning.LIBRARY:
-            raise LibraryError(f"amdsmi: {describe(exc)} during {what} on GPU {self.gpu}") from None
-        if core:
-            raise DeviceError(f"amdsmi: GPU {self.gpu}: {what} failed: {describe(exc)}") from None
-        self.failed[what] = describe(exc)
+        self._policy.error(what, exc, core=core)
 
     def _opt(self, what: str, fn: Callable[..., Any], *args: Any, core: bool = False) -> Any:
         if what in self.absent:
@@ -141,13 +121,18 @@ class AmdDevice:
             return None
 
     def has(self, what: str) -> bool:
-        return what not in self.absent
+        return self._policy.has(what)
+
+    @property
+    def absent(self) -> dict[str, str]:
+        """Capability -> why it is unavailable, for ``doctor``."""
+        return self._policy.absent
 
     # ------------------------------------------------------------------ one interval
 
     def read(self, now: float) -> GpuSample:
         """One sample over the span since the previous read. Raises DeviceError / DeviceLostError."""
-        self.failed = {}
+        self._policy.failed.clear()
         with self.socket.lock:
             table = self._table(now)
             values: dict[str, Any] = {}

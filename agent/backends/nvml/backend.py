@@ -21,7 +21,8 @@ from typing import Any, Callable, Sequence
 
 from agent.backends.base import BackendUnavailable, DeviceError, DeviceLostError
 from agent.backends.nvml.calls import CountingNvml
-from agent.backends.nvml.device import Handles, LibraryError, NvmlDevice
+from agent.backends.nvml.device import Handles, NvmlDevice
+from agent.backends.readings import LibraryError
 from agent.backends.nvml.discovery import Found, discover
 from agent.backends.nvml.errors import Meaning, describe, meaning
 from agent.backends.nvml.events import XidWatcher

@@ -24,10 +24,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from agent.backends.base import DeviceError, DeviceLostError
 from agent.backends.nvml import gpm
 from agent.backends.nvml.errors import Meaning, describe, describe_code, meaning, meaning_of_code
 from agent.backends.nvml.fields import CLOCK_EVENT_FIELDS, FieldBatch
+from agent.backends.readings import ReadingPolicy
 from agent.host import HostFacts, HostSource
 from agent.model import DeviceInfo, GpuSample, ProcessSample, RemappedRows, XidCount
 
@@ -35,10 +35,6 @@ log = logging.getLogger("roofwatch.nvml")
 
 POWER_LIMIT_REFRESH_S = 60.0
 """The enforced power limit changes only when an operator changes it; re-read it this often."""
-
-
-class LibraryError(DeviceError):
-    """NVML itself must be re-initialised (uninitialised, or a driver upgrade underneath us)."""
 
 
 @dataclass(slots=True)
@@ -92,10 +88,7 @@ class NvmlDevice:
         self._host = host
         self._xids = xids
         self._clock = clock
-        self.absent: dict[str, str] = {}
-        """Capability -> why it is unavailable ("not supported", "no permission", ...)."""
-        self.failed: dict[str, str] = {}
-        """Readings that failed transiently in the last interval (for logs and doctor)."""
+        self._policy = ReadingPolicy("NVML", lambda: self.info.gpu, lambda: self.info.uuid, meaning, describe)
         self._fields = FieldBatch(nvml)
         self._gpm: gpm.GpmReader | None = None
         self._gpm_checked = False
@@ -113,21 +106,7 @@ class NvmlDevice:
         return self.handles.gpu_instance_id is not None
 
     def _error(self, what: str, exc: BaseException, *, core: bool = False) -> None:
-        kind = meaning(exc)
-        if kind is Meaning.ABSENT:
-            if what not in self.absent:
-                log.info("GPU %s: %s unavailable (%s); not asking again", self.gpu, what, describe(exc))
-            self.absent[what] = describe(exc)
-            return
-        if kind is Meaning.NO_DATA:
-            return
-        if kind is Meaning.DEVICE_LOST:
-            raise DeviceLostError(f"NVML: GPU {self.gpu} ({self.info.uuid}): {describe(exc)} during {what}") from None
-        if kind is Meaning.LIBRARY:
-            raise LibraryError(f"NVML: {describe(exc)} during {what} on GPU {self.gpu}") from None
-        if core:
-            raise DeviceError(f"NVML: GPU {self.gpu}: {what} failed: {describe(exc)}") from None
-        self.failed[what] = describe(exc)
+        self._policy.error(what, exc, core=core)
 
     def _opt(self, what: str, fn: Callable[..., Any], *args: Any, core: bool = False) -> Any:
         if what in self.absent:
@@ -144,7 +123,17 @@ class NvmlDevice:
             return None
 
     def has(self, what: str) -> bool:
-        return what not in self.absent
+        return self._policy.has(what)
+
+    @property
+    def absent(self) -> dict[str, str]:
+        """Capability -> why it is unavailable ("not supported", "no permission", ...)."""
+        return self._policy.absent
+
+    @property
+    def failed(self) -> dict[str, str]:
+        """Readings that failed transiently in the last interval (for logs and doctor)."""
+        return self._policy.failed
 
     # ------------------------------------------------------------------ GPM
 
@@ -200,7 +189,7 @@ class NvmlDevice:
     def read(self, now: float) -> GpuSample:
         """One sample over the span since the previous read. Raises DeviceError / DeviceLostError."""
         nvml, h = self.nvml, self.handles.handle
-        self.failed = {}
+        self._policy.failed.clear()
         values: dict[str, Any] = self._read_gpm()
         if "gr_active" not in values or "dram_active" not in values:
             util = self._opt("utilization", nvml.nvmlDeviceGetUtilizationRates, h, core=not values)
