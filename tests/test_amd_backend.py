@@ -180,7 +180,6 @@ def test_processes_carry_vram_from_amdsmi(rig):
     s = r.cycle()["1"]
     assert s.processes and s.processes[0].pid > 0
     assert s.processes[0].used_memory_bytes and s.processes[0].used_memory_bytes > 2**30
-    assert s.processes[0].compute_units == 304  # cu_occupancy: the decode's queues span all of MI300X's CUs
 
 
 def test_a_lost_gpu_goes_down_alone_and_comes_back_with_a_new_handle(rig):

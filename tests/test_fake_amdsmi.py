@@ -408,7 +408,7 @@ def test_process_list(rig: Rig) -> None:
     assert (proc["pid"], proc["name"]) == (expected.pid, expected.name) == (expected.pid, "vllm")
     assert proc["mem"] == proc["memory_usage"]["vram_mem"] == expected.used_memory_bytes
     assert proc["engine_usage"]["gfx"] - first[0]["engine_usage"]["gfx"] == pytest.approx(s.gr_active * 4e9, rel=1e-9)
-    assert proc["cu_occupancy"] == expected.compute_units == 304  # a memory-bound decode has queues on every CU
+    assert proc["cu_occupancy"] == "N/A"  # the engine does not say how many CUs it holds
     assert smi.amdsmi_get_gpu_process_list(handles[7]) == []  # the idle GPU
 
 

@@ -302,8 +302,7 @@ class VirtualEngine:
             if phase.holds_process:
                 cached = (ProcessSample(pid=plan.pid, name=plan.process_name, used_memory_bytes=phase.process_bytes,
                                         cpu_cores=phase.cpu_cores, cpu_main_cores=phase.cpu_cores - phase.cpu_workers_cores,
-                                        cpu_workers_cores=phase.cpu_workers_cores, workers=phase.workers,
-                                        compute_units=_compute_units(plan.info, phase.label)),)
+                                        cpu_workers_cores=phase.cpu_workers_cores, workers=phase.workers),)
             plan.processes[key] = cached
         return cached
 
@@ -374,16 +373,6 @@ def _node_devices(seed: int, node: Node, spec: GpuSpec, view: DriverView, counte
                 net_bytes_per_s=NET_BYTES_PER_S, mem_total_bytes=info.memory_total_bytes or 0)
             out.append((info, dev.share(parsed[0] / MIG_SLICES)))
     return out
-
-
-def _compute_units(info: DeviceInfo, label: str) -> int | None:
-    """What amdsmi's cu_occupancy would show for the job's process: its queues on every CU while it
-    computes or streams memory, a quarter of them for small latency-bound kernels, none while idle.
-    NVIDIA has no such reading."""
-    if info.vendor != "amd" or not info.sm_count:
-        return None
-    share = {"idle": 0.0, "latency_bound": 0.25}.get(label, 1.0)
-    return round(info.sm_count * share)
 
 
 def _tensor_split(tensor: float | None, dtype: str | None) -> dict[str, float | None]:
