@@ -15,11 +15,31 @@ A reading that fails is judged by what its error *means* (:class:`Meaning`), dec
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Callable
 
 from agent.backends.base import DeviceError, DeviceLostError, Meaning
 
 log = logging.getLogger("roofwatch.readings")
+
+
+@dataclass(slots=True)
+class CounterRate:
+    """A cumulative driver counter turned into a rate between two reads.
+
+    No rate on the first read, or when the counter went backwards (driver reload, GPU reset,
+    wrap): an unknown interval is better than a huge negative one.
+    """
+
+    value: float | None = None
+    t: float | None = None
+
+    def rate(self, value: float | None, t: float, scale: float = 1.0) -> float | None:
+        prev_value, prev_t = self.value, self.t
+        self.value, self.t = value, t
+        if value is None or prev_value is None or prev_t is None or t <= prev_t or value < prev_value:
+            return None
+        return (value - prev_value) * scale / (t - prev_t)
 
 
 class LibraryError(DeviceError):

@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 from agent.backends.amd import values as v
 from agent.backends.amd.errors import describe, meaning
-from agent.backends.readings import ReadingPolicy
+from agent.backends.readings import CounterRate, ReadingPolicy
 from agent.host import HostFacts, HostSource
 from agent.model import CLOCK_EVENT_REASONS, DeviceInfo, GpuSample, LinkTraffic, ProcessSample
 
@@ -32,21 +32,6 @@ log = logging.getLogger("roofwatch.amd")
 
 SLOW_REFRESH_S = 60.0
 """Power cap and ECC totals change rarely; re-read them this often."""
-
-
-@dataclass(slots=True)
-class _Rate:
-    """A cumulative counter turned into a rate between two reads (None after a reset or wrap)."""
-
-    value: float | None = None
-    t: float | None = None
-
-    def rate(self, value: float | None, t: float, scale: float = 1.0) -> float | None:
-        prev_value, prev_t = self.value, self.t
-        self.value, self.t = value, t
-        if value is None or prev_value is None or prev_t is None or t <= prev_t or value < prev_value:
-            return None
-        return (value - prev_value) * scale / (t - prev_t)
 
 
 class SocketTable:
@@ -63,7 +48,7 @@ class SocketTable:
 @dataclass(slots=True)
 class _State:
     last_now: float | None = None
-    links: dict[int, tuple[_Rate, _Rate]] = field(default_factory=dict)
+    links: dict[int, tuple[CounterRate, CounterRate]] = field(default_factory=dict)
     residency: dict[str, float] = field(default_factory=dict)
     averages: dict[str, tuple[float, float] | None] = field(default_factory=dict)
     slow_at: float = -1e18
@@ -275,7 +260,7 @@ class AmdDevice:
             if rd is None and wr is None:
                 continue  # a link this GPU does not have (all-ones in the table)
             up_value = v.num(status[link]) if link < len(status) else None
-            rd_rate, wr_rate = self._state.links.setdefault(link, (_Rate(), _Rate()))
+            rd_rate, wr_rate = self._state.links.setdefault(link, (CounterRate(), CounterRate()))
             rx, tx = rd_rate.rate(rd, now, v.KB), wr_rate.rate(wr, now, v.KB)
             if rx is not None or tx is not None:
                 any_rate = True

@@ -27,7 +27,7 @@ from typing import Any, Callable
 from agent.backends.nvml import gpm
 from agent.backends.nvml.errors import Meaning, describe, describe_code, meaning, meaning_of_code
 from agent.backends.nvml.fields import CLOCK_EVENT_FIELDS, FieldBatch
-from agent.backends.readings import ReadingPolicy
+from agent.backends.readings import CounterRate, ReadingPolicy
 from agent.host import HostFacts, HostSource
 from agent.model import DeviceInfo, GpuSample, ProcessSample, RemappedRows, XidCount
 
@@ -47,29 +47,14 @@ class Handles:
 
 
 @dataclass(slots=True)
-class _Counter:
-    """A cumulative driver counter turned into a rate over the span between two reads."""
-
-    value: float | None = None
-    t: float | None = None
-
-    def rate(self, value: float | None, t: float, scale: float = 1.0) -> float | None:
-        prev_value, prev_t = self.value, self.t
-        self.value, self.t = value, t
-        if value is None or prev_value is None or prev_t is None or t <= prev_t or value < prev_value:
-            return None  # first read, or the counter reset (driver reload)
-        return (value - prev_value) * scale / (t - prev_t)
-
-
-@dataclass(slots=True)
 class _State:
     """What survives between intervals; reset when the handle is re-acquired."""
 
     last_now: float | None = None
-    pcie_tx: _Counter = field(default_factory=_Counter)
-    pcie_rx: _Counter = field(default_factory=_Counter)
-    link_tx: _Counter = field(default_factory=_Counter)
-    link_rx: _Counter = field(default_factory=_Counter)
+    pcie_tx: CounterRate = field(default_factory=CounterRate)
+    pcie_rx: CounterRate = field(default_factory=CounterRate)
+    link_tx: CounterRate = field(default_factory=CounterRate)
+    link_rx: CounterRate = field(default_factory=CounterRate)
     process_util_ts: int = 0
     power_limit_w: float | None = None
     power_limit_t: float = -1e18
