@@ -6,8 +6,9 @@
 #   ./dev.sh setup            only create/refresh the virtualenv
 #
 # Setup: a virtualenv in .venv (override with ROOFWATCH_VENV) with roofwatch installed editable,
-# and for tests the Debian packages prometheus, prometheus-alertmanager, systemd, nodejs and npm
-# (promtool, amtool, systemd-analyze, node), installed with apt when root or with password-less sudo.
+# and for tests the Debian packages prometheus, prometheus-alertmanager, systemd, nodejs, npm, tmux
+# and chromium (promtool, amtool, systemd-analyze, node, a terminal, a headless browser), installed
+# with apt when root or with password-less sudo.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -62,13 +63,15 @@ ensure_venv() {
 ensure_test_tools() {
     # The tests run the real tools: promtool and prometheus (rules, scrapes), amtool (routing),
     # systemd-analyze (the unit file), node and npm (Grafana's own transformation code, which the
-    # tests npm-ci into tests/grafana). Install what is missing in one apt call.
+    # tests npm-ci into tests/grafana), tmux and chromium. Install what is missing in one apt call.
     local packages=() had_service=0
     command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1 || packages+=(prometheus)
     command -v amtool >/dev/null 2>&1 || packages+=(prometheus-alertmanager)
     command -v systemd-analyze >/dev/null 2>&1 || packages+=(systemd)
     command -v node >/dev/null 2>&1 || packages+=(nodejs)
     command -v npm >/dev/null 2>&1 || packages+=(npm)
+    command -v tmux >/dev/null 2>&1 || packages+=(tmux)          # roofwatch top, driven with send-keys
+    command -v chromium >/dev/null 2>&1 || packages+=(chromium)  # the status page and the report, rendered headless
     [ ${#packages[@]} -eq 0 ] && return 0
     [ -e /lib/systemd/system/prometheus.service ] && had_service=1
     if apt_install "${packages[@]}"; then
@@ -98,7 +101,7 @@ case "$cmd" in
         ensure_venv "[test]"
         ;;
     *)
-        sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
+        sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'
         [ "$cmd" = help ] || exit 2
         ;;
 esac

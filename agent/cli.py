@@ -117,6 +117,31 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.add_argument("--virtual-node", metavar="NAME", help="scenario node for the virtual backends")
     doctor.add_argument("--json", action="store_true", help="print the findings as JSON")
 
+    top = sub.add_parser(
+        "top", help="live terminal view of a node's GPUs: class, MFU, SM/tensor/DRAM",
+        description="Show what each GPU is doing and how much of its peak it uses, refreshed in place, from a "
+                    "running agent's /metrics (this node's agent unless URL says otherwise). Keys: q quits, "
+                    "s changes the sort order.",
+    )
+    top.add_argument("url", nargs="?", metavar="URL",
+                     help="agent base URL or any roofwatch /metrics URL (default http://127.0.0.1:%d)" % DEFAULT_PORT)
+    top.add_argument("--interval", type=float, default=2.0, metavar="SECONDS", help="refresh period (default 2)")
+    top.add_argument("--sort", choices=["gpu", "mfu", "class", "power"], default="gpu",
+                     help="initial sort order; mfu puts the least efficient GPUs first (default gpu)")
+    top.add_argument("--once", action="store_true", help="print one frame and exit (no keys, no full screen)")
+
+    report = sub.add_parser(
+        "report", help="render a recorded trace as one self-contained HTML page",
+        description="Replay a trace through the classifier and write a post-mortem page: verdict timeline per GPU, "
+                    "roofline scatter and MFU over time, in one HTML file with no external assets.",
+    )
+    report.add_argument("traces", nargs="+", metavar="TRACE", help="trace file(s): .jsonl or .jsonl.gz, - for stdin")
+    report.add_argument("--out", required=True, metavar="FILE", help="HTML file to write")
+    report.add_argument("--title", metavar="TEXT", help="page title (default: the trace's node and time span)")
+    report.add_argument("--config", metavar="FILE", help="YAML settings file whose classifier: section sets the thresholds")
+    report.add_argument("--dtype", choices=["fp8", "bf16", "fp16", "tf32", "fp32", "fp64"],
+                        help="precision behind the peak FLOP/s when the trace does not say (default bf16, flagged as assumed)")
+
     specs = sub.add_parser("specs", help="print the GPU peak-spec catalogue", description="Print dense peak FLOP/s, bandwidth and ridge points per GPU model.")
     specs.add_argument("--json", action="store_true", help="print JSON (SI units)")
     return parser
@@ -343,15 +368,12 @@ def cmd_record(args: argparse.Namespace) -> int:
     return EXIT_OK if recorder.error is None else EXIT_FAILURE
 
 
-def cmd_classify(args: argparse.Namespace) -> int:
-    from agent.classifier.engine import classify_samples
-    from agent.classifier.evaluate import evaluate
+def _read_traces(paths: Sequence[str]) -> list:
+    """Every sample of every trace; a bad line or file is a one-line error naming it."""
     from agent.trace import TraceFormatError, read_trace
 
-    settings = _settings_from(argparse.Namespace(config=args.config))
-    dtype = args.dtype or (settings.dtype if "dtype" in settings.model_fields_set else None)
     samples = []
-    for path in args.traces:
+    for path in paths:
         try:
             samples.extend(read_trace(path))
         except TraceFormatError as exc:
@@ -359,7 +381,22 @@ def cmd_classify(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise CliError(f"cannot read trace {path}: {exc.strerror or exc}") from None
     if not samples:
-        raise CliError("no samples in " + ", ".join(args.traces))
+        raise CliError("no samples in " + ", ".join(paths))
+    return samples
+
+
+def _trace_classifier_settings(args: argparse.Namespace) -> tuple[Settings, str | None]:
+    """Thresholds from --config; the dtype from --dtype, else the config's when it sets one."""
+    settings = _settings_from(argparse.Namespace(config=args.config))
+    return settings, args.dtype or (settings.dtype if "dtype" in settings.model_fields_set else None)
+
+
+def cmd_classify(args: argparse.Namespace) -> int:
+    from agent.classifier.engine import classify_samples
+    from agent.classifier.evaluate import evaluate
+
+    settings, dtype = _trace_classifier_settings(args)
+    samples = _read_traces(args.traces)
     kept = []
     out = sys.stdout
     for verdict in classify_samples(samples, settings.classifier, dtype=dtype):
@@ -387,6 +424,32 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return report.exit_code
 
 
+def cmd_top(args: argparse.Namespace) -> int:
+    from agent.views.top import run_top
+
+    return run_top(args)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from agent.classifier.engine import classify_samples
+    from agent.views.report import build_report
+
+    settings, dtype = _trace_classifier_settings(args)
+    samples = _read_traces(args.traces)
+    verdicts = list(classify_samples(samples, settings.classifier, dtype=dtype))
+    html = build_report(samples, verdicts, title=args.title, sources=[Path(t).name for t in args.traces])
+    out = Path(args.out)
+    partial = out.with_name(f".{out.name}.partial")
+    try:  # written whole or not at all: a reader never opens half a report
+        partial.write_text(html, encoding="utf-8")
+        partial.replace(out)
+    except OSError as exc:
+        partial.unlink(missing_ok=True)
+        raise CliError(f"cannot write {args.out}: {exc.strerror or exc}") from None
+    print(f"wrote {args.out}: {len(verdicts)} verdicts of {len({(s.node, s.gpu) for s in samples})} GPUs")
+    return EXIT_OK
+
+
 def cmd_specs(args: argparse.Namespace) -> int:
     from agent import specs
 
@@ -405,6 +468,8 @@ COMMANDS = {
     "classify": cmd_classify,
     "specs": cmd_specs,
     "doctor": cmd_doctor,
+    "top": cmd_top,
+    "report": cmd_report,
 }
 
 

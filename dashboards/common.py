@@ -27,6 +27,7 @@ from grafana_foundation_sdk.models import dashboard as model
 from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 
 from agent.model import WORKLOAD_CLASSES
+from agent.views.palette import WASTED_CLASSES  # noqa: F401 - re-exported for the dashboards
 
 DATASOURCE = model.DataSourceRef(type_val="prometheus", uid="${datasource}")
 TAGS = ["roofwatch", "gpu"]
@@ -45,8 +46,6 @@ CLASS_COLOURS: dict[str, str] = {
 CLASS_CODES: dict[str, int] = {name: code for code, name in enumerate(WORKLOAD_CLASSES, start=1)}
 """A state timeline needs a number per state: the class's position in the model's list."""
 
-WASTED_CLASSES = ("idle", "input_starved", "communication_jittered")
-"""Classes in which a held GPU waits on something other than its own math or memory."""
 
 # What the regex-valued variables match when "All" is picked: every value, and series that lack
 # the label altogether (a Prometheus without a cluster label still fills every panel).

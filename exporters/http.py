@@ -1,4 +1,4 @@
-"""The agent's HTTP endpoint: ``/metrics``, ``/healthz``, ``/api/v1/snapshot``, a landing page, and
+"""The agent's HTTP endpoint: ``/metrics``, ``/healthz``, ``/api/v1/snapshot``, the ``/`` status page, and
 ``POST /api/v1/report`` for workload reports (when a :class:`~agent.reports.ReportStore` is given).
 
 Every GET handler reads the last published snapshot and nothing else, so a request can never wait
@@ -8,8 +8,8 @@ in-flight requests the server answers 503 at once instead of spawning threads wi
 
 from __future__ import annotations
 
+import functools
 import gzip
-import html
 import json
 import logging
 import threading
@@ -17,7 +17,7 @@ import time
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable, Sequence
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 from prometheus_client.exposition import choose_encoder
 
@@ -25,7 +25,9 @@ from agent import __version__
 from agent.model import NodeSnapshot
 from agent.reports import REPORT_PATH, ReportStore, is_loopback, linger, serve_report
 from agent.snapshot_json import snapshot_to_dict
+from agent.views.status_page import CONTENT_SECURITY_POLICY, DEFAULT_REFRESH_S, status_page
 from exporters.prometheus import ExpositionCache
+from exporters.render_cache import PerSnapshotCache
 
 log = logging.getLogger("roofwatch.http")
 
@@ -53,6 +55,7 @@ class AgentHTTPServer(ThreadingHTTPServer):
         self.stale_after_s = stale_after_s
         self.clock = clock
         self.slots = threading.BoundedSemaphore(max_concurrent)
+        self.pages = PerSnapshotCache()
         super().__init__(address, _Handler)
 
     @property
@@ -62,6 +65,17 @@ class AgentHTTPServer(ThreadingHTTPServer):
         if ":" in shown and not shown.startswith("["):
             shown = f"[{shown}]"
         return f"http://{shown}:{port}/"
+
+    def snapshot_json(self) -> bytes:
+        return self.pages.get(self.get_snapshot(), "json", _snapshot_json)
+
+    def status_page(self, refresh_s: float) -> bytes:
+        """The ``/`` page; a stale snapshot is rendered afresh each time so its banner shows the age."""
+        ok, reason = self.health()
+        render = functools.partial(_status_page, refresh_s=refresh_s, stale=None if ok else reason)
+        if not ok:
+            return render(self.get_snapshot())
+        return self.pages.get(self.get_snapshot(), ("page", refresh_s), render)
 
     def health(self) -> tuple[bool, str]:
         """Healthy while the collector keeps publishing; a stuck loop must fail liveness."""
@@ -133,12 +147,21 @@ class _Handler(BaseHTTPRequestHandler):
             status = HTTPStatus.OK if ok else HTTPStatus.SERVICE_UNAVAILABLE
             self._send(status, (reason + "\n").encode(), "text/plain; charset=utf-8")
         elif path == "/api/v1/snapshot":
-            body = json.dumps(snapshot_to_dict(self.server.get_snapshot()), separators=(",", ":")).encode()
-            self._send(HTTPStatus.OK, body, "application/json")
+            self._send(HTTPStatus.OK, self.server.snapshot_json(), "application/json")
         elif path == "/":
-            self._send(HTTPStatus.OK, landing_page(self.server.get_snapshot()).encode(), "text/html; charset=utf-8")
+            self._status_page()
         else:
             self._send(HTTPStatus.NOT_FOUND, b"not found; try /metrics, /healthz, /api/v1/snapshot or /\n", "text/plain; charset=utf-8")
+
+    def _status_page(self) -> None:
+        try:
+            refresh_s = _refresh_param(urlsplit(self.path).query)
+        except ValueError as exc:
+            self._send(HTTPStatus.BAD_REQUEST, f"{exc}\n".encode(), "text/plain; charset=utf-8")
+            return
+        self._send(HTTPStatus.OK, self.server.status_page(refresh_s), "text/html; charset=utf-8",
+                   {"Content-Security-Policy": CONTENT_SECURITY_POLICY, "Cache-Control": "no-store",
+                    "X-Content-Type-Options": "nosniff"})
 
     def _metrics(self) -> None:
         encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
@@ -160,38 +183,28 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(body)
 
 
-def _fmt(value: float | None, scale: float = 1.0, digits: int = 0, suffix: str = "") -> str:
-    return "—" if value is None else f"{value * scale:.{digits}f}{suffix}"
+MAX_REFRESH_S = 3600.0
 
 
-def landing_page(snapshot: NodeSnapshot) -> str:
-    """A plain page a person can open on the node: which GPUs are up and what they are doing."""
-    rows = []
-    for device in snapshot.devices:
-        s = device.sample if device.up else None
-        rows.append(
-            "<tr>"
-            f"<td>{html.escape(device.info.gpu)}</td><td>{html.escape(device.info.model)}</td>"
-            f"<td>{'up' if device.up else 'DOWN: ' + html.escape(device.error or '')}</td>"
-            f"<td>{_fmt(s.gr_active if s else None, 100, 0, '%')}</td>"
-            f"<td>{_fmt(s.sm_active if s else None, 100, 0, '%')}</td>"
-            f"<td>{_fmt(s.tensor_active if s else None, 100, 0, '%')}</td>"
-            f"<td>{_fmt(s.dram_active if s else None, 100, 0, '%')}</td>"
-            f"<td>{_fmt(s.power_w if s else None, 1, 0, ' W')}</td>"
-            f"<td>{_fmt(s.sm_clock_mhz if s else None, 1, 0, ' MHz')}</td>"
-            "</tr>"
-        )
-    return (
-        "<!doctype html><html><head><meta charset='utf-8'><title>roofwatch</title>"
-        "<meta http-equiv='refresh' content='5'>"
-        "<style>body{font-family:sans-serif;margin:2em}td,th{padding:4px 10px;text-align:right}"
-        "th{border-bottom:1px solid #999}</style></head><body>"
-        f"<h1>roofwatch {html.escape(__version__)} on {html.escape(snapshot.node)}</h1>"
-        f"<p>{snapshot.visible_devices}/{snapshot.expected_devices} GPUs up · backend "
-        f"{html.escape(snapshot.health.backend)} · cycle {snapshot.health.cycles_total}</p>"
-        "<table><tr><th>GPU</th><th>model</th><th>state</th><th>engine</th><th>SM</th><th>tensor</th>"
-        "<th>DRAM</th><th>power</th><th>SM clock</th></tr>"
-        + "".join(rows)
-        + "</table><p><a href='/metrics'>/metrics</a> · <a href='/healthz'>/healthz</a> · "
-        "<a href='/api/v1/snapshot'>/api/v1/snapshot</a></p></body></html>"
-    )
+def _refresh_param(query: str) -> float:
+    """``?refresh=SECONDS`` for the status page: 0 stops it, default 5 s; anything else is a 400."""
+    values = parse_qs(query).get("refresh")
+    if not values:
+        return DEFAULT_REFRESH_S
+    try:
+        value = float(values[-1])
+    except ValueError:
+        value = float("nan")
+    if not 0.0 <= value <= MAX_REFRESH_S:  # also rejects NaN
+        raise ValueError(f"refresh: expected seconds between 0 and {MAX_REFRESH_S:g}, got {values[-1]!r}")
+    if 0.0 < value < 1.0:
+        value = 1.0  # a browser tab polling faster than the collector only burns the node's CPU
+    return value
+
+
+def _snapshot_json(snapshot: NodeSnapshot) -> bytes:
+    return json.dumps(snapshot_to_dict(snapshot), separators=(",", ":")).encode()
+
+
+def _status_page(snapshot: NodeSnapshot, *, refresh_s: float, stale: str | None) -> bytes:
+    return status_page(snapshot_to_dict(snapshot), refresh_s=refresh_s, stale=stale).encode()

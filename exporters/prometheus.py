@@ -9,7 +9,6 @@ the work.
 from __future__ import annotations
 
 import platform
-import threading
 from typing import Callable, Iterable, Iterator, Sequence
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
@@ -18,6 +17,7 @@ from prometheus_client.registry import Collector
 from agent import __version__
 from agent.model import CLOCK_EVENT_REASONS, WORKLOAD_CLASSES, DeviceState, NodeSnapshot
 from exporters import metrics as m
+from exporters.render_cache import PerSnapshotCache
 from exporters.nic_families import nic_families
 from exporters.process_families import ProcessFamilies
 
@@ -290,21 +290,11 @@ class ExpositionCache:
         self._get_snapshot = get_snapshot
         self._max_processes = max_processes_per_gpu
         self._gpu_labels = tuple(gpu_labels)
-        self._lock = threading.Lock()
-        self._cache: dict[tuple[int, str], bytes] = {}
+        self._cache = PerSnapshotCache()
 
     def render(self, encoder: Callable[[Collector], bytes], content_type: str) -> bytes:
-        snapshot = self._get_snapshot()
-        key = (snapshot.sequence, content_type)
-        cached = self._cache.get(key)
-        if cached is not None:
-            return cached
-        with self._lock:  # one rendering per snapshot even when many scrapers arrive at once
-            cached = self._cache.get(key)
-            if cached is None:
-                cached = encoder(SnapshotCollector(lambda: snapshot, max_processes_per_gpu=self._max_processes,
-                                                   gpu_labels=self._gpu_labels))
-                # Keep only the newest snapshot's renderings: memory stays bounded.
-                self._cache = {k: v for k, v in self._cache.items() if k[0] == snapshot.sequence}
-                self._cache[key] = cached
-        return cached
+        def encode(snapshot: NodeSnapshot) -> bytes:
+            return encoder(SnapshotCollector(lambda: snapshot, max_processes_per_gpu=self._max_processes,
+                                             gpu_labels=self._gpu_labels))
+
+        return self._cache.get(self._get_snapshot(), content_type, encode)

@@ -244,7 +244,7 @@ def test_healthz_fails_when_snapshot_stale(server):
     assert status == 503 and b"stuck" in body
 
 
-def test_snapshot_api_and_landing_page(server):
+def test_snapshot_api_and_status_page(server):
     status, headers, body = get(server.url + "api/v1/snapshot")
     data = json.loads(body)
     assert status == 200 and data["node"] == "n1" and len(data["devices"]) == 2

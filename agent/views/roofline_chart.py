@@ -1,0 +1,137 @@
+"""The roofline chart: each GPU's position (arithmetic intensity, achieved FLOP/s) under the roofs
+of its model, on log-log axes, as inline SVG.
+
+A point on the slanted roof is memory-bound at full bandwidth; on the flat roof, compute-bound at
+peak; far below both, the GPU is waiting on something else (input, communication, launches). The
+distance to the roof above a point is the headroom the verdict's reasons talk about.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from agent.views.palette import class_colour, class_label
+from agent.views.svg import LogScale, esc, line, num, polyline, si, text
+
+
+@dataclass(frozen=True, slots=True)
+class Roof:
+    """One model's roofs at one precision: ``min(peak_flops, peak_bytes_per_s x intensity)``."""
+
+    label: str
+    peak_flops: float
+    peak_bytes_per_s: float
+
+    @property
+    def ridge(self) -> float:
+        return self.peak_flops / self.peak_bytes_per_s
+
+
+@dataclass(frozen=True, slots=True)
+class ChartPoint:
+    """One GPU (status page) or one evaluation window (report) on the chart."""
+
+    intensity: float | None
+    flops: float | None
+    cls: str
+    label: str = ""
+    """Text drawn beside the point (the GPU id on the status page; empty for report windows)."""
+    title: str = ""
+    """Hover text."""
+
+    @property
+    def plottable(self) -> bool:
+        return bool(self.intensity and self.flops and self.intensity > 0 and self.flops > 0)
+
+
+def roof_for(model: str, dtype: str, peak_flops: dict[str, float] | None, bandwidth: float | None) -> Roof | None:
+    """The roof of ``model`` at ``dtype``, or None when the catalogue lacks either peak."""
+    peak = (peak_flops or {}).get(dtype)
+    if not peak or not bandwidth:
+        return None
+    return Roof(f"{model} {dtype}", float(peak), float(bandwidth))
+
+
+WIDTH, HEIGHT = 720, 420
+_LEFT, _RIGHT, _TOP, _BOTTOM = 64, 16, 16, 48
+
+
+def roofline_svg(roofs: list[Roof], points: list[ChartPoint], *, radius: float = 7.0, opacity: float = 1.0,
+                 width: int = WIDTH, height: int = HEIGHT, chart_id: str = "roofline") -> str:
+    """Log-log chart of ``points`` under ``roofs``; points without coordinates are left out (the
+    caller says why beside the chart). Axes span whole decades around the roofs and the points."""
+    roofs = list(dict.fromkeys(roofs))
+    plotted = [p for p in points if p.plottable]
+    if not roofs and not plotted:
+        return (f'<svg id="{esc(chart_id)}" class="roofline empty" viewBox="0 0 {width} 80" role="img" '
+                f'aria-label="roofline chart">{text(width / 2, 44, "no roofline: no GPU has a known peak or a measured position", anchor="middle", cls="note")}</svg>')
+    xs = [r.ridge / 100 for r in roofs] + [r.ridge * 10 for r in roofs] + [p.intensity for p in plotted]  # type: ignore[misc]
+    ys = [r.peak_flops * 1.5 for r in roofs] + [p.flops for p in plotted]  # type: ignore[misc]
+    # Floor: a decade under the lowest point, and at least two decades under the lowest peak, so a
+    # starved GPU's distance from its roof stays visible without empty decades below it.
+    floors = [p.flops / 2 for p in plotted] + [r.peak_flops / 50 for r in roofs]  # type: ignore[operator]
+    ys.append(min(floors))
+    x = LogScale.around(xs, _LEFT, width - _RIGHT)
+    y = LogScale.around(ys, height - _BOTTOM, _TOP)
+    parts = [f'<svg id="{esc(chart_id)}" class="roofline" viewBox="0 0 {width} {height}" role="img" '
+             f'aria-label="roofline chart: achieved FLOP/s against arithmetic intensity">']
+    parts += _axes(x, y, width, height)
+    for i, roof in enumerate(roofs):
+        parts += _roof(roof, x, y, i)
+    for point in sorted(plotted, key=lambda p: p.cls == "idle"):  # busy GPUs drawn last, on top
+        parts.append(_point(point, x, y, radius, opacity))
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _axes(x: LogScale, y: LogScale, width: int, height: int) -> list[str]:
+    parts = []
+    for tick in x.decades():
+        px = x(tick)
+        parts.append(line(px, _TOP, px, height - _BOTTOM, "grid"))
+        parts.append(text(px, height - _BOTTOM + 16, si(tick), anchor="middle", cls="tick"))
+    for tick in y.decades():
+        py = y(tick)
+        parts.append(line(_LEFT, py, width - _RIGHT, py, "grid"))
+        parts.append(text(_LEFT - 6, py + 4, si(tick), anchor="end", cls="tick"))
+    parts.append(text((_LEFT + width - _RIGHT) / 2, height - 10, "arithmetic intensity (FLOP per DRAM byte)", anchor="middle", cls="axis"))
+    parts.append(text(14, (_TOP + height - _BOTTOM) / 2, "achieved FLOP/s", anchor="middle", cls="axis",
+                      extra=f' transform="rotate(-90 14 {num((_TOP + height - _BOTTOM) / 2)})"'))
+    return parts
+
+
+def _roof(roof: Roof, x: LogScale, y: LogScale, index: int) -> list[str]:
+    """The slanted memory roof up to the ridge, then the flat compute roof, clipped to the axes."""
+    start = max(x.lo, y.lo / roof.peak_bytes_per_s)
+    ridge = min(max(roof.ridge, x.lo), x.hi)
+    path = [(x(start), y(roof.peak_bytes_per_s * start)), (x(ridge), y(min(roof.peak_flops, roof.peak_bytes_per_s * ridge))),
+            (x(x.hi), y(roof.peak_flops))]
+    label_y = y(roof.peak_flops) - 6 - 14 * index
+    caption = f"{roof.label}: {si(roof.peak_flops, 'FLOP/s')}, {si(roof.peak_bytes_per_s, 'B/s')}, ridge {roof.ridge:.0f}"
+    return [polyline(path, "roof", f' data-roof="{esc(roof.label)}"'),
+            line(x(ridge), y(roof.peak_flops), x(ridge), y(y.lo), "ridge"),
+            text(x.end_px - 4, label_y, caption, anchor="end", cls="roof-label")]
+
+
+def _point(point: ChartPoint, x: LogScale, y: LogScale, radius: float, opacity: float) -> str:
+    cx, cy = x(point.intensity), y(point.flops)  # type: ignore[arg-type]
+    title = point.title or f"{class_label(point.cls)}: {point.intensity:.1f} FLOP/B, {si(point.flops, 'FLOP/s')}"  # type: ignore[arg-type]
+    dot = (f'<circle cx="{num(cx)}" cy="{num(cy)}" r="{num(radius)}" fill="{class_colour(point.cls)}" '
+           f'fill-opacity="{opacity:g}" class="point" data-class="{esc(point.cls)}"><title>{esc(title)}</title></circle>')
+    if not point.label:
+        return dot
+    return f'<g class="gpu-point" data-gpu="{esc(point.label)}">{dot}{text(cx + radius + 3, cy + 4, point.label, cls="point-label")}</g>'
+
+
+CHART_CSS = """
+svg.roofline{width:100%;height:auto;max-width:900px;background:#fff;border:1px solid #ddd;border-radius:6px}
+svg.roofline .grid{stroke:#eee;stroke-width:1}
+svg.roofline .tick{font-size:11px;fill:#666}
+svg.roofline .axis{font-size:12px;fill:#333}
+svg.roofline .roof{fill:none;stroke:#c0392b;stroke-width:2.5}
+svg.roofline .ridge{stroke:#c0392b;stroke-dasharray:4 4;stroke-width:1;opacity:.5}
+svg.roofline .roof-label{font-size:11px;fill:#c0392b}
+svg.roofline .note{font-size:13px;fill:#666}
+svg.roofline circle.point{stroke:#222;stroke-width:1}
+svg.roofline .point-label{font-size:12px;font-weight:bold;fill:#222}
+"""
