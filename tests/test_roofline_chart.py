@@ -7,6 +7,7 @@ import xml.etree.ElementTree as ET
 
 from agent.model import WORKLOAD_CLASSES
 from agent.views import palette
+from agent.views import roofline_chart as chart
 from agent.views.roofline_chart import ChartPoint, roof_for, roofline_svg
 
 H100 = roof_for("H100", "bf16", {"bf16": 989.4e12}, 3.35e12)
@@ -69,10 +70,13 @@ def test_unplottable_points_are_left_out_and_an_empty_chart_says_why():
 def test_axes_enclose_every_point_and_the_ridge():
     points = [ChartPoint(0.05, 2e9, "latency_bound", "low"), ChartPoint(5e4, 9e14, "compute_bound", "high")]
     root = _svg([H100], points)
+    box = (chart._LEFT, chart.WIDTH - chart._RIGHT, chart._TOP, chart.HEIGHT - chart._BOTTOM)
+    for circle in root.iter("circle"):
+        x, y = float(circle.get("cx")), float(circle.get("cy"))
+        assert box[0] < x < box[1] and box[2] < y < box[3], "inside the axes, not clamped to an edge"
     ticks = [t.text for t in root.iter("text") if t.get("class") == "tick"]
-    assert "10m" not in ticks  # no milli- prefix for intensities: 0.01 is printed plainly
-    assert "0.01" in ticks and "100k" in ticks  # x spans the low point (0.05) and the high one (5e4)
-    assert "1G" in ticks and "1P" in ticks
+    assert "0.1" in ticks and "10k" in ticks  # x: decades around 0.05 .. 5e4
+    assert "10G" in ticks and "1P" in ticks  # y: decades around 2e9 .. the 989 TFLOP/s roof
 
 
 def test_two_models_draw_two_roofs_and_duplicates_collapse():

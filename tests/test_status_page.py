@@ -181,3 +181,22 @@ def test_stale_snapshot_shows_a_banner(server):
 def test_head_sends_no_body(server):
     status, headers, body = get(server.url, method="HEAD")
     assert status == 200 and body == "" and int(headers["Content-Length"]) > 1000
+
+
+def test_attention_lists_wasted_down_and_throttled_gpus_first(data):
+    data["devices"][1]["up"] = False
+    data["devices"][1]["error"] = "GPU is lost"
+    html = status_page(data)
+    panel = re.search(r'<div class="attention" id="attention">(.*?)</div>', html, re.S).group(1)
+    listed = re.findall(r'<li data-gpu="([^"]+)">', panel)
+    verdicts = {v["gpu"]: v for v in data["verdicts"]}
+    wasted = [g for g, v in verdicts.items() if v["class"] in ("idle", "input_starved", "communication_jittered") and g != "1"]
+    throttled = [g for g, v in verdicts.items() if v["throttled"] and g != "1"]
+    assert listed[0] == "1" and "GPU is lost" in panel, "a down GPU comes first"
+    assert set(wasted) | set(throttled) == set(listed[1:]) and wasted
+    if throttled:  # throttling is listed after the wasted GPUs: it slows work, the others waste it
+        assert listed.index(wasted[-1]) < listed.index(throttled[0])
+    for verdict in data["verdicts"]:
+        verdict["class"], verdict["throttled"], verdict["mfu"] = "memory_bound", False, 0.5
+    data["devices"][1]["up"] = True
+    assert "Nothing wasted" in status_page(data)

@@ -14,7 +14,7 @@ from typing import Any
 
 from agent import __version__
 from agent.views.html_parts import bar, class_badge, class_chip, fmt, mfu_html, page, pct, script_hash
-from agent.views.palette import CLASS_LABELS, DOWN_COLOUR, WASTED_CLASSES, class_colour, class_label
+from agent.views.palette import CLASS_LABELS, DOWN_COLOUR, MFU_POOR, WASTED_CLASSES, class_colour, class_label
 from agent.views.roofline_chart import ChartPoint, Roof, roof_for, roofline_svg
 from agent.views.svg import esc, si
 
@@ -55,7 +55,8 @@ def status_page(data: dict[str, Any], *, refresh_s: float = DEFAULT_REFRESH_S, s
     live = (
         f'<div id="live" data-sequence="{esc(data.get("sequence", 0))}">'
         + _header(data, verdicts, stale)
-        + '<h2>Roofline</h2>' + _chart(devices, verdicts)
+        + '<div class="overview"><div class="chart-box"><h2>Roofline</h2>' + _chart(devices, verdicts) + "</div>"
+        + _attention(devices, verdicts) + "</div>"
         + '<h2>GPUs</h2><div class="cards">' + "".join(_card(d, verdicts.get(d["info"]["gpu"])) for d in devices) + "</div>"
         + "</div>"
     )
@@ -117,6 +118,34 @@ def _chart(devices: list[dict[str, Any]], verdicts: dict[str, dict[str, Any]]) -
             missing.append(f"GPU {info['gpu']} ({_why_not_plotted(device, verdict)})")
     note = f'<p class="muted small" id="unplotted">Not on the chart: {esc("; ".join(missing))}.</p>' if missing else ""
     return roofline_svg(roofs, points) + note
+
+
+def _attention(devices: list[dict[str, Any]], verdicts: dict[str, dict[str, Any]]) -> str:
+    """The GPUs a person should look at first, each with the one sentence that says why."""
+    items = []
+    for device in devices:
+        gpu = device["info"]["gpu"]
+        verdict = verdicts.get(gpu)
+        if not device.get("up"):
+            items.append((0, gpu, f'<span class="badge dark" style="background:{DOWN_COLOUR}">DOWN</span>',
+                          device.get("error") or "no answer"))
+            continue
+        if verdict is None:
+            continue
+        reason = (verdict.get("reasons") or [""])[0]
+        if verdict["class"] in WASTED_CLASSES:
+            items.append((1, gpu, class_badge(verdict["class"]), reason))
+        elif verdict["class"] == "compute_bound" and verdict.get("mfu") is not None and verdict["mfu"] < MFU_POOR:
+            items.append((2, gpu, class_badge("compute_bound", f" at {pct(verdict['mfu'])} MFU"), reason))
+        if verdict.get("throttled"):
+            why = next((r for r in verdict.get("reasons") or [] if "clock" in r), "clocks held down")
+            items.append((3, gpu, '<span class="pill">throttled</span>', why))
+    if not items:
+        body = '<p class="muted">Nothing wasted: every GPU is busy with its own math or memory.</p>'
+    else:
+        body = "<ul>" + "".join(f'<li data-gpu="{esc(gpu)}"><b>GPU {esc(gpu)}</b> {badge}<br><span class="small">'
+                                f"{esc(why)}</span></li>" for _, gpu, badge, why in sorted(items, key=lambda i: i[0])) + "</ul>"
+    return f'<div class="attention" id="attention"><h2>Needs attention</h2>{body}</div>'
 
 
 def _point_title(gpu: str, verdict: dict[str, Any]) -> str:
@@ -186,6 +215,11 @@ def _owner(sample: dict[str, Any]) -> str:
 
 
 PAGE_CSS = """
+.overview{display:flex;flex-wrap:wrap;gap:0 24px;align-items:flex-start}
+.chart-box{flex:1 1 560px;max-width:820px}
+.attention{flex:1 1 280px;max-width:560px}
+.attention ul{list-style:none;padding:0;margin:0}
+.attention li{background:#fff;border:1px solid #ddd;border-radius:6px;padding:6px 10px;margin-bottom:6px}
 .cards{display:grid;grid-template-columns:repeat(auto-fill,minmax(300px,1fr));gap:12px}
 .card{background:#fff;border:1px solid #ddd;border-top:5px solid #4a4a4a;border-radius:6px;padding:10px 12px}
 .card.down{border-top-color:#f2495c}

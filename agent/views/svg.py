@@ -35,14 +35,18 @@ class LogScale:
         return self.start_px + (math.log10(value) - math.log10(self.lo)) / span * (self.end_px - self.start_px)
 
     def decades(self) -> list[float]:
-        return [10.0 ** e for e in range(round(math.log10(self.lo)), round(math.log10(self.hi)) + 1)]
+        """Powers of ten inside the range (the tick marks)."""
+        first = math.ceil(math.log10(self.lo) - 1e-9)
+        last = math.floor(math.log10(self.hi) + 1e-9)
+        return [10.0 ** e for e in range(first, last + 1)]
 
     @staticmethod
     def around(values: list[float], start_px: float, end_px: float) -> LogScale:
-        """Whole decades that enclose every value (at least one decade wide)."""
-        lo = 10.0 ** math.floor(math.log10(min(values)))
-        hi = 10.0 ** math.ceil(math.log10(max(values)))
-        if hi <= lo:
+        """Half decades that enclose every value: tight enough to waste no space, round enough
+        that the ticks stay powers of ten (at least one decade wide)."""
+        lo = 10.0 ** (math.floor(2 * math.log10(min(values))) / 2)
+        hi = 10.0 ** (math.ceil(2 * math.log10(max(values))) / 2)
+        if hi < lo * 10.0:
             hi = lo * 10.0
         return LogScale(lo, hi, start_px, end_px)
 
