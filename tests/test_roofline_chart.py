@@ -98,3 +98,27 @@ def test_palette_covers_every_class_and_bands_mfu():
     assert palette.mfu_colour(palette.MFU_TARGET) == palette.mfu_colour(0.9)
     assert palette.mfu_colour(None) == palette.CLASS_COLOURS["unknown"]
     assert palette.class_label("no_such_class") == "no_such_class"
+
+
+def test_position_prefers_counters_then_the_jobs_reported_flops():
+    assert chart.position(4e14, 1e12, 0.9, 1e15) == (400.0, 4e14, False)
+    intensity, flops, reported = chart.position(None, 2e12, 0.3, 1e15)
+    assert reported and flops == 0.3 * 1e15 and intensity == flops / 2e12
+    assert chart.position(None, 2e12, None, 1e15) == (None, None, False)
+    assert chart.position(None, None, 0.3, 1e15) == (None, None, False)  # no bytes: no intensity
+
+
+def test_reported_points_are_hollow():
+    root = _svg([H100], [ChartPoint(100.0, 1e14, "memory_bound", "0", reported=True)])
+    circle = next(root.iter("circle"))
+    assert circle.get("class") == "point reported" and circle.get("fill") == "#fff"
+    assert circle.get("stroke") == palette.CLASS_COLOURS["memory_bound"]
+
+
+def test_overlapping_points_share_one_label():
+    points = [ChartPoint(500.0, 3e14, "communication_jittered", "5"), ChartPoint(505.0, 3.02e14, "communication_jittered", "4"),
+              ChartPoint(20.0, 5e13, "memory_bound", "10")]
+    root = _svg([H100], points)
+    labels = sorted(t.text for t in root.iter("text") if t.get("class") == "point-label")
+    assert labels == ["10", "4,5"]
+    assert len(list(root.iter("circle"))) == 3  # every GPU is still drawn

@@ -200,3 +200,20 @@ def test_attention_lists_wasted_down_and_throttled_gpus_first(data):
         verdict["class"], verdict["throttled"], verdict["mfu"] = "memory_bound", False, 0.5
     data["devices"][1]["up"] = True
     assert "Nothing wasted" in status_page(data)
+
+
+def test_gpus_without_a_flop_counter_are_placed_from_their_jobs_reports():
+    """The AMD demo: amdsmi has no tensor counter, so only GPUs whose job reports are on the chart."""
+    settings = Settings(backend="amd-virtual")
+    amd = _make_collector(settings, _open(settings))
+    try:
+        data = snapshot_to_dict(amd.collect_once())
+    finally:
+        amd.stop()
+    html = status_page(data)
+    hollow = {g.get("data-gpu") for g in svg_of(html).iter("g") if g.find("circle").get("class") == "point reported"}
+    reporting = {v["gpu"] for v in data["verdicts"] if v["mfu_workload"] is not None and v["roofline"]["achieved_bytes_per_s"]}
+    assert hollow == reporting and reporting, "every GPU whose job reports, and only those"
+    assert all(v["roofline"]["achieved_flops"] is None for v in data["verdicts"])
+    unplotted = re.search(r'id="unplotted">(.*?)</p>', html).group(1)
+    assert all(f"GPU {v['gpu']} (" in unplotted for v in data["verdicts"] if v["gpu"] not in reporting)

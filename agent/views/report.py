@@ -19,7 +19,7 @@ from agent.classifier.peaks import spec_for_sample
 from agent.model import WORKLOAD_CLASSES, GpuSample
 from agent.views.html_parts import class_badge, mfu_html, page, pct
 from agent.views.palette import CLASS_LABELS, MFU_POOR, MFU_TARGET, WASTED_CLASSES, class_colour, class_label
-from agent.views.roofline_chart import ChartPoint, Roof, roof_for, roofline_svg
+from agent.views.roofline_chart import ChartPoint, Roof, position, roof_for, roofline_svg
 from agent.views.svg import LinearScale, esc, line, num, polyline, text
 
 MAX_LINE_POINTS = 500
@@ -315,11 +315,14 @@ def _scatter(gpus: list[GpuHistory]) -> str:
             roof = h.roofs.get(rl.dtype)
             if roof and roof not in roofs:
                 roofs.append(roof)
-            points.append(ChartPoint(rl.intensity, rl.achieved_flops, v.cls, "",
-                                     f"GPU {h.key} {_utc(v.window_end)}: {class_label(v.cls)}, MFU {pct(rl.mfu)}"))
+            intensity, flops, reported = position(rl.achieved_flops, rl.achieved_bytes_per_s, rl.mfu_workload, rl.peak_flops)
+            points.append(ChartPoint(intensity, flops, v.cls, "",
+                                     f"GPU {h.key} {_utc(v.window_end)}: {class_label(v.cls)}, MFU {pct(rl.mfu)}"
+                                     + (" (from the job's reported FLOPs)" if reported else ""), reported))
     plotted = sum(1 for p in points if p.plottable)
     note = (f'<p class="muted small">{plotted} of {len(points)} windows plotted (idle windows and windows without a FLOP '
-            "counter or DRAM traffic have no position); colour = class.</p>")
+            "counter, workload report or DRAM traffic have no position); colour = class, hollow = placed from the "
+            "job's reported FLOPs.</p>")
     return roofline_svg(roofs, points, radius=3.5, opacity=0.55, chart_id="roofline") + note
 
 

@@ -8,6 +8,7 @@ distance to the roof above a point is the headroom the verdict's reasons talk ab
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from agent.views.palette import class_colour, class_label
@@ -38,10 +39,28 @@ class ChartPoint:
     """Text drawn beside the point (the GPU id on the status page; empty for report windows)."""
     title: str = ""
     """Hover text."""
+    reported: bool = False
+    """Placed from the job's reported FLOPs (workload MFU), not counters: drawn hollow."""
 
     @property
     def plottable(self) -> bool:
         return bool(self.intensity and self.flops and self.intensity > 0 and self.flops > 0)
+
+
+def position(achieved_flops: float | None, achieved_bytes_per_s: float | None, mfu_workload: float | None,
+             peak_flops: float | None) -> tuple[float | None, float | None, bool]:
+    """(intensity, FLOP/s, reported?) of a GPU on the chart.
+
+    Counters first. A GPU without a FLOP counter (AMD, NVIDIA without GPM) can still be placed
+    when its job reports its throughput: the model FLOP/s are workload MFU x peak, over the DRAM
+    bytes the counters measured. Otherwise it has no position.
+    """
+    if achieved_flops is not None:
+        return (achieved_flops / achieved_bytes_per_s if achieved_bytes_per_s else None), achieved_flops, False
+    if mfu_workload is not None and peak_flops and achieved_bytes_per_s:
+        flops = mfu_workload * peak_flops
+        return flops / achieved_bytes_per_s, flops, True
+    return None, None, False
 
 
 def roof_for(model: str, dtype: str, peak_flops: dict[str, float] | None, bandwidth: float | None) -> Roof | None:
@@ -80,6 +99,8 @@ def roofline_svg(roofs: list[Roof], points: list[ChartPoint], *, radius: float =
         parts += _roof(roof, x, y, i)
     for point in sorted(plotted, key=lambda p: p.cls == "idle"):  # busy GPUs drawn last, on top
         parts.append(_point(point, x, y, radius, opacity))
+    for (lx, ly), labels in _label_clusters(plotted, x, y, radius):
+        parts.append(text(lx + radius + 3, ly + 4, _joined(labels), cls="point-label"))
     parts.append("</svg>")
     return "".join(parts)
 
@@ -116,11 +137,36 @@ def _roof(roof: Roof, x: LogScale, y: LogScale, index: int) -> list[str]:
 def _point(point: ChartPoint, x: LogScale, y: LogScale, radius: float, opacity: float) -> str:
     cx, cy = x(point.intensity), y(point.flops)  # type: ignore[arg-type]
     title = point.title or f"{class_label(point.cls)}: {point.intensity:.1f} FLOP/B, {si(point.flops, 'FLOP/s')}"  # type: ignore[arg-type]
-    dot = (f'<circle cx="{num(cx)}" cy="{num(cy)}" r="{num(radius)}" fill="{class_colour(point.cls)}" '
-           f'fill-opacity="{opacity:g}" class="point" data-class="{esc(point.cls)}"><title>{esc(title)}</title></circle>')
+    colour = class_colour(point.cls)
+    paint = (f'fill="#fff" stroke="{colour}" stroke-width="2.5" class="point reported"' if point.reported
+             else f'fill="{colour}" fill-opacity="{opacity:g}" class="point"')
+    dot = (f'<circle cx="{num(cx)}" cy="{num(cy)}" r="{num(radius)}" {paint} data-class="{esc(point.cls)}">'
+           f'<title>{esc(title)}</title></circle>')
     if not point.label:
         return dot
-    return f'<g class="gpu-point" data-gpu="{esc(point.label)}">{dot}{text(cx + radius + 3, cy + 4, point.label, cls="point-label")}</g>'
+    return f'<g class="gpu-point" data-gpu="{esc(point.label)}">{dot}</g>'
+
+
+def _label_clusters(points: list[ChartPoint], x: LogScale, y: LogScale, radius: float) -> list[tuple[tuple[float, float], list[str]]]:
+    """One label per group of overlapping points ("3,4,5"), beside the group's rightmost point:
+    GPUs of one job sit on top of each other, and their ids must stay readable. Groups are
+    single-linkage: a point joins every group it touches (a node has a few dozen GPUs at most)."""
+    groups: list[tuple[list[tuple[float, float]], list[str]]] = []
+    for point in (p for p in points if p.label):
+        here = (x(point.intensity), y(point.flops))  # type: ignore[arg-type]
+        touching = [g for g in groups if any(math.dist(here, spot) < 2.5 * radius for spot in g[0])]
+        merged: tuple[list[tuple[float, float]], list[str]] = ([here], [point.label])
+        for group in touching:
+            groups.remove(group)
+            merged[0].extend(group[0])
+            merged[1].extend(group[1])
+        groups.append(merged)
+    return [(max(spots), labels) for spots, labels in groups]
+
+
+def _joined(labels: list[str], limit: int = 6) -> str:
+    shown = sorted(labels, key=lambda g: [int(p) if p.isdigit() else 0 for p in g.split("/")])
+    return ",".join(shown[:limit]) + ("…" if len(shown) > limit else "")
 
 
 CHART_CSS = """
@@ -132,6 +178,6 @@ svg.roofline .roof{fill:none;stroke:#c0392b;stroke-width:2.5}
 svg.roofline .ridge{stroke:#c0392b;stroke-dasharray:4 4;stroke-width:1;opacity:.5}
 svg.roofline .roof-label{font-size:11px;fill:#c0392b}
 svg.roofline .note{font-size:13px;fill:#666}
-svg.roofline circle.point{stroke:#222;stroke-width:1}
+svg.roofline circle.point:not(.reported){stroke:#222;stroke-width:1}
 svg.roofline .point-label{font-size:12px;font-weight:bold;fill:#222}
 """

@@ -15,7 +15,7 @@ from typing import Any
 from agent import __version__
 from agent.views.html_parts import bar, class_badge, class_chip, fmt, mfu_html, page, pct, script_hash
 from agent.views.palette import CLASS_LABELS, DOWN_COLOUR, MFU_POOR, WASTED_CLASSES, class_colour, class_label
-from agent.views.roofline_chart import ChartPoint, Roof, roof_for, roofline_svg
+from agent.views.roofline_chart import ChartPoint, Roof, position, roof_for, roofline_svg
 from agent.views.svg import esc, si
 
 DEFAULT_REFRESH_S = 5.0
@@ -101,6 +101,7 @@ def _chart(devices: list[dict[str, Any]], verdicts: dict[str, dict[str, Any]]) -
     roofs: list[Roof] = []
     points: list[ChartPoint] = []
     missing: list[str] = []
+    by_report: list[str] = []
     for device in devices:
         info, verdict = device["info"], verdicts.get(device["info"]["gpu"])
         if not device.get("up") or verdict is None:
@@ -111,12 +112,18 @@ def _chart(devices: list[dict[str, Any]], verdicts: dict[str, dict[str, Any]]) -
         if roof:
             roofs.append(roof)
         rl = verdict.get("roofline") or {}
-        point = ChartPoint(rl.get("intensity"), rl.get("achieved_flops"), verdict["class"], info["gpu"],
-                           _point_title(info["gpu"], verdict))
+        intensity, flops, reported = position(rl.get("achieved_flops"), rl.get("achieved_bytes_per_s"),
+                                              verdict.get("mfu_workload"), roof.peak_flops if roof else None)
+        point = ChartPoint(intensity, flops, verdict["class"], info["gpu"], _point_title(info["gpu"], verdict, reported), reported)
         points.append(point)
         if not point.plottable:
             missing.append(f"GPU {info['gpu']} ({_why_not_plotted(device, verdict)})")
+        elif reported:
+            by_report.append(info["gpu"])
     note = f'<p class="muted small" id="unplotted">Not on the chart: {esc("; ".join(missing))}.</p>' if missing else ""
+    if by_report:
+        note += (f'<p class="muted small" id="reported">Hollow: placed from the FLOPs the job reported (no FLOP counter): '
+                 f'GPU {esc(", ".join(by_report))}.</p>')
     return roofline_svg(roofs, points) + note
 
 
@@ -148,10 +155,10 @@ def _attention(devices: list[dict[str, Any]], verdicts: dict[str, dict[str, Any]
     return f'<div class="attention" id="attention"><h2>Needs attention</h2>{body}</div>'
 
 
-def _point_title(gpu: str, verdict: dict[str, Any]) -> str:
+def _point_title(gpu: str, verdict: dict[str, Any], reported: bool = False) -> str:
     rl = verdict.get("roofline") or {}
-    return (f"GPU {gpu}: {class_label(verdict['class'])}, {rl.get('intensity')} FLOP/B, "
-            f"{si(rl.get('achieved_flops') or 0, 'FLOP/s')}, MFU {pct(verdict.get('mfu'))}")
+    where = "from the job's reported FLOPs" if reported else f"{rl.get('intensity')} FLOP/B, {si(rl.get('achieved_flops') or 0, 'FLOP/s')}"
+    return f"GPU {gpu}: {class_label(verdict['class'])}, {where}, MFU {pct(verdict.get('mfu'))}"
 
 
 def _why_not_plotted(device: dict[str, Any], verdict: dict[str, Any]) -> str:
@@ -159,7 +166,7 @@ def _why_not_plotted(device: dict[str, Any], verdict: dict[str, Any]) -> str:
     if verdict["class"] == "idle":
         return "idle"
     if rl.get("achieved_flops") is None:
-        return "no FLOP counter"
+        return "no FLOP counter, no workload report"
     return "no DRAM traffic measured"
 
 
