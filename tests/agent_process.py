@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from socketserver import BaseServer
+from typing import Iterator
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -102,3 +106,25 @@ class AgentProcess:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.communicate()
+
+
+@contextlib.contextmanager
+def running_demo(*args: str) -> Iterator[AgentProcess]:
+    """A healthy ``roofwatch demo`` on a free port, killed on the way out whatever happens."""
+    agent = AgentProcess("demo", "--listen", "127.0.0.1:0", *args)
+    try:
+        agent.wait_healthy()
+        yield agent
+    finally:
+        agent.kill()
+
+
+@contextlib.contextmanager
+def serving(server: BaseServer) -> Iterator[BaseServer]:
+    """An in-process HTTP server answering from a thread until the block ends."""
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -17,17 +17,15 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from agent.model import WORKLOAD_CLASSES
 
-from tests.agent_process import AgentProcess, clean_env, gauge_values, poll, roofwatch_cmd
+from tests.agent_process import AgentProcess, clean_env, gauge_values, poll, roofwatch_cmd, running_demo
 
 pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture(scope="module")
 def demo():
-    agent = AgentProcess("demo", "--listen", "127.0.0.1:0")
-    agent.wait_healthy()
-    yield agent
-    agent.kill()
+    with running_demo() as agent:
+        yield agent
 
 
 def test_demo_serves_eight_live_gpus(demo):

@@ -21,6 +21,7 @@ from exporters import docgen
 from exporters.http import AgentHTTPServer
 from exporters.metrics import JOB_ID_MAX_LEN, METRICS
 from exporters.prometheus import ExpositionCache
+from tests.agent_process import serving
 
 SPEC = GpuSpec(
     key="test-gpu", name="Test GPU", vendor="nvidia", peak_flops={"bf16": 1e15, "fp8": 2e15},
@@ -202,15 +203,10 @@ def test_each_snapshot_rendered_once(full_collector):
 @pytest.fixture
 def server(full_collector):
     now = {"t": full_collector.snapshot.health.last_cycle_ts}
-    srv = AgentHTTPServer(("127.0.0.1", 0), lambda: full_collector.snapshot, stale_after_s=10.0, clock=lambda: now["t"])
-    import threading
-
-    thread = threading.Thread(target=srv.serve_forever, daemon=True)
-    thread.start()
-    srv.test_clock = now  # type: ignore[attr-defined]
-    yield srv
-    srv.shutdown()
-    srv.server_close()
+    with serving(AgentHTTPServer(("127.0.0.1", 0), lambda: full_collector.snapshot, stale_after_s=10.0,
+                                 clock=lambda: now["t"])) as srv:
+        srv.test_clock = now  # type: ignore[attr-defined]
+        yield srv
 
 
 def get(url: str, headers: dict[str, str] | None = None, method: str = "GET"):

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import copy
 import re
-import threading
 import urllib.error
 import urllib.request
 import xml.etree.ElementTree as ET
@@ -23,6 +22,7 @@ from agent.snapshot_json import snapshot_to_dict
 from agent.views.html_parts import script_hash
 from agent.views.status_page import CONTENT_SECURITY_POLICY, REFRESH_SCRIPT, status_page
 from exporters.http import AgentHTTPServer
+from tests.agent_process import serving
 
 
 @pytest.fixture(scope="module")
@@ -134,13 +134,10 @@ def test_stale_and_empty_snapshots_say_so(data):
 @pytest.fixture
 def server(collector):
     now = {"t": collector.snapshot.health.last_cycle_ts}
-    srv = AgentHTTPServer(("127.0.0.1", 0), lambda: collector.snapshot, stale_after_s=10.0, clock=lambda: now["t"])
-    thread = threading.Thread(target=srv.serve_forever, daemon=True)
-    thread.start()
-    srv.test_clock = now  # type: ignore[attr-defined]
-    yield srv
-    srv.shutdown()
-    srv.server_close()
+    with serving(AgentHTTPServer(("127.0.0.1", 0), lambda: collector.snapshot, stale_after_s=10.0,
+                                 clock=lambda: now["t"])) as srv:
+        srv.test_clock = now  # type: ignore[attr-defined]
+        yield srv
 
 
 def get(url: str, method: str = "GET"):

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from agent.views import palette
-from tests.agent_process import AgentProcess, clean_env, poll, roofwatch_cmd
+from tests.agent_process import AgentProcess, clean_env, poll, roofwatch_cmd, running_demo
 
 pytestmark = pytest.mark.e2e
 
@@ -33,12 +33,8 @@ _sockets = itertools.count()
 
 @pytest.fixture(scope="module")
 def demo():
-    agent = AgentProcess("demo", "--listen", "127.0.0.1:0")
-    try:
-        agent.wait_healthy()
+    with running_demo() as agent:
         yield agent
-    finally:
-        agent.kill()
 
 
 class Tmux:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import threading
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -24,7 +23,7 @@ from agent.views.status_page import CONTENT_SECURITY_POLICY, status_page
 from agent.virtual.engine import VirtualEngine
 from agent.virtual.scenario import resolve_scenario
 from tests import chromium
-from tests.agent_process import AgentProcess
+from tests.agent_process import AgentProcess, running_demo, serving
 from tests.test_status_page import elements
 
 pytestmark = pytest.mark.e2e
@@ -38,10 +37,8 @@ UPDATE = os.environ.get("ROOFWATCH_UPDATE_SCREENSHOTS") == "1"
 
 @pytest.fixture(scope="module")
 def demo():
-    agent = AgentProcess("demo", "--listen", "127.0.0.1:0")
-    agent.wait_healthy()
-    yield agent
-    agent.kill()
+    with running_demo() as agent:
+        yield agent
 
 
 @pytest.fixture
@@ -101,13 +98,8 @@ class _ScriptedAgent(BaseHTTPRequestHandler):
 
 def _render_scripted(respond, profile) -> str:
     _ScriptedAgent.respond, _ScriptedAgent.served = staticmethod(respond), 0
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _ScriptedAgent)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
+    with serving(ThreadingHTTPServer(("127.0.0.1", 0), _ScriptedAgent)) as server:
         return chromium.dump_dom(f"http://127.0.0.1:{server.server_address[1]}/", profile, budget_ms=2500)
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def test_refresh_swaps_in_each_newer_snapshot(demo, profile):
