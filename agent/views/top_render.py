@@ -276,9 +276,10 @@ COLUMNS: tuple[tuple[str, Callable[[GpuRow], RenderableType]], ...] = (
     ("MEM", lambda r: of_cell(r.mem_used_bytes, r.mem_total_bytes, "GiB", 2**30)),
     ("JOB", owner_cell),
 )
-DROP_ORDER = ("MODEL", "MEM", "SM MHz", "JOB", "CONF", "POWER", "DRAM", "TENSOR", "SM")
+DROP_ORDER = ("MODEL", "MEM", "SM MHz", "CONF", "POWER", "JOB", "DRAM", "TENSOR", "SM")
 """On a narrow terminal these go first, least telling first: a column cut to "…" helps nobody,
-while GPU, class and MFU (what the view is for) must always be readable."""
+while GPU, class and MFU (what the view is for) must always be readable, and whose job a
+wasted GPU is matters more than its power."""
 COLUMN_GAP = 3
 """Padding, divider, padding between two columns of the SIMPLE_HEAD box without edges."""
 MAX_CELL = 20
