@@ -213,6 +213,22 @@ def test_readings_match_the_virtual_sample(rig: Rig) -> None:
     assert rig.lib.calls[(None, "nvmlDeviceGetHandleByIndex_v2")] == 1
 
 
+def test_readings_other_tools_ask_for(rig: Rig) -> None:
+    """What nvitop and other NVML clients read besides roofwatch, as an H100 SXM answers it."""
+    nvml = rig.nvml
+    h = nvml.nvmlDeviceGetHandleByIndex(0)
+    ref = rig.twin.sample("0", rig.clock())
+    assert nvml.nvmlDeviceGetPcieThroughput(h, nvml.NVML_PCIE_UTIL_TX_BYTES) == round(ref.pcie_tx_bytes_per_s / 1024)
+    assert nvml.nvmlDeviceGetPcieThroughput(h, nvml.NVML_PCIE_UTIL_RX_BYTES) == round(ref.pcie_rx_bytes_per_s / 1024)
+    assert nvml.nvmlDeviceGetEncoderUtilization(h) == [0, 167_000]
+    assert nvml.nvmlDeviceGetDecoderUtilization(h) == [0, 167_000]
+    assert nvml.nvmlDeviceGetGraphicsRunningProcesses(h) == []
+    with pytest.raises(nvml.NVMLError_NotSupported):  # passively cooled: no fan of its own
+        nvml.nvmlDeviceGetFanSpeed(h)
+    with pytest.raises(nvml.NVMLError_InvalidArgument):
+        nvml.nvmlDeviceGetPcieThroughput(h, 7)
+
+
 def test_memory_info_v1_and_v2(rig: Rig) -> None:
     nvml = rig.nvml
     h = nvml.nvmlDeviceGetHandleByIndex(0)

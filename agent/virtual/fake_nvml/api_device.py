@@ -20,6 +20,8 @@ MIB = 1024**2
 DRIVER_RESERVED_BYTES = 512 * MIB
 """Memory the driver reserves for itself: nvmlMemory_v2 ``reserved``, counted in nvmlMemory_t ``used``."""
 _VIDEO_CLOCK_RATIO = 0.89
+CODEC_SAMPLING_PERIOD_US = 167_000
+"""The encoder/decoder utilisation window NVML reports on Hopper (one sixth of a second)."""
 _MEMORY_TEMP_OFFSET_C = 3.0
 
 
@@ -238,6 +240,33 @@ class DeviceFunctions:
         util.gpu = round(100.0 * _need(s.gr_active))
         util.memory = round(100.0 * (s.dram_active or 0.0))
 
+    @c_function("nvmlDeviceGetEncoderUtilization", "nvmlDeviceGetDecoderUtilization", handle=True)
+    def _c_codec_utilization(self, dev: NvmlDevice, utilization: Any, sampling_period_us: Any) -> None:
+        """The video engines: idle in every simulated workload (none encodes or decodes video)."""
+        if target(utilization) is None or target(sampling_period_us) is None:
+            raise Fail(codes.ERROR_INVALID_ARGUMENT)
+        self._no_utilisation(dev)
+        set_value(utilization, 0)
+        set_value(sampling_period_us, CODEC_SAMPLING_PERIOD_US)
+
+    @c_function("nvmlDeviceGetFanSpeed", "nvmlDeviceGetFanSpeed_v2", handle=True)
+    def _c_fan_speed(self, dev: NvmlDevice, *args: Any) -> None:
+        """Data-centre GPUs (SXM, OAM, passively cooled PCIe) have no fan of their own."""
+        raise Fail(codes.ERROR_NOT_SUPPORTED)
+
+    @c_function("nvmlDeviceGetPcieThroughput", handle=True)
+    def _c_pcie_throughput(self, dev: NvmlDevice, counter: Any, out: Any) -> None:
+        """KB/s over the last sampling window, as the driver reports it (counter 0 TX, 1 RX).
+
+        The real call samples for about 20 ms before it returns; the fake answers at once."""
+        if target(out) is None:
+            raise Fail(codes.ERROR_INVALID_ARGUMENT)
+        which = value(counter)
+        if which not in (codes.PCIE_UTIL_TX_BYTES, codes.PCIE_UTIL_RX_BYTES):
+            raise Fail(codes.ERROR_INVALID_ARGUMENT)
+        key = "pcie_tx_bytes_per_s" if which == codes.PCIE_UTIL_TX_BYTES else "pcie_rx_bytes_per_s"
+        set_value(out, round(self._whole(dev, key) / 1024))
+
     def _process_utils(self, dev: NvmlDevice, last_seen_us: int) -> list[Any]:
         self._no_utilisation(dev)
         self._fresh(dev)
@@ -307,6 +336,14 @@ class DeviceFunctions:
             entry = array[i]
             entry.pid, entry.usedGpuMemory, entry.gpuInstanceId, entry.computeInstanceId = pid, used, gi, ci
         return None
+
+    @c_function("nvmlDeviceGetGraphicsRunningProcesses_v3", "nvmlDeviceGetGraphicsRunningProcesses_v2",
+                "nvmlDeviceGetMPSComputeRunningProcesses_v3", handle=True)
+    def _c_no_processes(self, dev: NvmlDevice, count: Any, infos: Any) -> None:
+        """Graphics and MPS clients: none in any simulated workload (CUDA compute only)."""
+        if target(count) is None:
+            raise Fail(codes.ERROR_INVALID_ARGUMENT)
+        set_value(count, 0)
 
     # ------------------------------------------------------------------ MIG
 
