@@ -129,7 +129,7 @@ def is_comm_wait(sample: GpuSample, spec: GpuSpec | None, t: Thresholds) -> bool
             and (link is None or link <= t.comm_wait_link))
 
 
-def _recent_steps(samples: Sequence[GpuSample]) -> list[float]:
+def step_times(samples: Sequence[GpuSample]) -> list[float]:
     """Reported step times, one per distinct step, oldest first."""
     times: dict[int, float] = {}
     for s in samples:
@@ -139,14 +139,21 @@ def _recent_steps(samples: Sequence[GpuSample]) -> list[float]:
     return [times[k] for k in sorted(times)]
 
 
-def step_statistics(samples: Sequence[GpuSample], last: int, recent: int) -> tuple[float | None, int]:
-    """CV of the step times the job reported over its ``last`` distinct steps.
+def _pstdev(values: Sequence[float]) -> float:
+    """Population standard deviation in floats: ``statistics.pstdev`` computes it in exact
+    fractions, which made it the classifier's largest cost, for precision a CV does not need."""
+    mean = math.fsum(values) / len(values)
+    return math.sqrt(math.fsum((v - mean) ** 2 for v in values) / len(values))
+
+
+def step_statistics(times: Sequence[float], last: int, recent: int) -> tuple[float | None, int]:
+    """CV of the step times the job reported (:func:`step_times`) over its ``last`` distinct steps.
 
     If the median of the ``recent`` newest steps differs from the median of the older ones by
     more than a third, the job changed phase (a level shift, not jitter): only the newest
     steps count, so a phase change is not mistaken for step-time variation.
     """
-    values = _recent_steps(samples)[-last:]
+    values = list(times[-last:])
     if len(values) > recent:
         old, new = statistics.median(values[:-recent]), statistics.median(values[-recent:])
         if old > 0 and abs(new - old) / old > 1.0 / 3.0:
@@ -154,7 +161,7 @@ def step_statistics(samples: Sequence[GpuSample], last: int, recent: int) -> tup
     if len(values) < 2:
         return None, len(values)
     mean = statistics.fmean(values)
-    return (statistics.pstdev(values) / mean if mean > 0 else None), len(values)
+    return (_pstdev(values) / mean if mean > 0 else None), len(values)
 
 
 def activity_variation(samples: Sequence[GpuSample]) -> float | None:
@@ -166,21 +173,26 @@ def activity_variation(samples: Sequence[GpuSample]) -> float | None:
     if not samples:
         return None
     t0 = samples[0].ts
-    blocks: dict[int, list[float]] = {}
-    for s in samples:
-        if s.tensor_active is not None:
-            blocks.setdefault(int((s.ts - t0) // BLOCK_S), []).append(s.tensor_active)
-    means = [statistics.fmean(v) for v in blocks.values() if len(v) >= BLOCK_S / 2]
+    sums: dict[int, float] = {}
+    counts: dict[int, int] = {}
+    for s in samples:  # runs over the whole long window per evaluation: kept to plain arithmetic
+        if (v := s.tensor_active) is not None:
+            block = int((s.ts - t0) // BLOCK_S)
+            sums[block] = sums.get(block, 0.0) + v
+            counts[block] = counts.get(block, 0) + 1
+    means = [total / counts[b] for b, total in sums.items() if counts[b] >= BLOCK_S / 2]
     if len(means) < 4:
         return None
     mean = statistics.fmean(means)
-    return statistics.pstdev(means) / mean if mean > 0.02 else None
+    return _pstdev(means) / mean if mean > 0.02 else None
 
 
-def _pipe_means(window: Sequence[GpuSample], spec: GpuSpec | None) -> dict[str, float]:
+def _pipe_means(window: Sequence[GpuSample], factors: Sequence[float]) -> dict[str, float]:
+    """Clock-scaled mean activity per non-tensor pipe; ``factors`` are the window's clock factors."""
     means = {}
     for pipe in ("fp64", "fp32", "fp16"):
-        scaled = [v * clock_factor(s, spec) for s in window if (v := getattr(s, f"{pipe}_active")) is not None]
+        name = f"{pipe}_active"
+        scaled = [v * f for s, f in zip(window, factors) if (v := getattr(s, name)) is not None]
         if scaled:
             means[pipe] = math.fsum(scaled) / len(scaled)
     return means
@@ -251,10 +263,12 @@ def window_features(window: Sequence[GpuSample], long_window: Sequence[GpuSample
     if held == 0 and latest is not None and procs and latest.mem_used_bytes is not None:
         held = latest.mem_used_bytes
     hosts = [s.host for s in window if s.host is not None]
-    tensor_scaled = [s.tensor_active * clock_factor(s, spec) for s in window if s.tensor_active is not None]
+    factors = [clock_factor(s, spec) for s in window]
+    tensor_scaled = [s.tensor_active * f for s, f in zip(window, factors) if s.tensor_active is not None]
     reports = [s.workload for s in window if s.workload is not None]
-    step_cv, steps = step_statistics(long_window, t.steps_for_cv, t.min_steps)
-    step_cv_long, steps_long = step_statistics(long_window, t.steps_for_cv_exit, t.min_steps)
+    times = step_times(long_window)
+    step_cv, steps = step_statistics(times, t.steps_for_cv, t.min_steps)
+    step_cv_long, steps_long = step_statistics(times, t.steps_for_cv_exit, t.min_steps)
     dtypes = [s.dtype for s in window if s.dtype is not None]
 
     return WindowFeatures(
@@ -290,7 +304,7 @@ def window_features(window: Sequence[GpuSample], long_window: Sequence[GpuSample
         net_link_downs=int(sum(downs)) if (downs := _values(window, "net_link_downs")) else None,
         tensor_mean=_mean(tensor_scaled),
         dram_mean=_mean(_values(window, "dram_active")),
-        pipe_means=_pipe_means(window, spec),
+        pipe_means=_pipe_means(window, factors),
         step_cv=step_cv,
         steps=steps,
         step_cv_long=step_cv_long,

@@ -21,18 +21,17 @@ class CountingNvml:
         self.module = module
         self._prefix = prefix
         self._local = threading.local()
-        self._wrapped: dict[str, Callable[..., Any]] = {}
         self._lock = threading.Lock()
 
     def __getattr__(self, name: str) -> Any:
+        """First lookup of a name: wrap it if it is a library call, then keep it on the instance,
+        so every later call finds it by plain attribute lookup (this runs per call otherwise)."""
         target = getattr(self.module, name)
         if not (name.startswith(self._prefix) and callable(target)) or isinstance(target, type):
             return target
-        wrapped = self._wrapped.get(name)
-        if wrapped is None:
-            with self._lock:
-                wrapped = self._wrapped.get(name) or self._wrap(target)
-                self._wrapped[name] = wrapped
+        with self._lock:
+            wrapped = self.__dict__.get(name) or self._wrap(target)
+            self.__dict__[name] = wrapped
         return wrapped
 
     def _wrap(self, fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent.backends.nvml.errors import Meaning, meaning_of_code
+from agent.backends.nvml.structs import plain, plain_union
 
 ALL_LINKS = 0xFFFFFFFF
 """scopeId that sums an NVLink field over every link."""
@@ -58,8 +59,8 @@ _DECODE = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVa
 
 def decode(entry: Any) -> float | int | None:
     """The value of one ``c_nvmlFieldValue_t``, read from the union member its valueType names."""
-    member = _DECODE.get(entry.valueType)
-    return None if member is None else getattr(entry.value, member)
+    member = _DECODE.get(plain(entry, "valueType"))
+    return None if member is None else plain_union(plain(entry, "value"), member)
 
 
 class FieldBatch:
@@ -78,8 +79,9 @@ class FieldBatch:
         values: dict[str, float | int] = {}
         failed: dict[str, int] = {}
         for spec, entry in zip(self.fields, entries):
-            if entry.nvmlReturn != 0:
-                failed[spec.key] = entry.nvmlReturn
+            code = plain(entry, "nvmlReturn")
+            if code != 0:
+                failed[spec.key] = code
                 continue
             value = decode(entry)
             if value is not None:

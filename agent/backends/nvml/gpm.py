@@ -17,6 +17,8 @@ import math
 import time
 from typing import Any, Callable
 
+from agent.backends.nvml.structs import plain
+
 MIN_SPAN_S = 0.1
 """NVML: samples must be more than 100 ms apart."""
 
@@ -108,12 +110,14 @@ class GpmReader:
         self._prev_t = now
         values: dict[int, float] = {}
         failed: dict[int, int] = {}
-        for i in range(request.numMetrics):
-            metric = request.metrics[i]
-            if metric.nvmlReturn != 0:
-                failed[metric.metricId] = metric.nvmlReturn
-            elif math.isfinite(metric.value):
-                values[metric.metricId] = metric.value
+        metrics = plain(request, "metrics")
+        for i in range(plain(request, "numMetrics")):
+            metric = metrics[i]
+            metric_id, code = plain(metric, "metricId"), plain(metric, "nvmlReturn")
+            if code != 0:
+                failed[metric_id] = code
+            elif math.isfinite(value := plain(metric, "value")):
+                values[metric_id] = value
         return values, failed
 
     def close(self) -> None:
