@@ -34,6 +34,10 @@ class CountingNvml:
             self.__dict__[name] = wrapped
         return wrapped
 
+    def wrap(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """Count calls of a library function reached some other way (a raw driver function pointer)."""
+        return self._wrap(fn)
+
     def _wrap(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         local = self._local
 

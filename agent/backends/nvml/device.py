@@ -27,6 +27,7 @@ from typing import Any, Callable
 from agent.backends.nvml import gpm
 from agent.backends.nvml.errors import Meaning, describe, describe_code, meaning, meaning_of_code
 from agent.backends.nvml.fields import CLOCK_EVENT_FIELDS, FieldBatch
+from agent.backends.nvml.process_reads import ComputeProcesses, ProcessUtilization
 from agent.backends.readings import CounterRate, ReadingPolicy
 from agent.host import HostFacts, HostSource
 from agent.model import DeviceInfo, GpuSample, ProcessSample, RemappedRows, XidCount
@@ -75,6 +76,9 @@ class NvmlDevice:
         self._clock = clock
         self._policy = ReadingPolicy("NVML", lambda: self.info.gpu, lambda: self.info.uuid, meaning, describe)
         self._fields = FieldBatch(nvml)
+        count = getattr(nvml, "wrap", lambda fn: fn)  # CountingNvml counts the raw driver calls too
+        self._compute_processes = ComputeProcesses(nvml, count)
+        self._process_utilization = ProcessUtilization(nvml, count)
         self._gpm: gpm.GpmReader | None = None
         self._gpm_checked = False
         self._state = _State()
@@ -295,19 +299,20 @@ class NvmlDevice:
 
     def _processes(self, h: Any) -> tuple[dict[int, int | None] | None, dict[int, float]]:
         nvml = self.nvml
-        procs = self._opt("processes", nvml.nvmlDeviceGetComputeRunningProcesses, h)
-        if procs is None and "processes" in self.absent:  # drivers before R510 have only _v2
+        listed = self._opt("processes", self._compute_processes, h)
+        if listed is None and "processes" in self.absent:  # drivers before R510 have only _v2
             procs = self._opt("processes_v2", nvml.nvmlDeviceGetComputeRunningProcesses_v2, h)
-        if procs is None:
+            if procs is not None:
+                listed = [(int(p.pid), int(p.usedGpuMemory) if p.usedGpuMemory is not None else None) for p in procs]
+        if listed is None:
             return None, {}
-        pids = {int(p.pid): (int(p.usedGpuMemory) if p.usedGpuMemory is not None else None) for p in procs}
+        pids = dict(listed)
         utils: dict[int, float] = {}
         if pids and not self.is_mig:
-            samples = self._opt("process_utilization", nvml.nvmlDeviceGetProcessUtilization, h,
-                                self._state.process_util_ts)
-            for s in sorted(samples or (), key=lambda s: s.timeStamp):
-                utils[int(s.pid)] = min(1.0, s.smUtil / 100.0)  # the newest sample per PID wins
-                self._state.process_util_ts = max(self._state.process_util_ts, int(s.timeStamp))
+            samples = self._opt("process_utilization", self._process_utilization, h, self._state.process_util_ts)
+            for pid, stamp, sm in sorted(samples or (), key=lambda s: s[1]):
+                utils[pid] = min(1.0, sm / 100.0)  # the newest sample per PID wins
+                self._state.process_util_ts = max(self._state.process_util_ts, stamp)
         return pids, utils
 
     def _host_facts(self, pids: dict[int, int | None] | None, now: float) -> HostFacts:
