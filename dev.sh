@@ -3,6 +3,7 @@
 #
 #   ./dev.sh demo [ARGS...]   run the agent on the built-in virtual 8-GPU node (roofwatch demo ARGS)
 #   ./dev.sh test [ARGS...]   run the whole test suite (pytest ARGS)
+#   ./dev.sh bench [ARGS...]  measure the agent's cost against its budgets (python -m benchmarks ARGS)
 #   ./dev.sh setup            only create/refresh the virtualenv
 #
 # Setup: a virtualenv in .venv (override with ROOFWATCH_VENV) with roofwatch installed editable,
@@ -97,11 +98,15 @@ case "$cmd" in
         ensure_test_tools
         exec "$VENV/bin/python" -m pytest "$@"
         ;;
+    bench)
+        ensure_venv "[bench]"
+        exec "$VENV/bin/python" -m benchmarks "$@"
+        ;;
     setup)
         ensure_venv "[test]"
         ;;
     *)
-        sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'
+        sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
         [ "$cmd" = help ] || exit 2
         ;;
 esac

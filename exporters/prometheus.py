@@ -3,11 +3,13 @@
 It reads only the immutable snapshot handed to it, so a scrape costs the same whether the
 GPUs answer in microseconds or hang. :class:`ExpositionCache` renders each snapshot once per
 exposition format: Prometheus and a handful of dashboards scraping the same agent share
-the work.
+the work. It writes the bytes prometheus_client's encoders would, without their per-label
+overhead (:mod:`exporters.encoding`), since that render is paid once a collection cycle.
 """
 
 from __future__ import annotations
 
+import gzip
 import platform
 from typing import Callable, Iterable, Iterator, Sequence
 
@@ -17,6 +19,7 @@ from prometheus_client.registry import Collector
 from agent import __version__
 from agent.model import CLOCK_EVENT_REASONS, WORKLOAD_CLASSES, DeviceState, NodeSnapshot
 from exporters import metrics as m
+from exporters.encoding import encode_exposition
 from exporters.render_cache import PerSnapshotCache
 from exporters.nic_families import nic_families
 from exporters.process_families import ProcessFamilies
@@ -292,9 +295,15 @@ class ExpositionCache:
         self._gpu_labels = tuple(gpu_labels)
         self._cache = PerSnapshotCache()
 
-    def render(self, encoder: Callable[[Collector], bytes], content_type: str) -> bytes:
+    def render(self, encoder: Callable[[Collector], bytes], content_type: str, *, gzipped: bool = False) -> bytes:
+        """The exposition of the current snapshot; ``gzipped`` compresses it, also once per snapshot
+        (Prometheus asks for gzip on every scrape)."""
         def encode(snapshot: NodeSnapshot) -> bytes:
-            return encoder(SnapshotCollector(lambda: snapshot, max_processes_per_gpu=self._max_processes,
-                                             gpu_labels=self._gpu_labels))
+            return encode_exposition(SnapshotCollector(lambda: snapshot, max_processes_per_gpu=self._max_processes,
+                                                       gpu_labels=self._gpu_labels), encoder)
 
-        return self._cache.get(self._get_snapshot(), content_type, encode)
+        snapshot = self._get_snapshot()
+        plain = self._cache.get(snapshot, content_type, encode)
+        if not gzipped:
+            return plain
+        return self._cache.get(snapshot, (content_type, "gzip"), lambda _: gzip.compress(plain, compresslevel=1))

@@ -1,0 +1,61 @@
+"""``python -m benchmarks [--quick] [--no-soak] [--json FILE]``: every cost figure, one table.
+
+Exit status 1 when a budget is missed by more than ``figures.WIDE_MARGIN``; 0 otherwise, including
+figures a little over budget (printed as "over"): a shared 2-core runner wobbles that much.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+
+from benchmarks import collector_cost, memory_soak, scrape
+from benchmarks.figures import Figure, table
+
+
+def machine() -> str:
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.processor() or "unknown CPU")
+    rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                         cwd=Path(__file__).resolve().parent).stdout.strip() or "unknown"
+    return (f"{datetime.date.today().isoformat()}, {platform.node()}: {cpu}, {psutil.cpu_count()} CPUs, "
+            f"{psutil.virtual_memory().total / 2**30:.0f} GiB, Python {platform.python_version()}, "
+            f"{platform.system()} {platform.release()}, roofwatch {rev}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="shorter windows and a 20 000-interval soak (about 3 minutes)")
+    parser.add_argument("--no-soak", action="store_true", help="leave out the memory soak (the longest part)")
+    parser.add_argument("--json", metavar="FILE", help="also write every figure as JSON")
+    args = parser.parse_args(argv)
+    print(f"# roofwatch benchmarks: {machine()}\n", flush=True)
+    figures: list[Figure] = []
+    cost, runs = collector_cost.run(args.quick)
+    figures += cost
+    figures += scrape.run(args.quick)
+    if not args.no_soak:
+        figures += memory_soak.run(args.quick)
+    print(table(figures))
+    print()
+    print(collector_cost.side_by_side(runs))
+    if args.json:
+        Path(args.json).write_text(json.dumps({"machine": machine(), "figures": [f.to_json() for f in figures]}, indent=2))
+    missed = [f for f in figures if f.verdict == "MISSED"]
+    for f in missed:
+        print(f"budget missed by more than the margin: {f.group} / {f.name}: {f.value:.3g} {f.unit} > {f.budget:g}",
+              file=sys.stderr)
+    sys.stdout.flush()
+    os._exit(1 if missed else 0)  # the fake driver's daemon threads need not be joined
+
+
+if __name__ == "__main__":
+    main()
