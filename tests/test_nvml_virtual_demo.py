@@ -72,9 +72,16 @@ def test_same_verdicts_and_live_values(demos):
     virtual, nvml = (series(a.metrics()) for a in demos)
     classes = {k: v for k, v in virtual.items() if k[0] == "roofwatch_gpu_workload_class" and v == 1.0}
     assert len(classes) == 8 and all(nvml[k] == 1.0 for k in classes)
+    # A starved or jittered GPU's activity changes within the second by design (a loader stall, a
+    # collective wait), and the two agents sample different seconds: only steady GPUs' per-interval
+    # values can agree. The bursty ones are held to the same verdict above.
+    bursty = {dict(k[1])["gpu"] for k in classes if dict(k[1])["class"] in ("input_starved", "communication_jittered")}
+    compared = 0
     for key, value in virtual.items():
-        if key[0] in ("roofwatch_gpu_tensor_active_ratio", "roofwatch_gpu_dram_active_ratio"):
+        if key[0] in ("roofwatch_gpu_tensor_active_ratio", "roofwatch_gpu_dram_active_ratio") and dict(key[1])["gpu"] not in bursty:
             assert nvml[key] == pytest.approx(value, abs=0.08), key  # same phase, scraped a moment apart
+            compared += 1
+    assert compared >= 8, "most GPUs are steady in the demo"
 
 
 def test_promtool_accepts_the_nvml_exposition(demos):
