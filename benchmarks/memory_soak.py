@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import gc
 import os
-import threading
 import time
 from typing import Any
 
@@ -24,6 +23,7 @@ from agent.backends.nvml_virtual import SimulatedHost
 from agent.backends.virtual import VirtualBackend
 from agent.classifier.live import LiveClassifier
 from agent.collector import Collector
+from agent.virtual.clock import ManualClock
 from agent.model import GpuSample
 from agent.virtual.fake_nvml import FakeNvmlLibrary, load_pynvml
 from benchmarks.figures import Figure
@@ -32,22 +32,6 @@ from exporters.prometheus import ExpositionCache
 MIB = 2**20
 T0 = 1_800_000_000.0
 SCRAPE_EVERY = 15
-
-
-class ManualClock:
-    """Wall and monotonic time in one, moved by the loop (and by the backend's probe sleep)."""
-
-    def __init__(self, t: float) -> None:
-        self.t = t
-        self._lock = threading.Lock()
-
-    def __call__(self) -> float:
-        with self._lock:
-            return self.t
-
-    def advance(self, seconds: float) -> None:
-        with self._lock:
-            self.t += seconds
 
 
 class ChurningBackend(VirtualBackend):

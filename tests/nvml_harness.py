@@ -2,32 +2,23 @@
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 from agent.backends.nvml import NvmlBackend
 from agent.backends.nvml_virtual import SimulatedHost
 from agent.backends.virtual import VirtualBackend
+from agent.virtual.clock import ManualClock as _ManualClock
 from agent.virtual.fake_nvml import FakeNvmlLibrary, load_pynvml
 from agent.virtual.scenario import parse_scenario
 
 T0 = 1_800_000_000.0
 
 
-class ManualClock:
-    """Wall and monotonic time in one, moved only by the test (and by the backend's probe sleep)."""
+class ManualClock(_ManualClock):
+    """The shared hand-driven clock, starting at the harness's T0 unless told otherwise."""
 
     def __init__(self, t: float = T0) -> None:
-        self.t = t
-        self._lock = threading.Lock()
-
-    def __call__(self) -> float:
-        with self._lock:
-            return self.t
-
-    def advance(self, seconds: float) -> None:
-        with self._lock:
-            self.t += seconds
+        super().__init__(t)
 
 
 def scenario(model: str = "h100-sxm", gpus: int = 2, **node: Any) -> Any:
