@@ -46,6 +46,8 @@ def _settings_flags(parser: argparse.ArgumentParser, *, backend: bool = True, li
         group.add_argument("--backend", choices=list(BACKENDS), help="telemetry source (default auto)")
     if listen:
         group.add_argument("--listen", metavar="HOST:PORT", help=f"HTTP listen address (default :{DEFAULT_PORT})")
+        group.add_argument("--web-config-file", metavar="FILE",
+                           help="exporter-toolkit web config: TLS and basic auth for the HTTP port (docs/security.md)")
     group.add_argument("--interval", dest="interval_s", type=float, metavar="SECONDS", help="collection interval (default 1)")
     group.add_argument("--node-name", metavar="NAME", help="node label value (default: host name)")
     group.add_argument("--expected-gpus", type=int, metavar="N", help="GPUs this node should have")
@@ -214,6 +216,7 @@ def _serve(settings: Settings, record: str | None, *, announce: bool) -> int:
     from exporters.http import AgentHTTPServer
 
     configure_logging(settings.log_level, settings.log_format)
+    web = _web_config(settings)
     store = _report_store(settings)
     backend = _open(settings, store)
     collector = _make_collector(settings, backend)
@@ -226,6 +229,7 @@ def _serve(settings: Settings, record: str | None, *, announce: bool) -> int:
             max_processes_per_gpu=settings.max_processes_per_gpu,
             gpu_labels=settings.gpu_labels,
             reports=store if settings.report_http else None,
+            web=web,
         )
     except OSError as exc:
         collector.stop()
@@ -271,6 +275,18 @@ def _serve(settings: Settings, record: str | None, *, announce: bool) -> int:
     if recorder is not None:
         recorder.close()
     return EXIT_OK
+
+
+def _web_config(settings: Settings):
+    """TLS and basic auth, checked before any GPU is opened: a bad file is a usage error naming the field."""
+    if not settings.web_config_file:
+        return None
+    from exporters.web_config import WebConfigError, load_web_config
+
+    try:
+        return load_web_config(settings.web_config_file)
+    except WebConfigError as exc:
+        raise CliError(f"web_config_file: {exc}", EXIT_USAGE) from None
 
 
 def _freeze_startup_heap() -> None:

@@ -72,6 +72,9 @@ class Settings(BaseSettings):
         "fleet (amd-virtual defaults to the mi300x scenario)."
     )
     listen: str = Field(f":{DEFAULT_PORT}", description="HTTP listen address HOST:PORT (empty host = all interfaces).")
+    web_config_file: str | None = Field(
+        None, min_length=1, description="Prometheus exporter-toolkit web config: TLS (mTLS optional) and bcrypt "
+        "basic auth for the HTTP port (docs/security.md); unset = plain HTTP, no auth.")
     interval_s: float = Field(1.0, ge=0.05, le=60.0, description="Seconds between collection cycles.")
     sample_timeout_s: float | None = Field(
         None, gt=0.0, le=60.0, description="Deadline for one device read; default 0.8 x interval."

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import ssl
 import threading
 import time
 from http import HTTPStatus
@@ -27,8 +28,12 @@ from agent.snapshot_json import snapshot_to_dict
 from agent.views.status_page import CONTENT_SECURITY_POLICY, DEFAULT_REFRESH_S, status_page
 from exporters.prometheus import ExpositionCache
 from exporters.render_cache import PerSnapshotCache
+from exporters.web_config import REALM, UNAUTHENTICATED_PATHS, WebConfig
 
 log = logging.getLogger("roofwatch.http")
+
+HANDSHAKE_TIMEOUT_S = 10.0
+"""A TLS client gets this long to finish its handshake; then its thread is released."""
 
 
 class AgentHTTPServer(ThreadingHTTPServer):
@@ -46,6 +51,7 @@ class AgentHTTPServer(ThreadingHTTPServer):
         clock: Callable[[], float] = time.time,
         reports: ReportStore | None = None,
         gpu_labels: Sequence[str] = (),
+        web: WebConfig | None = None,
     ) -> None:
         self.get_snapshot = get_snapshot
         self.reports = reports
@@ -55,7 +61,16 @@ class AgentHTTPServer(ThreadingHTTPServer):
         self.clock = clock
         self.slots = threading.BoundedSemaphore(max_concurrent)
         self.pages = PerSnapshotCache()
+        self.web = web or WebConfig.none()
         super().__init__(address, _Handler)
+        if self.web.tls is not None:
+            # The handshake runs in the request's own thread (see _Handler.setup), never on the
+            # accept loop, so a client that stalls mid-handshake cannot block other scrapes.
+            self.socket = self.web.tls.wrap_socket(self.socket, server_side=True, do_handshake_on_connect=False)
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        """A client that vanished or spoke plain HTTP to the TLS port: not the agent's error."""
+        log.debug("connection from %s failed", client_address, exc_info=True)
 
     @property
     def url(self) -> str:
@@ -63,7 +78,7 @@ class AgentHTTPServer(ThreadingHTTPServer):
         shown = "127.0.0.1" if host in ("0.0.0.0", "") else ("[::1]" if host == "::" else host)
         if ":" in shown and not shown.startswith("["):
             shown = f"[{shown}]"
-        return f"http://{shown}:{port}/"
+        return f"{'https' if self.web.tls is not None else 'http'}://{shown}:{port}/"
 
     def snapshot_json(self) -> bytes:
         return self.pages.get(self.get_snapshot(), "json", _snapshot_json)
@@ -99,6 +114,13 @@ class _Handler(BaseHTTPRequestHandler):
     """Idle keep-alive connections are closed after this many seconds, so each cannot hold a thread
     for ever (Prometheus reconnects at its next scrape)."""
 
+    def setup(self) -> None:
+        if isinstance(self.request, ssl.SSLSocket):
+            self.request.settimeout(HANDSHAKE_TIMEOUT_S)
+            self.request.do_handshake()  # raises for a plain-HTTP or failed client: handle_error logs it
+            self.request.settimeout(None)
+        super().setup()
+
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - stdlib signature
         log.debug("http %s", format % args)
 
@@ -107,9 +129,22 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(HTTPStatus.SERVICE_UNAVAILABLE, b"too many concurrent requests\n", "text/plain; charset=utf-8")
             return
         try:
+            if not self._authorised():
+                return
             self._route()
         finally:
             self.server.slots.release()
+
+    def _authorised(self) -> bool:
+        """Basic auth when the web config sets users; /healthz stays open for liveness probes."""
+        auth = self.server.web.auth
+        if not auth.enabled or urlsplit(self.path).path in UNAUTHENTICATED_PATHS:
+            return True
+        if auth.allows(self.headers.get("Authorization")):
+            return True
+        self._send(HTTPStatus.UNAUTHORIZED, b"unauthorized\n", "text/plain; charset=utf-8",
+                   {"WWW-Authenticate": f'Basic realm="{REALM}", charset="UTF-8"'})
+        return False
 
     def do_HEAD(self) -> None:  # noqa: N802
         self.do_GET()
@@ -173,6 +208,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _send(self, status: HTTPStatus, body: bytes, content_type: str, headers: dict[str, str] | None = None) -> None:
         self.send_response(status)
+        for key, value in self.server.web.headers.items():
+            self.send_header(key, value)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
         for key, value in (headers or {}).items():

@@ -18,7 +18,7 @@ from typing import Iterator
 
 from prometheus_client.parser import text_string_to_metric_families
 
-URL_PATTERN = re.compile(r"on (http://\S+/)")
+URL_PATTERN = re.compile(r"on (https?://\S+/)")
 
 
 def roofwatch_cmd(*args: str) -> list[str]:

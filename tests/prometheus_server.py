@@ -26,8 +26,9 @@ class PrometheusServer:
     """
 
     def __init__(self, workdir: Path, targets: list[str], *, rule_files: list[Path] = (),
-                 target_labels: dict[str, dict[str, str]] | None = None) -> None:
-        """``target_labels`` maps a target to extra labels Prometheus attaches (say, a cluster)."""
+                 target_labels: dict[str, dict[str, str]] | None = None, job_options: dict | None = None) -> None:
+        """``target_labels`` maps a target to extra labels Prometheus attaches (say, a cluster);
+        ``job_options`` adds keys to the scrape job (``scheme``, ``tls_config``, ``basic_auth``)."""
         binary = shutil.which("prometheus")
         assert binary, "the prometheus server is required (Debian package 'prometheus'; ./dev.sh test installs it)"
         labels = target_labels or {}
@@ -38,6 +39,7 @@ class PrometheusServer:
             f"rule_files: {json.dumps([str(p) for p in rule_files])}\n"
             "scrape_configs:\n"
             f"  - job_name: roofwatch\n    static_configs: {json.dumps(groups)}\n"
+            + "".join(f"    {key}: {json.dumps(value)}\n" for key, value in (job_options or {}).items())
         )
         port = free_port()
         self.base = f"http://127.0.0.1:{port}"

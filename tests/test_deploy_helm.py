@@ -256,6 +256,24 @@ def test_amd_mounts_device_nodes_privileged():
     assert not {"/dev/kfd", "/dev/dri"} & {m["mountPath"] for m in default["volumeMounts"]}
 
 
+def test_web_config_secret_is_mounted_and_probes_switch_to_https():
+    pod, container = agent_container({"webConfig": {"secretName": "roofwatch-web"}})
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["ROOFWATCH_WEB_CONFIG_FILE"] == "/etc/roofwatch/web/web.yml"
+    mount = next(m for m in container["volumeMounts"] if m["name"] == "web-config")
+    assert mount["mountPath"] == "/etc/roofwatch/web" and mount["readOnly"] is True
+    volume = next(v for v in pod["volumes"] if v["name"] == "web-config")
+    assert volume["secret"]["secretName"] == "roofwatch-web"
+    assert volume["secret"]["defaultMode"] == 0o444  # readable by the nobody user the agent may run as
+    for probe in (container["readinessProbe"], container["livenessProbe"]):
+        assert probe["httpGet"] == {"path": "/healthz", "port": "metrics", "scheme": "HTTPS"}
+    _, plain_auth = agent_container({"webConfig": {"secretName": "roofwatch-web", "tls": False}})
+    assert "scheme" not in plain_auth["readinessProbe"]["httpGet"]
+    _, default = agent_container()
+    assert "ROOFWATCH_WEB_CONFIG_FILE" not in {e["name"] for e in default["env"]}
+    assert "scheme" not in default["livenessProbe"]["httpGet"]
+
+
 def test_toggles_reach_the_pod_spec():
     pod, container = agent_container(ALL_TOGGLES)
     assert pod["hostPID"] is True

@@ -93,3 +93,15 @@ merged over the result.
 {{- end }}
 {{- toYaml (mustMergeOverwrite $ctx (deepCopy .Values.securityContext)) }}
 {{- end }}
+
+{{/*
+A probe from values, switched to HTTPS when the web config turns TLS on (the kubelet does not
+verify the certificate, and /healthz needs no password).
+*/}}
+{{- define "roofwatch.probe" -}}
+{{- $probe := deepCopy .probe -}}
+{{- if and .https $probe.httpGet -}}
+{{- $_ := set $probe.httpGet "scheme" "HTTPS" -}}
+{{- end -}}
+{{- toYaml $probe -}}
+{{- end }}

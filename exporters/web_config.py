@@ -1,0 +1,208 @@
+"""TLS and basic auth for the agent's HTTP port, from a Prometheus exporter-toolkit web config.
+
+The same file format as node_exporter's ``--web.config.file``, so one file and one runbook
+serve every exporter on a node::
+
+    tls_server_config:
+      cert_file: /etc/roofwatch/tls.crt
+      key_file: /etc/roofwatch/tls.key
+      client_auth_type: RequireAndVerifyClientCert   # optional: mTLS
+      client_ca_file: /etc/roofwatch/ca.crt
+      min_version: TLS12
+    http_server_config:
+      headers: {Strict-Transport-Security: max-age=31536000}
+    basic_auth_users:
+      prometheus: $2y$10$...                          # bcrypt (htpasswd -nBC 10 "" | tr -d ':\\n')
+
+Keys roofwatch does not implement (``cipher_suites``, ``curve_preferences``, ``http2``, ...)
+are refused by name rather than silently ignored: a security setting that does nothing is worse
+than an error.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import ssl
+import threading
+from pathlib import Path
+from typing import Literal
+
+import bcrypt
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+ClientAuth = Literal["NoClientCert", "RequestClientCert", "RequireAnyClientCert", "VerifyClientCertIfGiven",
+                     "RequireAndVerifyClientCert"]
+_TLS_VERSIONS = {"TLS10": ssl.TLSVersion.TLSv1, "TLS11": ssl.TLSVersion.TLSv1_1, "TLS12": ssl.TLSVersion.TLSv1_2,
+                 "TLS13": ssl.TLSVersion.TLSv1_3}
+_VERIFY = {"NoClientCert": ssl.CERT_NONE, "RequestClientCert": ssl.CERT_OPTIONAL,
+           "RequireAnyClientCert": ssl.CERT_REQUIRED, "VerifyClientCertIfGiven": ssl.CERT_OPTIONAL,
+           "RequireAndVerifyClientCert": ssl.CERT_REQUIRED}
+"""Python verifies any client certificate it asks for, so the two "any" modes (which in Go accept
+an unverified certificate) verify too, against client_ca_file: stricter, never looser."""
+REALM = "roofwatch"
+UNAUTHENTICATED_PATHS = frozenset({"/healthz"})
+"""Liveness probes cannot carry a password; /healthz says only whether the collector runs."""
+
+
+class WebConfigError(ValueError):
+    """The web config cannot be used; the message names the file and the field."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TlsServerConfig(_Strict):
+    cert_file: str = Field(min_length=1)
+    key_file: str = Field(min_length=1)
+    client_auth_type: ClientAuth = "NoClientCert"
+    client_ca_file: str | None = None
+    min_version: Literal["TLS10", "TLS11", "TLS12", "TLS13"] = "TLS12"
+    max_version: Literal["TLS10", "TLS11", "TLS12", "TLS13"] = "TLS13"
+
+
+class HttpServerConfig(_Strict):
+    headers: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("headers")
+    @classmethod
+    def _no_line_breaks(cls, headers: dict[str, str]) -> dict[str, str]:
+        for name, value in headers.items():
+            if any(c in name + value for c in "\r\n") or not name.strip():
+                raise ValueError(f"header {name!r}: names and values must be one line")
+        return headers
+
+
+class WebConfigFile(_Strict):
+    tls_server_config: TlsServerConfig | None = None
+    http_server_config: HttpServerConfig = Field(default_factory=HttpServerConfig)
+    basic_auth_users: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("basic_auth_users")
+    @classmethod
+    def _bcrypt_hashes(cls, users: dict[str, str]) -> dict[str, str]:
+        for user, hashed in users.items():
+            if ":" in user or not user:
+                raise ValueError(f"user {user!r}: a user name must be non-empty and hold no ':'")
+            if not hashed.startswith(("$2a$", "$2b$", "$2y$")) or len(hashed) != 60:
+                raise ValueError(f"user {user!r}: expected a bcrypt hash ($2y$..., 60 characters), not a password")
+        return users
+
+
+class BasicAuth:
+    """Checks ``Authorization: Basic`` against bcrypt hashes, remembering what already passed.
+
+    bcrypt costs tens of milliseconds by design; Prometheus sends the same credentials every
+    scrape, so a verified (user, password) is remembered by its SHA-256 and later scrapes cost a
+    hash. An unknown user is checked against a dummy hash, so timing does not reveal which names
+    exist. Failures are never remembered, so a changed password cannot pass from cache.
+    """
+
+    def __init__(self, users: dict[str, str]) -> None:
+        self._users = {user: hashed.encode() for user, hashed in users.items()}
+        self._dummy = bcrypt.hashpw(b"roofwatch-dummy", bcrypt.gensalt(rounds=4))
+        self._passed: set[bytes] = set()
+        self._lock = threading.Lock()
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self._users)
+
+    def allows(self, header: str | None) -> bool:
+        if not self._users:
+            return True
+        credentials = _decode_basic(header)
+        if credentials is None:
+            return False
+        user, password = credentials
+        digest = hashlib.sha256(user.encode() + b"\0" + password.encode()).digest()
+        with self._lock:
+            if digest in self._passed:
+                return True
+        hashed = self._users.get(user)
+        ok = bcrypt.checkpw(password.encode(), hashed if hashed is not None else self._dummy) and hashed is not None
+        if ok:
+            with self._lock:
+                if len(self._passed) < 1024:  # a handful of scrapers; bound it regardless
+                    self._passed.add(digest)
+        return ok
+
+
+def _decode_basic(header: str | None) -> tuple[str, str] | None:
+    if not header or not header[:6].lower() == "basic ":
+        return None
+    try:
+        text = base64.b64decode(header[6:].strip(), validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+    user, sep, password = text.partition(":")
+    return (user, password) if sep else None
+
+
+class WebConfig:
+    """What the HTTP server needs: an SSL context (or None), the auth check and extra headers."""
+
+    def __init__(self, tls: ssl.SSLContext | None, auth: BasicAuth, headers: dict[str, str]) -> None:
+        self.tls = tls
+        self.auth = auth
+        self.headers = headers
+
+    @staticmethod
+    def none() -> WebConfig:
+        return WebConfig(None, BasicAuth({}), {})
+
+
+def load_web_config(path: str | Path) -> WebConfig:
+    """Read and check the file, load the certificates; :class:`WebConfigError` names what is wrong."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except OSError as exc:
+        raise WebConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        raise WebConfigError(f"{path}: not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise WebConfigError(f"{path}: expected a mapping of tls_server_config, http_server_config, basic_auth_users")
+    try:
+        parsed = WebConfigFile.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        message = first["msg"].removeprefix("Value error, ")
+        if first["type"] == "extra_forbidden":
+            message = "not supported by roofwatch (see docs/security.md)"
+        raise WebConfigError(f"{path}: {where}: {message}") from None
+    tls = _ssl_context(path, parsed.tls_server_config, path.parent) if parsed.tls_server_config else None
+    return WebConfig(tls, BasicAuth(parsed.basic_auth_users), dict(parsed.http_server_config.headers))
+
+
+def _ssl_context(source: Path, config: TlsServerConfig, base: Path) -> ssl.SSLContext:
+    """A server context as configured; relative files are relative to the web config, as in
+    exporter-toolkit."""
+    def resolve(name: str) -> str:
+        return str(Path(name) if Path(name).is_absolute() else base / name)
+
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = _TLS_VERSIONS[config.min_version]
+    context.maximum_version = _TLS_VERSIONS[config.max_version]
+    if context.minimum_version > context.maximum_version:
+        raise WebConfigError(f"{source}: tls_server_config.min_version: {config.min_version} is above max_version {config.max_version}")
+    try:
+        context.load_cert_chain(resolve(config.cert_file), resolve(config.key_file))
+    except (OSError, ssl.SSLError) as exc:
+        raise WebConfigError(f"{source}: tls_server_config.cert_file/key_file: cannot load "
+                             f"{config.cert_file} and {config.key_file}: {getattr(exc, 'strerror', None) or exc}") from None
+    context.verify_mode = _VERIFY[config.client_auth_type]
+    if context.verify_mode != ssl.CERT_NONE:
+        if not config.client_ca_file:
+            raise WebConfigError(f"{source}: tls_server_config.client_ca_file: required for client_auth_type "
+                                 f"{config.client_auth_type}")
+        try:
+            context.load_verify_locations(resolve(config.client_ca_file))
+        except (OSError, ssl.SSLError) as exc:
+            raise WebConfigError(f"{source}: tls_server_config.client_ca_file: cannot load {config.client_ca_file}: "
+                                 f"{getattr(exc, 'strerror', None) or exc}") from None
+    return context
