@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from agent import __version__
 from agent.config import DEFAULT_PORT, ConfigError, Settings, load_settings
@@ -211,10 +211,14 @@ def _make_collector(settings: Settings, backend):
     return collector
 
 
-def _serve(settings: Settings, record: str | None, *, announce: bool) -> int:
+def _serve(read_settings: Callable[[], Settings], record: str | None, *, announce: bool) -> int:
+    """Run the agent until SIGTERM/SIGINT; SIGHUP re-reads the configuration (agent.reload).
+    ``read_settings`` reads file, environment and flags, now and on every reload."""
     from agent.logs import configure_logging
+    from agent.reload import Reloader
     from exporters.http import AgentHTTPServer
 
+    settings = read_settings()
     configure_logging(settings.log_level, settings.log_format)
     web = _web_config(settings)
     store = _report_store(settings)
@@ -246,14 +250,21 @@ def _serve(settings: Settings, record: str | None, *, announce: bool) -> int:
             collector.stop()
             raise CliError(f"report_socket: cannot listen on {settings.report_socket}: {exc.strerror or exc}") from None
 
-    stop = threading.Event()
+    wake = threading.Event()
+    pending = {"stop": False, "reload": False}
 
     def on_signal(signum: int, _frame: object) -> None:
-        log.info("stopping", extra={"signal": signal.Signals(signum).name})
-        stop.set()
+        if signum == signal.SIGHUP:
+            pending["reload"] = True
+        else:
+            log.info("stopping", extra={"signal": signal.Signals(signum).name})
+            pending["stop"] = True
+        wake.set()
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGHUP, on_signal)
+    reloader = Reloader(settings, read_settings, server)
 
     _freeze_startup_heap()
     collector.start()
@@ -266,7 +277,14 @@ def _serve(settings: Settings, record: str | None, *, announce: bool) -> int:
     if announce:
         print(f"roofwatch {__version__}: {len(collector.devices)} GPUs ({backend.name} backend) on {server.url}", flush=True)
         print(f"  metrics: {server.url}metrics   health: {server.url}healthz   stop: Ctrl-C", flush=True)
-    stop.wait()
+    while True:  # the signal handler only raises flags; the work happens here, off the handler
+        wake.wait()
+        wake.clear()
+        if pending["stop"]:
+            break
+        if pending["reload"]:
+            pending["reload"] = False
+            reloader.reload()
     server.shutdown()
     server.server_close()
     if report_socket is not None:
@@ -325,15 +343,19 @@ def _attach_recorder(collector, path: str, settings: Settings):
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    return _serve(_settings_from(args), args.record, announce=False)
+    return _serve(lambda: _settings_from(args), args.record, announce=False)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
     forced: dict[str, Any] = {"backend": args.backend}
-    settings = _settings_from(args, **forced)
-    if args.listen is None and "listen" not in settings.model_fields_set:
-        settings = _settings_from(args, listen=DEMO_LISTEN, **forced)
-    return _serve(settings, args.record, announce=True)
+
+    def read() -> Settings:
+        settings = _settings_from(args, **forced)
+        if args.listen is None and "listen" not in settings.model_fields_set:
+            settings = _settings_from(args, listen=DEMO_LISTEN, **forced)
+        return settings
+
+    return _serve(read, args.record, announce=True)
 
 
 def cmd_snapshot(args: argparse.Namespace) -> int:

@@ -11,12 +11,13 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import socket
 import ssl
 import threading
 import time
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 from urllib.parse import parse_qs, urlsplit
 
 from prometheus_client.exposition import choose_encoder
@@ -63,10 +64,17 @@ class AgentHTTPServer(ThreadingHTTPServer):
         self.pages = PerSnapshotCache()
         self.web = web or WebConfig.none()
         super().__init__(address, _Handler)
-        if self.web.tls is not None:
-            # The handshake runs in the request's own thread (see _Handler.setup), never on the
-            # accept loop, so a client that stalls mid-handshake cannot block other scrapes.
-            self.socket = self.web.tls.wrap_socket(self.socket, server_side=True, do_handshake_on_connect=False)
+
+    def get_request(self) -> tuple[socket.socket, Any]:
+        """Each connection is wrapped with the TLS context in force when it arrives (a SIGHUP may
+        have rotated the certificate). The handshake runs later, in the request's own thread
+        (:meth:`_Handler.setup`), never on the accept loop, so a client that stalls mid-handshake
+        cannot block other scrapes."""
+        connection, address = super().get_request()
+        tls = self.web.tls
+        if tls is not None:
+            connection = tls.wrap_socket(connection, server_side=True, do_handshake_on_connect=False)
+        return connection, address
 
     def handle_error(self, request: object, client_address: object) -> None:
         """A client that vanished or spoke plain HTTP to the TLS port: not the agent's error."""

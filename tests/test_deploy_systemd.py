@@ -72,6 +72,7 @@ def _make_root(root: Path, unit_text: str | None = None, dropin_text: str | None
         exe.parent.mkdir(parents=True, exist_ok=True)
         exe.write_text("#!/bin/sh\nexit 0\n")
         exe.chmod(0o755)
+    _stub_kill(root)
     unit = root / "etc/systemd/system/roofwatch.service"
     unit.parent.mkdir(parents=True, exist_ok=True)
     if unit_text is not None or not unit.exists():
@@ -81,6 +82,14 @@ def _make_root(root: Path, unit_text: str | None = None, dropin_text: str | None
         dropin.parent.mkdir(parents=True, exist_ok=True)
         dropin.write_text(dropin_text)
     return unit
+
+
+def _stub_kill(root: Path) -> None:
+    """ExecReload runs /bin/kill, which every Debian/Ubuntu root has; verify checks it exists."""
+    kill = root / "bin/kill"
+    kill.parent.mkdir(parents=True, exist_ok=True)
+    kill.write_text("#!/bin/sh\nexit 0\n")
+    kill.chmod(0o755)
 
 
 def _verify(root: Path, unit: Path) -> tuple[int, str]:
@@ -176,6 +185,7 @@ def test_unit_keeps_its_hardening_decisions() -> None:
     assert values["CapabilityBoundingSet"] == "" and values["AmbientCapabilities"] == ""
     assert values["EnvironmentFile"] == "-/etc/default/roofwatch"
     assert values["ExecStart"] == "/opt/roofwatch/bin/roofwatch run"
+    assert values["ExecReload"] == "/bin/kill -HUP $MAINPID"  # SIGHUP re-reads the configuration
     assert values["DevicePolicy"] == "closed"
     assert values.get("ProtectProc", "default") != "invisible"  # other users' GPU processes
     assert "PrivateDevices" not in values  # would hide the GPUs

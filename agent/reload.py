@@ -1,0 +1,72 @@
+"""SIGHUP: re-read the configuration and apply what can change while the agent runs.
+
+A bad file never takes the agent down or half-applies: the new settings (and the web config
+they name) are checked in full first; on any error the running configuration stays and the log
+says which field was wrong. What can change live is the logging and the web config (certificate
+rotation, new passwords, headers); everything else is compared and, when it changed, the log
+names it as needing a restart instead of pretending it took effect.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from agent.config import Settings
+from agent.logs import configure_logging
+
+log = logging.getLogger("roofwatch.reload")
+
+LIVE_FIELDS = frozenset({"log_level", "log_format", "web_config_file"})
+
+
+@dataclass
+class Reloader:
+    """Holds the running settings; :meth:`reload` swaps in what it can from a fresh read."""
+
+    settings: Settings
+    read_settings: Callable[[], Settings]
+    """Reads the file and the environment again, with the command line's flags applied on top."""
+    server: Any = None
+    """The HTTP server, whose ``web`` (an :class:`exporters.web_config.WebConfig`) is replaced."""
+
+    def reload(self) -> bool:
+        """True when the new configuration was applied (even if parts of it need a restart)."""
+        try:
+            fresh = self.read_settings()
+            web = _load_web(fresh)
+        except Exception as exc:  # noqa: BLE001 - any failure keeps the running configuration
+            log.error("reload failed; keeping the running configuration", extra={"error": _one_line(exc)})
+            return False
+        current = self.settings
+        changed = [name for name in Settings.model_fields if getattr(fresh, name) != getattr(current, name)]
+        restart = [name for name in changed if name not in LIVE_FIELDS]
+        if self.server is not None:
+            if (self.server.web.tls is None) != (web.tls is None):
+                restart.append("web_config_file")  # TLS on or off: how the port is spoken cannot flip live
+            else:
+                self.server.web = web  # new certificates, passwords and headers for the next connection
+        if fresh.log_level != current.log_level or fresh.log_format != current.log_format:
+            configure_logging(fresh.log_level, fresh.log_format)
+        kept = {name: getattr(current, name) for name in restart}
+        self.settings = fresh.model_copy(update=kept)
+        log.info("reloaded", extra={"changed": ",".join(changed) or "nothing"})
+        if restart:
+            log.warning("changed settings need a restart to take effect", extra={"fields": ",".join(sorted(set(restart)))})
+        return True
+
+
+def _load_web(settings: Settings) -> Any:
+    from exporters.web_config import WebConfig, WebConfigError, load_web_config
+
+    if not settings.web_config_file:
+        return WebConfig.none()
+    try:
+        return load_web_config(settings.web_config_file)
+    except WebConfigError as exc:
+        raise ValueError(f"web_config_file: {exc}") from None
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
