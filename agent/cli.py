@@ -286,6 +286,8 @@ def _serve(read_settings: Callable[[], Settings], record: str | None, *, announc
             pending["reload"] = False
             reloader.reload()
     server.shutdown()
+    if not server.drain(timeout_s=5.0):
+        log.warning("stopping with requests still being answered after 5 s")
     server.server_close()
     if report_socket is not None:
         report_socket.close()

@@ -61,6 +61,7 @@ class AgentHTTPServer(ThreadingHTTPServer):
         self.stale_after_s = stale_after_s
         self.clock = clock
         self.slots = threading.BoundedSemaphore(max_concurrent)
+        self.max_concurrent = max_concurrent
         self.pages = PerSnapshotCache()
         self.web = web or WebConfig.none()
         super().__init__(address, _Handler)
@@ -75,6 +76,22 @@ class AgentHTTPServer(ThreadingHTTPServer):
         if tls is not None:
             connection = tls.wrap_socket(connection, server_side=True, do_handshake_on_connect=False)
         return connection, address
+
+    def drain(self, timeout_s: float) -> bool:
+        """Wait until no request is being answered (after :meth:`shutdown` stopped new ones), so
+        a stopping agent never cuts an answer short; False if some were still running at the
+        deadline. Handler threads are daemons, so without this the exit could kill one mid-write."""
+        deadline = time.monotonic() + timeout_s
+        taken = 0
+        try:
+            while taken < self.max_concurrent:
+                if not self.slots.acquire(timeout=max(0.0, deadline - time.monotonic())):
+                    return False
+                taken += 1
+            return True
+        finally:
+            for _ in range(taken):
+                self.slots.release()
 
     def handle_error(self, request: object, client_address: object) -> None:
         """A client that vanished or spoke plain HTTP to the TLS port: not the agent's error."""
