@@ -78,6 +78,7 @@ class FakeNvmlLibrary(SystemFunctions, DeviceFunctions, FieldFunctions, GpmFunct
         self._hung = 0
         self._wake = threading.Condition(self._lock)
         self._injected = Injected()
+        self._forced: dict[tuple[str, str | None], int] = {}
         self.physical: list[NvmlDevice] = self._build_devices(preset)
         self._by_gpu: dict[str, NvmlDevice] = {}
         for dev in self.physical:
@@ -120,6 +121,16 @@ class FakeNvmlLibrary(SystemFunctions, DeviceFunctions, FieldFunctions, GpmFunct
         if dev is None:
             raise ValueError(f"node {self.backend.node!r} has no GPU {gpu!r}")
         return dev.counters.latest if dev.counters is not None else None
+
+    def force_error(self, symbol: str, code: int, gpu: int | str | None = None) -> None:
+        """Make every call of ``symbol`` (on ``gpu``'s handle, or on any) return ``code`` until
+        :meth:`clear_forced_errors`: the fault matrix's "each call raising each error class"."""
+        with self._lock:
+            self._forced[(symbol, None if gpu is None else str(gpu))] = code
+
+    def clear_forced_errors(self) -> None:
+        with self._lock:
+            self._forced.clear()
 
     def inject_xid(self, gpu: int | str, code: int) -> None:
         """Make ``gpu`` (``3`` or a MIG instance ``"3/1"``) raise XID ``code`` now."""
@@ -271,8 +282,12 @@ class FakeNvmlLibrary(SystemFunctions, DeviceFunctions, FieldFunctions, GpmFunct
 
     def _dispatch(self, fn: CFunction, args: tuple[Any, ...]) -> Any:
         ref = self._decode(pointer_value(args[0])) if fn.handle and args else None
+        gpu = ref[0].gpu if ref else None
         with self._lock:
-            self.calls[(ref[0].gpu if ref else None, fn.name)] += 1
+            self.calls[(gpu, fn.name)] += 1
+            forced = self._forced.get((fn.name, gpu)) or self._forced.get((fn.name, None)) if self._forced else None
+        if forced is not None:
+            return forced
         try:
             if fn.needs_init and not self._initialised():
                 raise Fail(codes.ERROR_UNINITIALIZED)
