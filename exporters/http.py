@@ -2,8 +2,9 @@
 ``POST /api/v1/report`` for workload reports (when a :class:`~agent.reports.ReportStore` is given).
 
 Every GET handler reads the last published snapshot and nothing else, so a request can never wait
-on a GPU; a report only touches the in-memory store. Concurrency is capped: past ``max_concurrent``
-in-flight requests the server answers 503 at once instead of spawning threads without bound.
+on a GPU; a report only touches the in-memory store. Two caps bound the threads: past
+``max_concurrent`` requests in flight the server answers 503 at once, and past ``max_connections``
+open connections (each holds a thread, idle keep-alive ones too) new ones are closed on arrival.
 """
 
 from __future__ import annotations
@@ -40,6 +41,9 @@ HANDSHAKE_TIMEOUT_S = 10.0
 class AgentHTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = 128
+    """The listen backlog. The standard library's 5 made a burst of scrapers (or clients returning
+    after a pause) wait for SYN retries, seconds each."""
 
     def __init__(
         self,
@@ -49,6 +53,7 @@ class AgentHTTPServer(ThreadingHTTPServer):
         stale_after_s: float,
         max_processes_per_gpu: int = 16,
         max_concurrent: int = 64,
+        max_connections: int | None = None,
         clock: Callable[[], float] = time.time,
         reports: ReportStore | None = None,
         gpu_labels: Sequence[str] = (),
@@ -62,6 +67,9 @@ class AgentHTTPServer(ThreadingHTTPServer):
         self.clock = clock
         self.slots = threading.BoundedSemaphore(max_concurrent)
         self.max_concurrent = max_concurrent
+        self.max_connections = max_connections if max_connections is not None else 2 * max_concurrent
+        self._connections = 0
+        self._connections_lock = threading.Lock()
         self.pages = PerSnapshotCache()
         self.web = web or WebConfig.none()
         super().__init__(address, _Handler)
@@ -76,6 +84,39 @@ class AgentHTTPServer(ThreadingHTTPServer):
         if tls is not None:
             connection = tls.wrap_socket(connection, server_side=True, do_handshake_on_connect=False)
         return connection, address
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """One thread per connection, but never more than ``max_connections`` of them: a client
+        past the cap is closed on arrival (it reconnects, as Prometheus does on its next scrape)."""
+        with self._connections_lock:
+            if self._connections >= self.max_connections:
+                refused = True
+            else:
+                self._connections += 1
+                refused = False
+        if refused:
+            log.debug("connection from %s refused: %d open", client_address, self.max_connections)
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._connection_closed()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._connection_closed()
+
+    def _connection_closed(self) -> None:
+        with self._connections_lock:
+            self._connections -= 1
+
+    @property
+    def open_connections(self) -> int:
+        return self._connections
 
     def drain(self, timeout_s: float) -> bool:
         """Wait until no request is being answered (after :meth:`shutdown` stopped new ones), so

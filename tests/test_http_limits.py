@@ -1,0 +1,69 @@
+"""The HTTP server's bounds: open connections (each holds a thread) and the listen backlog."""
+
+from __future__ import annotations
+
+import http.client
+import socket
+import threading
+
+from agent.cli import _make_collector, _open
+from agent.config import Settings
+from exporters.http import AgentHTTPServer
+from tests.agent_process import poll, serving
+
+
+def _served(port: int) -> http.client.HTTPConnection:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    connection.request("GET", "/healthz")
+    response = connection.getresponse()
+    response.read()
+    assert response.status == 200
+    return connection
+
+
+def test_connections_past_the_cap_are_closed_and_threads_stay_bounded():
+    settings = Settings(backend="virtual")
+    collector = _make_collector(settings, _open(settings))
+    collector.collect_once()
+    server = AgentHTTPServer(("127.0.0.1", 0), lambda: collector.snapshot, stale_after_s=60.0,
+                             max_concurrent=2, max_connections=4)
+    port = server.server_address[1]
+    try:
+        with serving(server):
+            held = [_served(port) for _ in range(4)]  # idle keep-alive connections: a thread each
+            threads = threading.active_count()
+            extra = socket.create_connection(("127.0.0.1", port), timeout=10)
+            extra.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert extra.recv(1024) == b"", "the fifth connection is closed on arrival, unanswered"
+            extra.close()
+            assert threading.active_count() <= threads, "no thread was started for it"
+            held.pop().close()
+            poll(lambda: server.open_connections == 3, 10, what="the closed connection's thread to end")
+            _served(port).close()  # room again
+            for connection in held:
+                connection.close()
+            poll(lambda: server.open_connections == 0, 10, what="every connection thread to end")
+    finally:
+        collector.stop()
+
+
+def test_a_burst_of_connections_waits_in_the_backlog_while_the_agent_is_busy():
+    """50 scrapers arriving while the accept loop is not running (a pause, a busy moment) are all
+    queued by the kernel and answered once it runs: none waits out SYN retries, as with 5."""
+    settings = Settings(backend="virtual")
+    collector = _make_collector(settings, _open(settings))
+    collector.collect_once()
+    server = AgentHTTPServer(("127.0.0.1", 0), lambda: collector.snapshot, stale_after_s=60.0)
+    port = server.server_address[1]
+    try:
+        clients = [socket.create_connection(("127.0.0.1", port), timeout=2) for _ in range(50)]  # accept loop not running
+        for client in clients:
+            client.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        with serving(server):
+            for client in clients:
+                client.settimeout(10)
+                assert client.recv(12) == b"HTTP/1.1 200"
+                client.close()
+    finally:
+        collector.stop()
+        server.server_close()
