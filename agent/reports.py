@@ -427,8 +427,9 @@ def serve_report(handler: BaseHTTPRequestHandler, store: ReportStore, *, peer_pi
         store.note_rejected("length_required")
         return _respond(handler, HTTPStatus.LENGTH_REQUIRED, "Content-Length is required", close=True)
     length_text = length_text.strip()
-    if not length_text.isdigit() or len(length_text) > 18:
-        if length_text.isdigit():  # absurdly long digits: certainly over the limit
+    digits = length_text.isascii() and length_text.isdigit()  # str.isdigit() alone accepts "²", which int() refuses
+    if not digits or len(length_text) > 18:
+        if digits:  # absurdly long digits: certainly over the limit
             store.note_rejected("too_large")
             return _respond(handler, HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"report body over {MAX_BODY_BYTES} bytes", close=True)
         store.note_rejected("bad_length")

@@ -22,7 +22,7 @@ from dataclasses import fields
 from functools import cache
 from typing import IO, Any
 
-from pydantic import TypeAdapter, ValidationError
+from pydantic import ConfigDict, TypeAdapter, ValidationError
 
 from agent.model import GpuSample
 
@@ -58,6 +58,9 @@ class TraceFormatError(ValueError):
 
 _FIELD_NAMES: dict[type, tuple[str, ...]] = {}
 _ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False, ensure_ascii=False)
+_ASCII_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+"""For the rare line UTF-8 cannot encode: lone surrogates, which is how Python (and psutil) decode the
+undecodable bytes of a process or file name. JSON writes them as ``\\udcxx`` escapes that read back the same."""
 
 
 def sample_to_dict(obj: Any) -> dict[str, Any]:
@@ -119,7 +122,10 @@ class TraceWriter:
     def _write_line(self, obj: dict[str, Any]) -> None:
         line = _ENCODER.encode(obj) + "\n"
         try:
-            self._file.write(line)
+            try:
+                self._file.write(line)
+            except UnicodeEncodeError:  # raised while encoding, before anything is buffered
+                self._file.write(_ASCII_ENCODER.encode(obj) + "\n")
         except OSError as exc:
             raise TraceWriteError(self.path, exc) from exc
 
@@ -164,9 +170,11 @@ class TraceWriter:
 
 
 @cache
-def _adapter() -> TypeAdapter[GpuSample]:
-    # Built on first read only: the agent's write path never pays for the schema.
-    return TypeAdapter(GpuSample)
+def _adapter() -> TypeAdapter[tuple[GpuSample]]:
+    # Built on first read only: the agent's write path never pays for the schema. A 1-tuple because
+    # pydantic takes a config only on a wrapper type (the dataclasses inherit it): allow_inf_nan=False
+    # also refuses quoted non-finite numbers ("inf", "NaN"), which lax number parsing would accept.
+    return TypeAdapter(tuple[GpuSample], config=ConfigDict(allow_inf_nan=False))
 
 
 def _reject_constant(token: str) -> Any:
@@ -187,7 +195,7 @@ def _is_header(obj: dict[str, Any]) -> bool:
 def _describe(exc: ValidationError) -> str:
     parts = []
     for err in exc.errors()[:3]:
-        loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"]).lstrip(".")
+        loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"][1:]).lstrip(".")
         if err["type"] == "missing":
             parts.append(f"missing required field '{loc}'")
         else:
@@ -291,6 +299,9 @@ class TraceReader:
             self._fail(TraceFormatError(self.path, lineno,
                                         f"not valid JSON: {exc.msg} at column {exc.colno}"))
             return None
+        except RecursionError:
+            self._fail(TraceFormatError(self.path, lineno, "not valid JSON: nested too deeply"))
+            return None
         except ValueError as exc:
             self._fail(TraceFormatError(self.path, lineno, f"not valid JSON: {exc}"))
             return None
@@ -317,8 +328,10 @@ class TraceReader:
         gpu = obj.get("gpu")
         if type(gpu) is int:
             obj["gpu"] = str(gpu)
+        if "node" in obj and obj["node"] is None:
+            del obj["node"]  # null is unknown (the contract), and an unknown node is the default "local"
         try:
-            sample = _adapter().validate_python(obj)
+            sample = _adapter().validate_python((obj,))[0]
         except ValidationError as exc:
             self._fail(TraceFormatError(self.path, lineno, _describe(exc)))
             return None

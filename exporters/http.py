@@ -180,6 +180,17 @@ class _Handler(BaseHTTPRequestHandler):
     """Idle keep-alive connections are closed after this many seconds, so each cannot hold a thread
     for ever (Prometheus reconnects at its next scrape)."""
 
+    def parse_request(self) -> bool:
+        """The standard checks, then a target the URL parser accepts (``http://[x/`` is not): 400."""
+        if not super().parse_request():
+            return False
+        try:
+            urlsplit(self.path)
+        except ValueError:
+            self.send_error(HTTPStatus.BAD_REQUEST, "request target is not a valid URL")
+            return False
+        return True
+
     def setup(self) -> None:
         if isinstance(self.request, ssl.SSLSocket):
             self.request.settimeout(HANDSHAKE_TIMEOUT_S)

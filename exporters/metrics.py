@@ -14,6 +14,7 @@ GPU is fixed, so the number of series per GPU is bounded; the only open-ended la
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Callable, Literal
 
 from agent.model import DeviceState, GpuSample
@@ -334,8 +335,15 @@ JOB_ID_MAX_LEN = 128
 
 
 def clip_label(value: str | None) -> str:
-    """An attribution label value as exported: "" when unknown, cut at :data:`JOB_ID_MAX_LEN`."""
-    return (value or "")[:JOB_ID_MAX_LEN]
+    """An attribution or process label value as exported: "" when unknown, cut at :data:`JOB_ID_MAX_LEN`,
+    and valid UTF-8: a lone surrogate (Python's, and psutil's, way of decoding the undecodable bytes of a
+    process name) becomes U+FFFD, where it would otherwise make encoding the whole exposition fail."""
+    text = (value or "")[:JOB_ID_MAX_LEN]
+    return text if text.isascii() else _SURROGATE.sub("\ufffd", text)
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
 HOST_IOWAIT = MetricDef(
     "roofwatch_host_cpu_iowait_ratio", "gauge", "ratio", "Share of host CPU time spent waiting for I/O.",
     NODE_LABELS, nvidia="/proc/stat", amd="/proc/stat",

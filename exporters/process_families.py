@@ -43,7 +43,7 @@ class ProcessFamilies:
             self.count.add_metric(labels, len(sample.processes))
             largest = sorted(sample.processes, key=lambda p: p.used_memory_bytes or 0, reverse=True)
             for proc in largest[: self._max]:
-                key = labels + [str(proc.pid), proc.name or ""]
+                key = labels + [str(proc.pid), m.clip_label(proc.name)]
                 _add(self.memory, key, proc.used_memory_bytes)
                 _add(self.sm, key, proc.sm_util)
                 _add(self.compute_units, key, proc.compute_units)
