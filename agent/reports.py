@@ -164,8 +164,9 @@ class ReportStore:
             log.exception("accepting a workload report failed")
             return self._reject("internal", HTTPStatus.INTERNAL_SERVER_ERROR, "internal error")
 
-    def _accept(self, body: bytes, content_type: str | None, peer_pid: int | None, authorization: str | None,
-                from_loopback: bool) -> tuple[int, str]:
+    def refusal(self, *, authorization: str | None, from_loopback: bool) -> tuple[int, str] | None:
+        """Whether this client may report at all, from its headers alone: checked before the body
+        is read, so a client that may not report cannot hold a request slot while it dribbles one."""
         if self._token is not None:
             if not self._token_ok(authorization):
                 return self._reject("unauthorized", HTTPStatus.UNAUTHORIZED, "missing or wrong bearer token")
@@ -173,6 +174,13 @@ class ReportStore:
             return self._reject("forbidden", HTTPStatus.FORBIDDEN,
                                 "reports over the network are accepted only from this node (loopback) "
                                 "unless the agent is configured with a report token")
+        return None
+
+    def _accept(self, body: bytes, content_type: str | None, peer_pid: int | None, authorization: str | None,
+                from_loopback: bool) -> tuple[int, str]:
+        refused = self.refusal(authorization=authorization, from_loopback=from_loopback)
+        if refused is not None:
+            return refused
         if len(body) > MAX_BODY_BYTES:
             return self._reject("too_large", HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
                                 f"report body over {MAX_BODY_BYTES} bytes")
@@ -438,11 +446,15 @@ def serve_report(handler: BaseHTTPRequestHandler, store: ReportStore, *, peer_pi
     if length > MAX_BODY_BYTES:
         store.note_rejected("too_large")
         return _respond(handler, HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"report body over {MAX_BODY_BYTES} bytes", close=True)
+    refused = store.refusal(authorization=headers.get("Authorization"), from_loopback=from_loopback)
+    if refused is not None:  # the body stays unread: answer and close
+        status, message = refused
+        extra = {"WWW-Authenticate": 'Bearer realm="roofwatch"'} if status == HTTPStatus.UNAUTHORIZED else None
+        return _respond(handler, status, message, headers=extra, close=True)
     connection = handler.connection
     previous = connection.gettimeout()
     try:
-        connection.settimeout(BODY_READ_TIMEOUT_S if previous is None else min(previous, BODY_READ_TIMEOUT_S))
-        body = handler.rfile.read(length)
+        body = _read_within(handler, length, BODY_READ_TIMEOUT_S if previous is None else min(previous, BODY_READ_TIMEOUT_S))
     except (TimeoutError, socket.timeout):
         store.note_rejected("timeout")
         return _respond(handler, HTTPStatus.REQUEST_TIMEOUT, "body not received in time", close=True)
@@ -458,6 +470,25 @@ def serve_report(handler: BaseHTTPRequestHandler, store: ReportStore, *, peer_pi
                                    authorization=headers.get("Authorization"), from_loopback=from_loopback)
     extra = {"WWW-Authenticate": 'Bearer realm="roofwatch"'} if status == HTTPStatus.UNAUTHORIZED else None
     return _respond(handler, status, message, headers=extra)
+
+
+def _read_within(handler: BaseHTTPRequestHandler, length: int, limit_s: float) -> bytes:
+    """``length`` body bytes within ``limit_s`` in all: a socket timeout alone restarts with every
+    byte, so a client sending one byte a second could hold the request (and its slot) for hours."""
+    deadline = time.monotonic() + limit_s
+    chunks: list[bytes] = []
+    received = 0
+    while received < length:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError("report body not received in time")
+        handler.connection.settimeout(remaining)
+        chunk = handler.rfile.read1(length - received)  # type: ignore[attr-defined] - a BufferedReader
+        if not chunk:
+            break
+        chunks.append(chunk)
+        received += len(chunk)
+    return b"".join(chunks)
 
 
 def _respond(handler: BaseHTTPRequestHandler, status: int, message: str, *, close: bool = False,

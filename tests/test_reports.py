@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from agent.model import CollectorHealth, NodeSnapshot
+import agent.reports as reports_module
 from agent.reports import (MAX_BODY_BYTES, REPORT_PATH, ReportHints, ReportSocketServer, ReportStore, is_loopback,
                            resolve_devices)
 from exporters.http import AgentHTTPServer
@@ -545,3 +546,41 @@ def test_socket_server_bounds_concurrent_connections(short_dir):
             sock.close()
         server.close()
     assert store.stats()["accepted"] == 1
+
+
+def test_a_refused_client_is_answered_before_it_sends_its_body(http_server_factory):
+    """No token, no answer slot: a wrong token is refused from the headers, while the announced
+    body never arrives (were the body read first, this would wait for the read timeout)."""
+    srv = http_server_factory(ReportStore(token="right"))
+    with socket.create_connection(("127.0.0.1", srv.server_address[1]), timeout=10) as sock:
+        sock.sendall(f"POST {REPORT_PATH} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     "Authorization: Bearer wrong\r\nContent-Length: 1000\r\n\r\n".encode())
+        answer = sock.recv(4096)
+    assert answer.startswith(b"HTTP/1.1 401") and b"Connection: close" in answer
+
+
+def test_a_dribbled_body_gets_408_within_the_total_limit(http_server_factory, monkeypatch):
+    """The body read has one deadline in all, not one per byte, so a slow client releases its slot."""
+    monkeypatch.setattr(reports_module, "BODY_READ_TIMEOUT_S", 0.5)
+    srv = http_server_factory(ReportStore())
+    payload = body(step_time_s=1.0) + b" " * 100  # JSON allows the trailing blanks: 10 s at this pace
+    with socket.create_connection(("127.0.0.1", srv.server_address[1]), timeout=10) as sock:
+        sock.sendall(f"POST {REPORT_PATH} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     f"Content-Length: {len(payload)}\r\n\r\n".encode())
+        sock.setblocking(False)
+        answer = b""
+        for byte in payload:  # one byte every 0.1 s: each read arrives well within a per-read timeout
+            try:
+                sock.send(bytes([byte]))
+            except OSError:
+                break  # the agent answered and closed
+            try:
+                answer += sock.recv(4096)
+            except BlockingIOError:
+                pass
+            if answer:
+                break
+            threading.Event().wait(0.1)  # the client's own pace, not a synchronisation
+        sock.setblocking(True)
+        answer += sock.recv(4096) if not answer else b""
+    assert answer.startswith(b"HTTP/1.1 408"), answer[:80]
