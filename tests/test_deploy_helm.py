@@ -520,6 +520,19 @@ def test_service_monitor_scrapes_the_metrics_port_with_job_roofwatch_and_node_in
     assert all(r.get("targetLabel") != "node" for r in endpoint["relabelings"])
 
 
+def test_service_monitor_follows_the_web_config():
+    secured = {"serviceMonitor": {"enabled": True, "tlsConfig": {"ca": {"secret": {"name": "ca", "key": "ca.crt"}}},
+                                  "basicAuth": {"username": {"name": "s", "key": "u"}, "password": {"name": "s", "key": "p"}}},
+               "webConfig": {"secretName": "roofwatch-web"}}
+    (endpoint,) = only(render(secured), "ServiceMonitor")["spec"]["endpoints"]
+    assert endpoint["scheme"] == "https" and endpoint["tlsConfig"]["ca"]["secret"]["name"] == "ca"
+    assert endpoint["basicAuth"]["password"] == {"name": "s", "key": "p"}
+    (plain,) = only(render({"serviceMonitor": {"enabled": True}}), "ServiceMonitor")["spec"]["endpoints"]
+    assert plain["scheme"] == "http" and "tlsConfig" not in plain and "basicAuth" not in plain
+    with pytest.raises(helm.HelmValuesError, match="basicAuth"):
+        render({"serviceMonitor": {"enabled": True, "basicAuth": {"user": "x"}}})
+
+
 def test_service_monitor_needs_the_service():
     with pytest.raises(helm.HelmRenderError, match="service.enabled"):
         render({"serviceMonitor": {"enabled": True}, "service": {"enabled": False}})
