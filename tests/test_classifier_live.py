@@ -142,3 +142,21 @@ def test_classify_evaluate_needs_labels_and_bad_thresholds_are_named(tmp_path: P
     result = subprocess.run(roofwatch_cmd("classify", str(trace), "--config", str(config)), capture_output=True,
                             text=True, timeout=60, env=clean_env())
     assert result.returncode == 2 and "classifier.window_s" in result.stderr
+
+
+def test_verdicts_keep_coming_after_the_wall_clock_goes_back(caplog) -> None:
+    """An NTP step or a restored VM sets the clock back an hour: verdicts follow the new clock at
+    once instead of freezing until it catches up with the old one."""
+    collector, _, clock = run_demo(60, LiveClassifier())
+    before = max(v.window_end for v in collector.snapshot.verdicts)
+    clock["t"] -= 3600.0
+    with caplog.at_level("WARNING", logger="roofwatch.classifier"):
+        for _ in range(30):
+            collector.collect_once()
+            clock["t"] += 1.0
+    verdicts = collector.snapshot.verdicts
+    collector.stop()
+    assert len(verdicts) == 8
+    assert all(v.window_end >= clock["t"] - 10.0 for v in verdicts), "evaluated on the new clock"
+    assert all(v.window_end < before for v in verdicts)
+    assert any("wall clock went back" in r.getMessage() for r in caplog.records)

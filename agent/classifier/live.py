@@ -8,6 +8,7 @@ and at most ``long_window_s`` of samples per GPU.
 
 from __future__ import annotations
 
+import logging
 import threading
 
 from agent.classifier.engine import Classifier, Grid, Verdict
@@ -17,13 +18,21 @@ from typing import Mapping, Sequence
 from agent.model import GpuSample, GpuSpec, NodeSnapshot
 
 
+log = logging.getLogger("roofwatch.classifier")
+
+CLOCK_BACK_TOLERANCE_S = 2.0
+"""A snapshot this much older than the previous one means the wall clock was set back."""
+
+
 class LiveClassifier:
     """Snapshot in, verdicts out (one per device, ordered like the snapshot's devices)."""
 
     def __init__(self, thresholds: Thresholds = DEFAULT_THRESHOLDS, *, dtype: str | None = None) -> None:
         self.thresholds = thresholds
+        self._dtype = dtype
         self._grid = Grid(Classifier(thresholds, dtype=dtype))
         self._verdicts: tuple[Verdict, ...] = ()
+        self._last_ts: float | None = None
         self._lock = threading.Lock()
 
     def prime(self, samples: Sequence[GpuSample], specs: Mapping[str, GpuSpec | None]) -> None:
@@ -41,6 +50,14 @@ class LiveClassifier:
 
     def __call__(self, snapshot: NodeSnapshot) -> tuple[Verdict, ...]:
         with self._lock:  # one collector thread in practice; the lock keeps tests honest
+            if self._last_ts is not None and snapshot.ts < self._last_ts - CLOCK_BACK_TOLERANCE_S:
+                # The wall clock went back (NTP step, VM restore): the windows hold times of the old
+                # clock, and every new sample would look older than them and be dropped, freezing the
+                # verdicts until the clock caught up. Start the windows again on the new clock.
+                log.warning("wall clock went back; classifier windows restarted",
+                            extra={"by_s": round(self._last_ts - snapshot.ts, 1)})
+                self._grid = Grid(Classifier(self.thresholds, dtype=self._dtype))
+            self._last_ts = snapshot.ts
             classifier = self._grid.classifier
             for device in snapshot.devices:
                 if device.up and device.sample is not None:
