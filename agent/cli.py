@@ -299,12 +299,10 @@ def _serve(read_settings: Callable[[], Settings], record: str | None, *, announc
 
 def _web_config(settings: Settings):
     """TLS and basic auth, checked before any GPU is opened: a bad file is a usage error naming the field."""
-    if not settings.web_config_file:
-        return None
-    from exporters.web_config import WebConfigError, load_web_config
+    from exporters.web_config import WebConfigError, web_config_or_none
 
     try:
-        return load_web_config(settings.web_config_file)
+        return web_config_or_none(settings.web_config_file)
     except WebConfigError as exc:
         raise CliError(f"web_config_file: {exc}", EXIT_USAGE) from None
 

@@ -58,12 +58,10 @@ class Reloader:
 
 
 def _load_web(settings: Settings) -> Any:
-    from exporters.web_config import WebConfig, WebConfigError, load_web_config
+    from exporters.web_config import WebConfigError, web_config_or_none
 
-    if not settings.web_config_file:
-        return WebConfig.none()
     try:
-        return load_web_config(settings.web_config_file)
+        return web_config_or_none(settings.web_config_file)
     except WebConfigError as exc:
         raise ValueError(f"web_config_file: {exc}") from None
 

@@ -448,9 +448,7 @@ def serve_report(handler: BaseHTTPRequestHandler, store: ReportStore, *, peer_pi
         return _respond(handler, HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"report body over {MAX_BODY_BYTES} bytes", close=True)
     refused = store.refusal(authorization=headers.get("Authorization"), from_loopback=from_loopback)
     if refused is not None:  # the body stays unread: answer and close
-        status, message = refused
-        extra = {"WWW-Authenticate": 'Bearer realm="roofwatch"'} if status == HTTPStatus.UNAUTHORIZED else None
-        return _respond(handler, status, message, headers=extra, close=True)
+        return _respond(handler, *refused, close=True)
     connection = handler.connection
     previous = connection.gettimeout()
     try:
@@ -468,8 +466,7 @@ def serve_report(handler: BaseHTTPRequestHandler, store: ReportStore, *, peer_pi
         return _respond(handler, HTTPStatus.BAD_REQUEST, "body shorter than Content-Length", close=True)
     status, message = store.accept(body, content_type=headers.get("Content-Type"), peer_pid=peer_pid,
                                    authorization=headers.get("Authorization"), from_loopback=from_loopback)
-    extra = {"WWW-Authenticate": 'Bearer realm="roofwatch"'} if status == HTTPStatus.UNAUTHORIZED else None
-    return _respond(handler, status, message, headers=extra)
+    return _respond(handler, status, message)
 
 
 def _read_within(handler: BaseHTTPRequestHandler, length: int, limit_s: float) -> bytes:
@@ -494,6 +491,8 @@ def _read_within(handler: BaseHTTPRequestHandler, length: int, limit_s: float) -
 def _respond(handler: BaseHTTPRequestHandler, status: int, message: str, *, close: bool = False,
              headers: dict[str, str] | None = None) -> int:
     handler.send_response(status)
+    if status == HTTPStatus.UNAUTHORIZED:  # every 401 says which scheme would do
+        headers = {"WWW-Authenticate": 'Bearer realm="roofwatch"', **(headers or {})}
     for key, value in (headers or {}).items():
         handler.send_header(key, value)
     if close:

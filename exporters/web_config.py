@@ -206,3 +206,9 @@ def _ssl_context(source: Path, config: TlsServerConfig, base: Path) -> ssl.SSLCo
             raise WebConfigError(f"{source}: tls_server_config.client_ca_file: cannot load {config.client_ca_file}: "
                                  f"{getattr(exc, 'strerror', None) or exc}") from None
     return context
+
+
+def web_config_or_none(path: str | None) -> WebConfig:
+    """The web config a ``web_config_file`` setting names, or plain HTTP without auth when unset.
+    Used at start and on SIGHUP alike; :class:`WebConfigError` names what is wrong."""
+    return load_web_config(path) if path else WebConfig.none()
