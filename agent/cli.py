@@ -18,6 +18,7 @@ from typing import Any, Callable, Sequence
 
 from agent import __version__
 from agent.config import DEFAULT_PORT, ConfigError, Settings, load_settings
+from agent.signals import wait_in_main_thread
 
 log = logging.getLogger("roofwatch")
 
@@ -278,7 +279,7 @@ def _serve(read_settings: Callable[[], Settings], record: str | None, *, announc
         print(f"roofwatch {__version__}: {len(collector.devices)} GPUs ({backend.name} backend) on {server.url}", flush=True)
         print(f"  metrics: {server.url}metrics   health: {server.url}healthz   stop: Ctrl-C", flush=True)
     while True:  # the signal handler only raises flags; the work happens here, off the handler
-        wake.wait()
+        wait_in_main_thread(wake)
         wake.clear()
         if pending["stop"]:
             break
@@ -410,7 +411,7 @@ def cmd_record(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     collector.start()
-    stop.wait(args.duration)
+    wait_in_main_thread(stop, args.duration)
     collector.stop()
     recorder.close()
     print(f"wrote {recorder.count} samples to {args.out}")

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import ctypes
 import http.client
+import os
+import platform
 import signal
+import subprocess
 import threading
 import urllib.parse
 
 import pytest
 
-from tests.agent_process import AgentProcess, poll
+from tests.agent_process import AgentProcess, clean_env, poll, roofwatch_cmd
 
 pytestmark = pytest.mark.e2e
 
@@ -70,3 +74,54 @@ def test_drain_waits_for_the_requests_being_answered():
         assert server.drain(timeout_s=5.0) is True
     finally:
         server.server_close()
+
+
+def _send_to_thread(pid: int, tid: int, sig: int) -> None:
+    """tgkill(2): a signal for one thread of ``pid``, the way the kernel may pick any thread that
+    does not block a process-wide signal (it picked an HTTP thread in CI, under 16 scrapers)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    SYS_tgkill = {"x86_64": 234, "aarch64": 131}[platform.machine()]
+    if libc.syscall(SYS_tgkill, pid, tid, sig) != 0:
+        raise OSError(ctypes.get_errno(), f"tgkill {pid}/{tid}")
+
+
+def _stop_through_a_worker_thread(proc: subprocess.Popen, sig: int) -> tuple[int, str]:
+    pid = proc.pid
+    workers = poll(lambda: [int(t) for t in os.listdir(f"/proc/{pid}/task") if int(t) != pid], 20,
+                   what="the agent's worker threads")
+    _send_to_thread(pid, workers[0], sig)
+    try:
+        _, err = proc.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, err = proc.communicate()
+        raise AssertionError(f"{signal.Signals(sig).name} on thread {workers[0]} ignored for 10 s; stderr: {err}") from None
+    return proc.returncode, err
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_signal_delivered_to_a_worker_thread_still_stops_the_agent(sig):
+    agent = AgentProcess("demo", "--listen", "127.0.0.1:0")
+    try:
+        agent.wait_healthy()
+        code, err = _stop_through_a_worker_thread(agent.proc, sig)
+    finally:
+        agent.kill()
+    assert code == 0, err
+    assert "msg=stopping" in err
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_signal_delivered_to_a_worker_thread_ends_a_recording(sig, tmp_path):
+    out = tmp_path / "t.jsonl"
+    proc = subprocess.Popen(roofwatch_cmd("record", "--backend", "virtual", "--out", str(out), "--duration", "120"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=clean_env())
+    try:
+        poll(lambda: out.exists() and out.stat().st_size > 0, 20, what="the first samples on disk")
+        code, err = _stop_through_a_worker_thread(proc, sig)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert code == 0, err
+    assert out.read_text().count("\n") >= 1
