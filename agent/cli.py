@@ -71,6 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run the agent on this node's GPUs", description="Run the agent: collect in the background, serve /metrics.")
     _settings_flags(run)
     run.add_argument("--record", metavar="FILE", help="also append every sample to this trace (.jsonl or .jsonl.gz)")
+    run.add_argument("--driver-wait", dest="driver_wait_s", type=float, metavar="SECONDS",
+                     help="wait this long for a GPU driver that does not answer yet, serving /healthz meanwhile "
+                          "(default 0: exit at once)")
 
     demo = sub.add_parser("demo", help="run the agent on a simulated 8-GPU node", description="Run the agent on the virtual GPU fleet and print its URL.")
     _settings_flags(demo, backend=False)
@@ -176,6 +179,18 @@ def _open(settings: Settings, reports=None):
         raise CliError(str(exc)) from None
 
 
+def _open_collector(settings: Settings, reports=None):
+    """The backend opened and its GPUs discovered; BackendUnavailable when the driver does not answer."""
+    from agent.backends.base import BackendUnavailable
+    from agent.backends.registry import open_backend
+
+    backend = open_backend(settings, reports)
+    try:
+        return _make_collector(settings, backend)
+    except CliError as exc:
+        raise BackendUnavailable(str(exc)) from None
+
+
 def _make_collector(settings: Settings, backend):
     from agent.backends.base import BackendUnavailable
     from agent.collector import Backoff, Collector
@@ -214,7 +229,11 @@ def _make_collector(settings: Settings, backend):
 
 def _serve(read_settings: Callable[[], Settings], record: str | None, *, announce: bool) -> int:
     """Run the agent until SIGTERM/SIGINT; SIGHUP re-reads the configuration (agent.reload).
-    ``read_settings`` reads file, environment and flags, now and on every reload."""
+    ``read_settings`` reads file, environment and flags, now and on every reload. With
+    ``driver_wait_s``, a missing GPU driver is waited for while the HTTP port already answers
+    (agent.driver_wait)."""
+    from agent.backends.base import BackendUnavailable
+    from agent.driver_wait import WAITABLE_BACKENDS, DriverWait
     from agent.logs import configure_logging
     from agent.reload import Reloader
     from exporters.http import AgentHTTPServer
@@ -223,13 +242,24 @@ def _serve(read_settings: Callable[[], Settings], record: str | None, *, announc
     configure_logging(settings.log_level, settings.log_format)
     web = _web_config(settings)
     store = _report_store(settings)
-    backend = _open(settings, store)
-    collector = _make_collector(settings, backend)
-    recorder = _attach_recorder(collector, record, settings) if record else None
+    driver_wait: DriverWait | None = None
+    try:
+        collector = _open_collector(settings, store)
+    except BackendUnavailable as exc:
+        if settings.driver_wait_s <= 0 or settings.backend not in WAITABLE_BACKENDS:
+            raise CliError(str(exc)) from None
+        collector = None
+        driver_wait = DriverWait(
+            attempt=lambda: _open_collector(settings, store), node=settings.node_name, backend=settings.backend,
+            wait_s=settings.driver_wait_s, interval_s=settings.interval_s, expected_devices=settings.expected_gpus or 0,
+        )
+        driver_wait.failed(exc)
+    source: list[Any] = [collector if collector is not None else driver_wait]  # what scrapes read, swapped once
+    recorder = _attach_recorder(collector, record, settings) if record and collector is not None else None
     try:
         server = AgentHTTPServer(
             settings.listen_address,
-            lambda: collector.snapshot,
+            lambda: source[0].snapshot,
             stale_after_s=settings.effective_stale_after_s,
             max_processes_per_gpu=settings.max_processes_per_gpu,
             gpu_labels=settings.gpu_labels,
@@ -237,7 +267,8 @@ def _serve(read_settings: Callable[[], Settings], record: str | None, *, announc
             web=web,
         )
     except OSError as exc:
-        collector.stop()
+        if collector is not None:
+            collector.stop()
         raise CliError(f"cannot listen on {settings.listen}: {exc.strerror or exc}") from None
     report_socket = None
     if store is not None and settings.report_socket:
@@ -248,7 +279,8 @@ def _serve(read_settings: Callable[[], Settings], record: str | None, *, announc
             report_socket.start()
         except OSError as exc:
             server.server_close()
-            collector.stop()
+            if collector is not None:
+                collector.stop()
             raise CliError(f"report_socket: cannot listen on {settings.report_socket}: {exc.strerror or exc}") from None
 
     wake = threading.Event()
@@ -268,33 +300,50 @@ def _serve(read_settings: Callable[[], Settings], record: str | None, *, announc
     reloader = Reloader(settings, read_settings, server)
 
     _freeze_startup_heap()
-    collector.start()
+    if collector is not None:
+        collector.start()
     server_thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, name="roofwatch-http", daemon=True)
     server_thread.start()
     log.info(
         "serving",
-        extra={"url": server.url, "backend": backend.name, "gpus": len(collector.devices), "interval_s": settings.interval_s},
+        extra={"url": server.url, "backend": collector.backend.name if collector else settings.backend,
+               "gpus": len(collector.devices) if collector else 0, "interval_s": settings.interval_s},
     )
     if announce:
-        print(f"roofwatch {__version__}: {len(collector.devices)} GPUs ({backend.name} backend) on {server.url}", flush=True)
+        print(f"roofwatch {__version__}: {len(collector.devices)} GPUs ({collector.backend.name} backend) on {server.url}", flush=True)
         print(f"  metrics: {server.url}metrics   health: {server.url}healthz   stop: Ctrl-C", flush=True)
+    failure = None
     while True:  # the signal handler only raises flags; the work happens here, off the handler
-        wait_in_main_thread(wake)
-        wake.clear()
-        if pending["stop"]:
+        if driver_wait is not None and collector is None and driver_wait.expired:
+            failure = driver_wait.give_up_message()
             break
-        if pending["reload"]:
-            pending["reload"] = False
-            reloader.reload()
+        woken = wait_in_main_thread(wake, driver_wait.next_delay_s() if collector is None else None)
+        if woken:
+            wake.clear()
+            if pending["stop"]:
+                break
+            if pending["reload"]:
+                pending["reload"] = False
+                reloader.reload()
+        elif collector is None:
+            collector = driver_wait.try_once()
+            if collector is not None:
+                recorder = _attach_recorder(collector, record, settings) if record else None
+                collector.start()
+                source[0] = collector
+                log.info("collecting", extra={"backend": collector.backend.name, "gpus": len(collector.devices)})
     server.shutdown()
     if not server.drain(timeout_s=5.0):
         log.warning("stopping with requests still being answered after 5 s")
     server.server_close()
     if report_socket is not None:
         report_socket.close()
-    collector.stop(timeout=1.0)
+    if collector is not None:
+        collector.stop(timeout=1.0)
     if recorder is not None:
         recorder.close()
+    if failure is not None:
+        raise CliError(failure)
     return EXIT_OK
 
 

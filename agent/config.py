@@ -71,6 +71,10 @@ class Settings(BaseSettings):
         "nvml-virtual / amd-virtual run the NVML / AMD backend over a fake driver library that plays the simulated "
         "fleet (amd-virtual defaults to the mi300x scenario)."
     )
+    driver_wait_s: float = Field(
+        0.0, ge=0.0, le=86_400.0, description="How long `run` waits for the GPU driver when none answers at "
+        "start (a node still installing it), serving /healthz and retrying with back-off; 0 = exit at once "
+        "with the reason (the systemd unit sets 120, then restarts the agent).")
     listen: str = Field(f":{DEFAULT_PORT}", description="HTTP listen address HOST:PORT (empty host = all interfaces).")
     web_config_file: str | None = Field(
         None, min_length=1, description="Prometheus exporter-toolkit web config: TLS (mTLS optional) and bcrypt "

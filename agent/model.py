@@ -391,6 +391,8 @@ class CollectorHealth:
     last_cycle_success: bool = False
     last_cycle_ts: float | None = None
     interval_s: float = 1.0
+    waiting_for: str | None = None
+    """Set while the agent waits for its GPU driver (agent.driver_wait): what it waits for and why."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

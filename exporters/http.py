@@ -160,6 +160,8 @@ class AgentHTTPServer(ThreadingHTTPServer):
     def health(self) -> tuple[bool, str]:
         """Healthy while the collector keeps publishing; a stuck loop must fail liveness."""
         snapshot = self.get_snapshot()
+        if snapshot.health.waiting_for:  # alive and doing what it was told: a probe must not restart it
+            return True, f"waiting for {snapshot.health.waiting_for}"
         last = snapshot.health.last_cycle_ts
         if last is None:
             return False, "no collection cycle has completed yet"

@@ -16,10 +16,13 @@ from agent.model import NodeSnapshot
 class PerSnapshotCache:
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._cache: dict[tuple[int, Hashable], bytes] = {}
+        self._cache: dict[tuple[tuple[int, float], Hashable], bytes] = {}
 
     def get(self, snapshot: NodeSnapshot, variant: Hashable, render: Callable[[NodeSnapshot], bytes]) -> bytes:
-        key = (snapshot.sequence, variant)
+        # The timestamp too: snapshots from two publishers (the driver wait, then the collector)
+        # may share a sequence number, never a sequence number and a time.
+        identity = (snapshot.sequence, snapshot.ts)
+        key = (identity, variant)
         cached = self._cache.get(key)
         if cached is not None:
             return cached
@@ -27,6 +30,6 @@ class PerSnapshotCache:
             cached = self._cache.get(key)
             if cached is None:
                 cached = render(snapshot)
-                self._cache = {k: v for k, v in self._cache.items() if k[0] == snapshot.sequence}
+                self._cache = {k: v for k, v in self._cache.items() if k[0] == identity}
                 self._cache[key] = cached
         return cached

@@ -92,6 +92,8 @@ def _header(data: dict[str, Any], verdicts: dict[str, dict[str, Any]], stale: st
     ]
     if stale:
         lines.insert(0, f'<div class="banner" id="stale">{esc(stale)}</div>')
+    if health.get("waiting_for"):
+        lines.insert(0, f'<div class="banner" id="waiting">Waiting for {esc(health["waiting_for"])}</div>')
     if not verdicts and up:
         lines.append('<p class="muted">No verdicts yet: the classifier needs one full window of samples.</p>')
     return "".join(lines)
