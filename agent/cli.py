@@ -377,7 +377,7 @@ def _report_store(settings: Settings):
         token = settings.read_report_token()
     except ConfigError as exc:
         raise CliError(str(exc), EXIT_USAGE) from None
-    return ReportStore(ttl_s=settings.report_ttl_s, token=token)
+    return ReportStore(ttl_s=settings.report_ttl_s, token=token, rate_per_s=settings.report_rate_per_s)
 
 
 def _attach_recorder(collector, path: str, settings: Settings):

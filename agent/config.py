@@ -120,6 +120,10 @@ class Settings(BaseSettings):
                                      "(also lets non-loopback HTTP clients report).")
     report_token_file: str | None = Field(None, min_length=1, description="Read the report token from this file "
                                           "(e.g. a mounted Secret); excludes report_token.")
+    report_rate_per_s: float = Field(200.0, gt=0.0, le=100_000.0, description="Reports a second each client may "
+                                     "send (each process on the socket; each address over HTTP, so local HTTP "
+                                     "reporters share one), in bursts of twice that; past it: 429 with Retry-After, "
+                                     "and the body is not parsed.")
     report_ttl_s: float = Field(30.0, gt=0.0, le=3600.0, description="How long a workload report counts after it arrives.")
     scenario: str = Field("demo", min_length=1, description="Virtual backend: built-in scenario name or YAML path.")
     virtual_node: str | None = Field(None, description="Virtual backend: which scenario node this agent plays.")

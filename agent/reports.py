@@ -21,6 +21,7 @@ import hmac
 import ipaddress
 import json
 import logging
+import math
 import os
 import socket
 import socketserver
@@ -33,11 +34,12 @@ from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
-from typing import Annotated, Any, Callable, Literal, Sequence
+from typing import Annotated, Any, Callable, Hashable, Literal, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from agent.model import WorkloadReport
+from agent.rate_limit import RateLimiter
 
 log = logging.getLogger("roofwatch.reports")
 
@@ -47,10 +49,13 @@ MAX_STR_LEN = 128
 MAX_HINT_LEN = 1024
 """Visible-device lists hold up to a few dozen UUIDs (40 characters each), hence longer than other strings."""
 BODY_READ_TIMEOUT_S = 5.0
+DEFAULT_RATE_PER_S = 200.0
+"""Reports a second per client (peer PID on the socket, address over HTTP, so every local process
+reporting over loopback HTTP shares one budget), in bursts of twice that."""
 """A client that announces a body and does not send it must not hold a server thread forever."""
 
-REJECT_REASONS = ("unauthorized", "forbidden", "too_large", "length_required", "bad_length", "timeout",
-                  "unsupported_media_type", "bad_json", "invalid", "internal")
+REJECT_REASONS = ("unauthorized", "forbidden", "rate_limited", "too_large", "length_required", "bad_length",
+                  "timeout", "unsupported_media_type", "bad_json", "invalid", "internal")
 
 Str = Annotated[str, Field(min_length=1, max_length=MAX_STR_LEN)]
 Hint = Annotated[str, Field(max_length=MAX_HINT_LEN)]
@@ -134,8 +139,11 @@ class ReportStore:
     """
 
     def __init__(self, *, ttl_s: float = 30.0, max_reporters: int = 1024, clock: Callable[[], float] = time.time,
-                 token: str | None = None) -> None:
+                 token: str | None = None, rate_per_s: float | None = DEFAULT_RATE_PER_S,
+                 rate_clock: Callable[[], float] = time.monotonic) -> None:
         self.ttl_s = ttl_s
+        self.rate_per_s = rate_per_s
+        self._limiter = RateLimiter(rate_per_s, clock=rate_clock) if rate_per_s else None
         self.max_reporters = max(1, max_reporters)
         self._clock = clock
         self._token = token.encode() if token else None
@@ -175,6 +183,14 @@ class ReportStore:
                                 "reports over the network are accepted only from this node (loopback) "
                                 "unless the agent is configured with a report token")
         return None
+
+    def throttle(self, client: Hashable) -> float | None:
+        """Seconds ``client`` must wait before its next report, or None when it may send this one.
+        Asked before the body is parsed, so a flood costs no JSON or validation work."""
+        wait = self._limiter.check(client) if self._limiter is not None else None
+        if wait is not None:
+            self.note_rejected("rate_limited")
+        return wait
 
     def _accept(self, body: bytes, content_type: str | None, peer_pid: int | None, authorization: str | None,
                 from_loopback: bool) -> tuple[int, str]:
@@ -420,7 +436,7 @@ def is_loopback(host: str) -> bool:
 
 
 def serve_report(handler: BaseHTTPRequestHandler, store: ReportStore, *, peer_pid: int | None,
-                 from_loopback: bool) -> int:
+                 from_loopback: bool, client: Hashable) -> int:
     """Answer one ``POST /api/v1/report`` on ``handler``: read the body within limits, hand it to the store.
 
     The length is checked before anything is read or allocated, so a huge Content-Length costs
@@ -464,6 +480,10 @@ def serve_report(handler: BaseHTTPRequestHandler, store: ReportStore, *, peer_pi
     if len(body) < length:
         store.note_rejected("bad_length")
         return _respond(handler, HTTPStatus.BAD_REQUEST, "body shorter than Content-Length", close=True)
+    wait = store.throttle(client)
+    if wait is not None:  # the body was read (keep-alive stays usable) but is never parsed
+        return _respond(handler, HTTPStatus.TOO_MANY_REQUESTS, f"over {store.rate_per_s:g} reports a second",
+                        headers={"Retry-After": str(max(1, math.ceil(wait)))})
     status, message = store.accept(body, content_type=headers.get("Content-Type"), peer_pid=peer_pid,
                                    authorization=headers.get("Authorization"), from_loopback=from_loopback)
     return _respond(handler, status, message)
@@ -573,7 +593,8 @@ class _SocketHandler(BaseHTTPRequestHandler):
             _respond(self, HTTPStatus.NOT_FOUND, f"not found; reports go to POST {REPORT_PATH}", close=True)
             return
         # The socket is local by construction; its file mode decides who may connect.
-        serve_report(self, self.server.store, peer_pid=self.peer_pid, from_loopback=True)
+        serve_report(self, self.server.store, peer_pid=self.peer_pid, from_loopback=True,
+                     client=("pid", self.peer_pid) if self.peer_pid is not None else ("socket",))
 
     def _not_allowed(self) -> None:
         _respond(self, HTTPStatus.METHOD_NOT_ALLOWED, f"only POST {REPORT_PATH} is supported", close=True,

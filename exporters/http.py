@@ -250,7 +250,8 @@ class _Handler(BaseHTTPRequestHandler):
                            "text/plain; charset=utf-8", {"Connection": "close"})
                 linger(self.connection)
                 return
-            serve_report(self, store, peer_pid=None, from_loopback=is_loopback(str(self.client_address[0])))
+            host = str(self.client_address[0])
+            serve_report(self, store, peer_pid=None, from_loopback=is_loopback(host), client=("ip", host))
         finally:
             self.server.slots.release()
 

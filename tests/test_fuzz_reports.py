@@ -7,7 +7,9 @@ still serving the next report, and nothing in the store that breaks the document
 
 What limits exist (agent/reports.py, exporters/http.py): body size (MAX_BODY_BYTES), the body read
 timeout, string lengths and number ranges, reporters kept (max_reporters, oldest evicted), and
-concurrent connections / in-flight requests (503 past the cap). There is no per-client rate limit.
+concurrent connections / in-flight requests (503 past the cap), and a per-client rate (429). The rate
+limit is switched off here (``rate_per_s=None``): these tests send thousands of inputs a second from one
+client, and what they check is the parsing; tests/test_report_rate_limit.py checks the limit.
 """
 
 from __future__ import annotations
@@ -238,7 +240,7 @@ def _unix_target(path: Path, store: ReportStore, **kwargs: Any) -> tuple[Target,
 @pytest.fixture(scope="module", params=["http", "unix"])
 def target(request: pytest.FixtureRequest, socket_dir: Path) -> Iterator[Target]:
     """One server per transport for the whole module (hypothesis runs many inputs against it)."""
-    store = ReportStore()
+    store = ReportStore(rate_per_s=None)
     made, stop = (_http_target(store) if request.param == "http"
                   else _unix_target(socket_dir / f"r-{os.getpid()}.sock", store))
     yield made
@@ -498,7 +500,7 @@ def test_garbage_headers(target: Target, headers: list[bytes], huge: str | None)
 
 def test_http_absolute_form_target_with_bad_host() -> None:
     """``POST http://[x/api/v1/report`` must get a 4xx like any other bad target (the unix socket answers 404)."""
-    made, stop = _http_target(ReportStore())
+    made, stop = _http_target(ReportStore(rate_per_s=None))
     try:
         replies, _ = run_input(made, f"POST http://[x{REPORT_PATH} HTTP/1.1\r\nContent-Length: 0\r\n\r\n".encode())
         assert replies and replies[0].status is not None and replies[0].status // 100 == 4
@@ -530,7 +532,7 @@ def test_body_that_never_arrives_gets_408(target: Target, monkeypatch: pytest.Mo
 def test_http_in_flight_cap_answers_503_and_recovers() -> None:
     """The HTTP port caps requests in flight (max_concurrent): past it a report gets 503 at once, never a
     dropped connection, and once the slow ones finish the next report is kept."""
-    store = ReportStore()
+    store = ReportStore(rate_per_s=None)
     made, stop = _http_target(store, max_concurrent=2)
     slow: list[socket.socket] = []
     try:
@@ -570,7 +572,7 @@ def _read_to_end(sock: socket.socket) -> bytes:
 
 def test_unix_connection_burst_gets_204_or_503_never_silence(socket_dir: Path) -> None:
     """Many jobs reporting at once past max_connections: each one gets an answer, 204 or 503."""
-    store = ReportStore()
+    store = ReportStore(rate_per_s=None)
     made, stop = _unix_target(socket_dir / "burst.sock", store, max_connections=3)
     statuses: list[int | None] = []
     lock = threading.Lock()
@@ -599,7 +601,7 @@ def test_unix_connection_burst_gets_204_or_503_never_silence(socket_dir: Path) -
 def test_a_flood_of_reporters_is_bounded() -> None:
     """No rate limit exists, so a flood of reporters is bounded by max_reporters: the least recently
     updated are evicted, the latest are kept, over a real connection."""
-    store = ReportStore(max_reporters=8)
+    store = ReportStore(max_reporters=8, rate_per_s=None)
     made, stop = _http_target(store)
     try:
         request = b"".join(post(json.dumps({"step": i, "pid": i + 1, "job": "flood"}).encode()) for i in range(40))
@@ -619,7 +621,7 @@ def test_a_flood_of_reporters_is_bounded() -> None:
 @pytest.fixture(scope="module")
 def token_target(socket_dir: Path) -> Iterator[Target]:
     """A report socket whose store requires a (non-ASCII) bearer token."""
-    made, stop = _unix_target(socket_dir / "tok.sock", ReportStore(token="s3cr\u00e9t"))
+    made, stop = _unix_target(socket_dir / "tok.sock", ReportStore(token="s3cr\u00e9t", rate_per_s=None))
     yield made
     stop()
 
