@@ -25,6 +25,7 @@ from typing import IO, Any
 from pydantic import ConfigDict, TypeAdapter, ValidationError
 
 from agent.model import GpuSample
+from agent.trace_types import json_type_error
 
 FORMAT_NAME = "roofwatch-trace"
 FORMAT_VERSION = 1
@@ -330,6 +331,9 @@ class TraceReader:
             obj["gpu"] = str(gpu)
         if "node" in obj and obj["node"] is None:
             del obj["node"]  # null is unknown (the contract), and an unknown node is the default "local"
+        if (wrong := json_type_error(obj, GpuSample)) is not None:
+            self._fail(TraceFormatError(self.path, lineno, wrong))
+            return None
         try:
             sample = _adapter().validate_python((obj,))[0]
         except ValidationError as exc:

@@ -224,6 +224,17 @@ def test_later_header_from_concatenated_traces_is_skipped(tmp_path: Path) -> Non
 # --------------------------------------------------------------------------- reader errors
 
 
+def test_json_types_the_contract_allows_still_read(tmp_path: Path) -> None:
+    """Integral floats in int fields (older writers), booleans where the contract has them, unknown
+    fields of any type: all still accepted."""
+    path = write_lines(tmp_path / "t.jsonl", '{"ts":1,"gpu":"0","mem_used_bytes":1.5e11,"x":true,"y":"0.5",'
+                       '"remapped_rows":{"correctable":0,"uncorrectable":0,"pending":true,"failure":false},'
+                       '"links":[{"link":0,"up":false,"z":true}],"workload":{"job":"7"}}')
+    [sample] = list(read_trace(path))
+    assert sample.mem_used_bytes == 150_000_000_000 and sample.remapped_rows.pending is True
+    assert sample.links[0].up is False and sample.workload.job == "7"
+
+
 def test_malformed_json_names_line_and_column(tmp_path: Path) -> None:
     err = format_error(tmp_path / "trace.jsonl", HEADER, '{"ts":1,"gpu":"0"}', '{"ts":2 "gpu":"0"}')
     assert err.line == 3 and err.path.endswith("trace.jsonl")
@@ -253,6 +264,15 @@ def test_nested_field_error_names_the_path(tmp_path: Path) -> None:
         ('[1, 2]', "expected a JSON object (one sample), got list"),
         ('{"ts":1,"gpu":"0","power_w":NaN}', "not valid JSON: NaN is not allowed"),
         ('{"ts":1,"gpu":"0","power_w":1e999}', "not valid JSON: number 1e999 is out of range"),
+        ('{"ts":1,"gpu":"0","gr_active":true}', "field 'gr_active': must be a number, not true"),
+        ('{"ts":true,"gpu":"0"}', "field 'ts': must be a number, not true"),
+        ('{"ts":1,"gpu":"0","power_w":"250"}', "field 'power_w': must be a number, not '250'"),
+        ('{"ts":1,"gpu":"0","mem_used_bytes":false}', "field 'mem_used_bytes': must be a number, not false"),
+        ('{"ts":1,"gpu":"0","processes":[{"pid":1},{"pid":"2"}]}', "field 'processes[1].pid': must be a number"),
+        ('{"ts":1,"gpu":"0","workload":{"tokens_per_s":true}}', "field 'workload.tokens_per_s': must be a number"),
+        ('{"ts":1,"gpu":"0","remapped_rows":{"correctable":0,"uncorrectable":0,"pending":1,"failure":false}}',
+         "field 'remapped_rows.pending': must be true or false, not 1"),
+        ('{"ts":1,"gpu":"0","links":[{"link":0,"up":"yes"}]}', "field 'links[0].up': must be true or false"),
     ],
 )
 def test_bad_sample_lines(tmp_path: Path, line: str, expected: str) -> None:
