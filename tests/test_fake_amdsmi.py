@@ -452,6 +452,50 @@ def test_read_errors_are_api_failed(rig: Rig) -> None:
     assert rig.smi.amdsmi_get_gpu_activity(handle)["gfx_activity"] != "N/A"
 
 
+def test_a_forced_status_raises_what_the_real_package_raises_for_it(rig: Rig) -> None:
+    smi, w = rig.smi, rig.smi.amdsmi_wrapper
+    handles = rig.handles()
+    rig.lib.force_error("amdsmi_get_gpu_metrics_info", w.AMDSMI_STATUS_NO_PERM, gpu=1)
+    assert rig.code(smi.amdsmi_get_gpu_metrics_info, handles[1]) == w.AMDSMI_STATUS_NO_PERM
+    assert smi.amdsmi_get_gpu_metrics_info(handles[0])["average_gfx_activity"] != "N/A"  # only GPU 1
+    assert smi.amdsmi_get_gpu_activity(handles[1])["gfx_activity"] != "N/A"  # only that function
+    assert rig.lib.calls[("1", "amdsmi_get_gpu_metrics_info")] == 1  # a failing call is still a call
+    rig.lib.force_error("amdsmi_get_power_info", w.AMDSMI_STATUS_TIMEOUT, gpu=handles[2])  # by handle
+    with pytest.raises(smi.AmdSmiTimeoutException):
+        smi.amdsmi_get_power_info(handles[2])
+    rig.lib.force_error("amdsmi_get_energy_count", w.AMDSMI_STATUS_RETRY)  # every GPU
+    for handle in (handles[0], handles[7]):
+        with pytest.raises(smi.AmdSmiRetryException):
+            smi.amdsmi_get_energy_count(handle)
+    rig.lib.force_error("amdsmi_get_gpu_memory_usage", w.AMDSMI_STATUS_UNKNOWN_ERROR, gpu="3")
+    with pytest.raises(smi.AmdSmiLibraryException) as failure:
+        smi.amdsmi_get_gpu_memory_usage(handles[3], smi.AmdSmiMemoryType.VRAM)
+    assert type(failure.value) is smi.AmdSmiLibraryException
+    assert failure.value.get_error_code() == w.AMDSMI_STATUS_UNKNOWN_ERROR
+    assert "AMDSMI_STATUS_UNKNOWN_ERROR" in str(failure.value)
+    rig.lib.force_error("amdsmi_get_processor_handles", w.AMDSMI_STATUS_NOT_FOUND, gpu=5)  # by socket
+    assert rig.code(smi.amdsmi_get_processor_handles) == w.AMDSMI_STATUS_NOT_FOUND
+    rig.lib.clear_forced_errors()
+    assert len(rig.handles()) == 8
+    assert smi.amdsmi_get_gpu_metrics_info(handles[1])["average_gfx_activity"] != "N/A"
+    assert smi.amdsmi_get_energy_count(handles[0])["energy_accumulator"] > 0
+
+
+def test_a_forced_status_on_a_partition_and_bad_requests() -> None:
+    rig = Rig(CPX)
+    smi = rig.init()
+    w = smi.amdsmi_wrapper
+    handles = rig.handles()
+    rig.lib.force_error("amdsmi_get_gpu_process_list", w.AMDSMI_STATUS_NOT_SUPPORTED, gpu="0/3")
+    assert rig.code(smi.amdsmi_get_gpu_process_list, handles[3]) == w.AMDSMI_STATUS_NOT_SUPPORTED
+    assert isinstance(smi.amdsmi_get_gpu_process_list(handles[2]), list)  # its neighbour on the socket
+    for symbol, status, gpu in (("nvmlDeviceGetCount", 2, None), ("amdsmi_get_gpu_activity", 2, "9"),
+                                ("amdsmi_get_gpu_activity", 2, object()),
+                                ("amdsmi_get_gpu_activity", w.AMDSMI_STATUS_SUCCESS, None)):
+        with pytest.raises(ValueError):
+            rig.lib.force_error(symbol, status, gpu)
+
+
 def test_a_hang_times_out_and_close_releases_it(rig: Rig) -> None:
     smi, handle = rig.smi, rig.handles()[3]
     rig.virtual.inject_fault(3, "hang", 5.0, hang_s=0.05)

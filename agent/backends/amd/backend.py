@@ -51,6 +51,9 @@ class AmdBackend:
         self._found: dict[str, Found] = {}
         self._sockets: dict[str, SocketTable] = {}
         self._stale: set[str] = set()
+        """Lost devices: re-acquired with a fresh handle and fresh counter baselines."""
+        self._rebound: set[str] = set()
+        """Devices whose handle predates a re-initialisation: re-acquired, their counters continue."""
         self._closed = False
         self._generation = 0
         try:
@@ -130,7 +133,7 @@ class AmdBackend:
         if self._closed:
             raise DeviceError("amd backend is closed")
         self.amdsmi.reset()
-        if gpu in self._stale:
+        if gpu in self._stale or gpu in self._rebound:
             self._reacquire(device)
         try:
             sample = device.read(now)
@@ -159,7 +162,11 @@ class AmdBackend:
     # ------------------------------------------------------------------ recovery
 
     def _reacquire(self, device: AmdDevice) -> None:
-        """Find a lost device again by UUID among fresh handles; DeviceLostError while it is gone."""
+        """Find a lost device again by UUID among fresh handles; DeviceLostError while it is gone.
+
+        A device only re-bound after a re-initialisation keeps its counter baselines (see
+        :meth:`_reinit`); one that cannot be found is treated as lost from then on.
+        """
         try:
             for handle in self.amdsmi.amdsmi_get_processor_handles():
                 try:
@@ -169,19 +176,30 @@ class AmdBackend:
                 if uuid == device.info.uuid:
                     break
             else:
+                self._stale.add(device.gpu)
                 raise DeviceLostError(f"amdsmi: GPU {device.gpu} ({device.info.uuid}) still unavailable")
         except self.module.AmdSmiException as exc:
+            self._stale.add(device.gpu)
             if meaning(exc) is Meaning.LIBRARY:
                 self._reinit()
             raise DeviceLostError(f"amdsmi: GPU {device.gpu} ({device.info.uuid}) still unavailable: "
                                   f"{describe(exc)}") from None
         log.info("GPU %s is back (new handle)", device.gpu)
         self._found[device.gpu] = dataclasses.replace(self._found[device.gpu], handle=handle)
-        device.reset(handle)
+        if device.gpu in self._stale:
+            device.reset(handle)
+        else:
+            device.rebind(handle)
         self._stale.discard(device.gpu)
+        self._rebound.discard(device.gpu)
 
     def _reinit(self) -> None:
-        """amdsmi itself broke: shut down, initialise again, and re-acquire every device."""
+        """amdsmi itself broke: shut down, initialise again, and re-acquire every device.
+
+        Only the library restarted, not the GPUs: their handles are re-acquired, but their counter
+        baselines are kept (the error matrix found every other GPU losing a whole interval of rates,
+        and all of them for as long as one GPU kept failing with NOT_INIT).
+        """
         with self._lock:
             try:
                 self.amdsmi.amdsmi_shut_down()
@@ -193,7 +211,7 @@ class AmdBackend:
                 log.warning("amdsmi re-initialisation failed: %s", describe(exc))
                 return
             self._generation += 1
-            self._stale.update(self._devices)
+            self._rebound.update(self._devices)
             log.warning("amdsmi re-initialised; re-acquiring every GPU")
 
     # ------------------------------------------------------------------ introspection (doctor)

@@ -300,18 +300,31 @@ class AmdDevice:
             out["clock_event_reasons"] = reasons
 
     def _slow(self, out: dict[str, Any]) -> None:
-        """Power cap (µW) and ECC totals: re-read once a minute, reported every interval."""
+        """Power cap (µW) and ECC totals: re-read once a minute, reported every interval.
+
+        A refresh that did not come back (a failed read, no data, or amdsmi re-initialised under
+        it) is due again the next interval, not a minute later: the error policy's "retried next
+        interval" (the error matrix found it waiting 60 s). ECC found absent reports unknown from
+        then on, not the totals read before it went away, which would never be refreshed again.
+        """
         s, now = self._state, self._clock()
         if now - s.slow_at >= SLOW_REFRESH_S:
-            s.slow_at = now
+            retry = False
             if self.primary:
                 cap = self._opt("power_cap", self.amdsmi.amdsmi_get_power_cap_info, self.handle)
                 microwatts = v.num((cap or {}).get("power_cap"))
                 s.power_limit_w = microwatts / 1e6 if microwatts else None
+                retry = cap is None and self.has("power_cap")
             ecc = self._opt("ecc", self.amdsmi.amdsmi_get_gpu_total_ecc_count, self.handle)
             if ecc is not None:
                 cor, unc = v.num(ecc.get("correctable_count")), v.num(ecc.get("uncorrectable_count"))
                 s.ecc = (int(cor) if cor is not None else None, int(unc) if unc is not None else None)
+            elif self.has("ecc"):
+                retry = True
+            else:
+                s.ecc = (None, None)
+            if not retry:
+                s.slow_at = now
         if self.primary:
             out["power_limit_w"] = s.power_limit_w
         out["ecc_corrected_errors"], out["ecc_uncorrected_errors"] = s.ecc
@@ -363,6 +376,11 @@ class AmdDevice:
         """A fresh handle after a loss: forget counter baselines, keep capabilities."""
         self.handle = handle
         self._state = _State()
+
+    def rebind(self, handle: Any) -> None:
+        """A fresh handle for the same GPU after amdsmi was re-initialised: the GPU was not reset and
+        its counters ran on, so the baselines stay and its rates go on without a gap."""
+        self.handle = handle
 
 
 def _process_samples(procs: list[dict[str, Any]] | None, host: HostFacts) -> tuple[ProcessSample, ...] | None:

@@ -14,6 +14,11 @@ Processor handles are ``0x7A000000 | generation << 16 | gpu << 8 | partition``; 
 window bumps the generation when it ends, so a handle taken before stays invalid (NOT_FOUND) and
 a fresh enumeration returns a new value, as after a reset. Socket handles are
 ``0x50000000 | gpu << 8`` and never change.
+
+:meth:`FakeAmdSmiLibrary.force_error` makes one function fail with a chosen amdsmi_status_t, on
+one GPU or all: the C function returns that status and the real package raises for it exactly as
+it would over libamd_smi.so (``_check_res``: AmdSmiRetryException for RETRY, AmdSmiTimeoutException
+for TIMEOUT, AmdSmiLibraryException carrying the code for everything else).
 """
 
 from __future__ import annotations
@@ -79,6 +84,7 @@ class FakeAmdSmiLibrary(SystemFunctions, IdentityFunctions, MetricsFunctions, Po
         self._closed = threading.Event()
         self._hung = 0
         self._strings: dict[bytes, Any] = {}
+        self._forced: dict[tuple[str, str | None], int] = {}
         self.sockets: list[AmdSocket] = self._build_sockets(frozenset(HIDDEN_FIELDS[preset]))
         self.devices: list[AmdDevice] = [d for s in self.sockets for d in s.devices]
         self._by_gpu = {d.gpu: d for d in self.devices}
@@ -122,6 +128,48 @@ class FakeAmdSmiLibrary(SystemFunctions, IdentityFunctions, MetricsFunctions, Po
         if dev is None:
             raise ValueError(f"node {self.backend.node!r} has no GPU {gpu!r}")
         return dev.latest
+
+    def force_error(self, symbol: str, status: int, gpu: Any = None) -> None:
+        """Make every call of ``symbol`` (on ``gpu``, or on any) return ``status`` until
+        :meth:`clear_forced_errors`: the fault matrix's "each call failing with each status".
+
+        ``symbol`` is the amdsmi function's public name (``amdsmi_get_gpu_metrics_info``): each
+        per-device function of the amdsmi package calls the C function of the same name once and
+        raises what ``_check_res`` makes of its status. ``status`` is an amdsmi_status_t value
+        (``amdsmi_wrapper.AMDSMI_STATUS_*``), taken as the C ``uint32`` it is. ``gpu`` is a virtual
+        id (``1``, ``"0/3"``) or a processor handle; functions that take a socket handle
+        (``amdsmi_get_processor_handles``) are matched by the socket's GPU index. A forced status
+        comes before every other check (init, handle validity, profile), as a failing library's would.
+        """
+        if not isinstance(symbol, str) or not symbol.startswith("amdsmi_"):
+            raise ValueError(f"not an amdsmi function: {symbol!r}")
+        if symbol in self._missing:
+            raise ValueError(f"{symbol} is missing from this library (profile missing_symbols)")
+        code = int(status) & 0xFFFFFFFF
+        if code == codes.STATUS_SUCCESS:
+            raise ValueError("force_error needs a failing status, not AMDSMI_STATUS_SUCCESS")
+        key = None if gpu is None else self._gpu_key(gpu)
+        with self._lock:
+            self._forced[(symbol, key)] = code
+
+    def clear_forced_errors(self) -> None:
+        with self._lock:
+            self._forced.clear()
+
+    def _gpu_key(self, gpu: Any) -> str:
+        """The virtual GPU id named by ``gpu``: an id (``1``, ``"0/3"``) or one of our processor handles."""
+        if isinstance(gpu, (int, str)) and not isinstance(gpu, bool):
+            key = str(gpu).strip()
+            if key in self._by_gpu or any(str(s.index) == key for s in self.sockets):
+                return key
+        else:
+            try:
+                ref = self._decode(pointer_value(gpu))
+            except (TypeError, ctypes.ArgumentError):
+                ref = None
+            if ref is not None:
+                return ref[0].gpu
+        raise ValueError(f"node {self.backend.node!r} has no GPU {gpu!r}")
 
     @property
     def hung_calls(self) -> int:
@@ -269,6 +317,13 @@ class FakeAmdSmiLibrary(SystemFunctions, IdentityFunctions, MetricsFunctions, Po
             key = str(socket.index) if socket else None
         with self._lock:
             self.calls[(key, fn.name)] += 1
+            forced = None
+            if self._forced:
+                forced = self._forced.get((fn.name, key)) if key is not None else None
+                if forced is None:
+                    forced = self._forced.get((fn.name, None))
+        if forced is not None:
+            return forced
         try:
             if fn.needs_init and not self._initialised():
                 raise Fail(codes.STATUS_NOT_INIT)
