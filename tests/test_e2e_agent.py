@@ -183,3 +183,36 @@ def test_port_in_use_is_a_clear_error(demo):
     )
     assert result.returncode == 1
     assert f"cannot listen on 127.0.0.1:{port}" in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("backend", ["nvml-virtual", "amd-virtual"])
+def test_a_lost_gpu_goes_down_alone_and_comes_back_in_the_real_process(tmp_path, backend):
+    """The fault matrix's first row against the real agent process, through the real vendor backend:
+    GPU 3 falls off the bus for the first seconds of the agent's life, then answers again."""
+    from agent.backends.registry import VIRTUAL_HEAD_START_S
+
+    scenario_name = "demo" if backend == "nvml-virtual" else "mi300x"
+    data = yaml.safe_load(_builtin_text(scenario_name))
+    # The scenario has run VIRTUAL_HEAD_START_S when the agent starts: lost from about 3 s to 9 s later.
+    data["nodes"][0]["faults"] = [{"gpu": 3, "kind": "lost", "start_s": VIRTUAL_HEAD_START_S + 3, "duration_s": 6}]
+    path = tmp_path / "lost.yaml"
+    path.write_text(yaml.safe_dump(data))
+    agent = AgentProcess("demo", "--backend", backend, "--listen", "127.0.0.1:0", "--scenario", str(path),
+                         "--interval", "0.5")
+    try:
+        agent.wait_healthy()
+        down = poll(lambda: (t := agent.metrics()) and gauge_values(t, "roofwatch_gpu_up").get("3") == 0.0 and t,
+                    20, what="GPU 3 down")
+        up = gauge_values(down, "roofwatch_gpu_up")
+        assert {g: v for g, v in up.items() if g != "3"} == {g: 1.0 for g in "0124567"}
+        assert agent.get("healthz")[0] == 200
+        back = poll(lambda: (t := agent.metrics()) and gauge_values(t, "roofwatch_gpu_up").get("3") == 1.0 and t,
+                    30, what="GPU 3 back")
+        assert gauge_values(back, "roofwatch_gpu_power_watts").get("3", 0) > 0
+        if backend == "nvml-virtual":  # NVML reports the fall as XID 79; the counter stays after recovery
+            assert 'roofwatch_gpu_xid_errors_total{gpu="3"' in back and 'xid="79"' in back
+        code, _, err = agent.stop(signal.SIGTERM, timeout=5.0)
+    finally:
+        agent.kill()
+    assert code == 0
+    assert 'msg="device down"' in err and "gpu=3" in err
