@@ -319,6 +319,10 @@ class Collector:
     def _record_success(self, slot: _DeviceSlot, sample: GpuSample) -> None:
         if not slot.up and slot.consecutive_failures:
             log.info("device back up", extra={"gpu": slot.info.gpu, "after_failures": slot.consecutive_failures})
+        if not slot.up:  # a device the backend could not identify at start (lost then) has an identity now
+            current = getattr(self.backend, "device_info", None)
+            if current is not None:
+                slot.info = current(slot.info.gpu)
         slot.counters = accumulate_counters(slot.counters, slot.sample, sample)
         slot.sample = sample
         slot.history.append(sample)

@@ -147,6 +147,12 @@ def nvml_findings(backend: Any) -> tuple[list[Finding], int]:
     parents_seen: set[str] = set()
     for gpu, device in devices.items():
         info = device.info
+        if device.handles.handle is None:  # listed at start without a handle (discovery.lost_at_start)
+            out.append(Finding("GPU", "fail", "NVML counts this GPU but cannot hand it out (GPU is lost)",
+                               "every metric of this GPU; the agent reports it down and keeps looking for it",
+                               "check dmesg for XID 79 (fell off the bus) or 'requires reset'; reset it "
+                               "(nvidia-smi -r -i INDEX) or reboot, after draining the node", gpu=gpu))
+            continue
         out.append(Finding("GPU", "info", f"{info.model} ({info.uuid}), spec "
                                           f"{info.spec.key if info.spec else 'unknown'}", gpu=gpu))
         parent_key = gpu.split("/")[0]

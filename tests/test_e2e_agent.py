@@ -193,8 +193,8 @@ def test_a_lost_gpu_goes_down_alone_and_comes_back_in_the_real_process(tmp_path,
 
     scenario_name = "demo" if backend == "nvml-virtual" else "mi300x"
     data = yaml.safe_load(_builtin_text(scenario_name))
-    # The scenario has run VIRTUAL_HEAD_START_S when the agent starts: lost from about 3 s to 9 s later.
-    data["nodes"][0]["faults"] = [{"gpu": 3, "kind": "lost", "start_s": VIRTUAL_HEAD_START_S + 3, "duration_s": 6}]
+    # The scenario has run VIRTUAL_HEAD_START_S when the agent starts: lost from about 2 s to 5 s later.
+    data["nodes"][0]["faults"] = [{"gpu": 3, "kind": "lost", "start_s": VIRTUAL_HEAD_START_S + 2, "duration_s": 3}]
     path = tmp_path / "lost.yaml"
     path.write_text(yaml.safe_dump(data))
     agent = AgentProcess("demo", "--backend", backend, "--listen", "127.0.0.1:0", "--scenario", str(path),
@@ -216,3 +216,46 @@ def test_a_lost_gpu_goes_down_alone_and_comes_back_in_the_real_process(tmp_path,
         agent.kill()
     assert code == 0
     assert 'msg="device down"' in err and "gpu=3" in err
+
+
+def test_a_gpu_lost_before_the_agent_starts_is_listed_down_then_found(tmp_path):
+    """NVML counts a GPU it cannot hand out (fallen off the bus): the agent must start anyway, list it
+    down under its index (the fleet does not silently shrink) and fill in its identity once found."""
+    from agent.backends.registry import VIRTUAL_HEAD_START_S
+
+    data = yaml.safe_load(_builtin_text("demo"))
+    data["nodes"][0]["faults"] = [{"gpu": 3, "kind": "lost", "start_s": 0, "duration_s": VIRTUAL_HEAD_START_S + 4}]
+    path = tmp_path / "lost.yaml"
+    path.write_text(yaml.safe_dump(data))
+    agent = AgentProcess("demo", "--backend", "nvml-virtual", "--listen", "127.0.0.1:0", "--scenario", str(path),
+                         "--interval", "0.5")
+    try:
+        agent.wait_healthy()
+        text = agent.metrics()
+        up = gauge_values(text, "roofwatch_gpu_up")
+        assert up.get("3") == 0.0 and sorted(g for g, v in up.items() if v == 1.0) == list("0124567")
+        assert 'roofwatch_gpus_expected{node="demo-node"} 8.0' in text
+        assert 'gpu="3",model="unknown"' in text
+        back = poll(lambda: (t := agent.metrics()) and gauge_values(t, "roofwatch_gpu_up").get("3") == 1.0 and t,
+                    30, what="GPU 3 found")
+        info = [line for line in back.splitlines() if line.startswith('roofwatch_gpu_info{gpu="3"')]
+        assert len(info) == 1 and 'model="NVIDIA H100 80GB HBM3"' in info[0] and 'uuid="GPU-' in info[0]
+        code, _, err = agent.stop(signal.SIGTERM, timeout=5.0)
+    finally:
+        agent.kill()
+    assert code == 0
+    assert "GPU 3 cannot be read at start" in err and "GPU 3 found" in err
+
+
+def test_doctor_names_a_gpu_lost_before_start_and_how_to_fix_it(tmp_path):
+    data = yaml.safe_load(_builtin_text("demo"))
+    data["nodes"][0]["faults"] = [{"gpu": 3, "kind": "lost", "start_s": 0, "duration_s": 3600}]
+    path = tmp_path / "lost.yaml"
+    path.write_text(yaml.safe_dump(data))
+    result = subprocess.run(roofwatch_cmd("doctor", "--backend", "nvml-virtual", "--scenario", str(path)),
+                            capture_output=True, text=True, timeout=60, env=clean_env())
+    assert result.returncode != 0, "a lost GPU is a failed check"
+    lines = result.stdout.splitlines()
+    lost = [i for i, line in enumerate(lines) if line.startswith("FAIL GPU [GPU 3]")]
+    assert lost and "GPU is lost" in lines[lost[0]] and "XID 79" in "\n".join(lines[lost[0]:lost[0] + 3])
+    assert sum(1 for line in lines if line.startswith("ok   GPM [GPU")) == 7, "the other seven are checked as usual"

@@ -84,3 +84,8 @@ class Backend(Protocol):
     def close(self) -> None:
         """Release library handles; called once at shutdown, possibly while a call hangs."""
         ...
+
+    # Optional, looked up with getattr by the collector:
+    #   device_info(gpu) -> DeviceInfo: the device's identity now, asked when a device comes up. A GPU
+    #     lost when the agent started is listed with a placeholder identity until it is first read.
+    #   device_events(gpu), nic_ports(), warm_samples(...): see the collector and the virtual backend.

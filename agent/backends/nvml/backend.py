@@ -23,7 +23,7 @@ from agent.backends.base import BackendUnavailable, DeviceError, DeviceLostError
 from agent.backends.nvml.calls import CountingNvml
 from agent.backends.nvml.device import Handles, NvmlDevice
 from agent.backends.readings import LibraryError
-from agent.backends.nvml.discovery import Found, discover
+from agent.backends.nvml.discovery import Found, describe_gpu, discover
 from agent.backends.nvml.errors import Meaning, describe, meaning
 from agent.backends.nvml.events import XidWatcher
 from agent.backends.nvml.gpm import MIN_SPAN_S
@@ -112,8 +112,10 @@ class NvmlBackend:
         xids = self._events.counts if self._events else None
         for f in found:
             self._found[f.info.gpu] = f
-            self._devices[f.info.gpu] = NvmlDevice(self.nvml, f.info, f.handles, self._host, xids=xids,
+            self._devices[f.info.gpu] = NvmlDevice(self.nvml, f.info, f.handles or Handles(None), self._host, xids=xids,
                                                    clock=self._clock, node=self.node)
+            if f.unresolved:
+                self._stale.add(f.info.gpu)
         self._probe()
         if self._events is not None:
             self._watch_all()
@@ -127,6 +129,8 @@ class NvmlBackend:
                 self._sleep(max(PROBE_SPAN_S, MIN_SPAN_S))
             now = self._wall()
             for gpu, device in self._devices.items():
+                if self._found[gpu].unresolved:
+                    continue
                 try:
                     device.read(now)
                 except DeviceLostError as exc:
@@ -141,6 +145,8 @@ class NvmlBackend:
         assert self._events is not None
         by_index: dict[int, tuple[Any, dict[int, str]]] = {}
         for gpu, f in self._found.items():
+            if f.handles is None:
+                continue  # watched once it is found (_reacquire)
             if f.handles.parent is not None:
                 entry = by_index.setdefault(f.index, (f.handles.parent, {}))
                 entry[1][f.handles.gpu_instance_id or 0] = gpu
@@ -196,6 +202,9 @@ class NvmlBackend:
         """Look a lost device up again by UUID; raises DeviceLostError while it is still gone."""
         f = self._found[device.gpu]
         nvml = self.nvml
+        if f.unresolved:
+            self._resolve(device, f)
+            return
         try:
             if f.handles.parent is None:
                 handles = Handles(nvml.nvmlDeviceGetHandleByUUID(device.info.uuid.encode()))
@@ -216,6 +225,31 @@ class NvmlBackend:
             instances = {g.handles.gpu_instance_id or 0: gpu for gpu, g in self._found.items()
                          if g.index == f.index and g.handles.parent is not None}
             self._events.watch(parent, str(f.index), instances)
+
+    def _resolve(self, device: NvmlDevice, f: Found) -> None:
+        """First contact with a GPU that was lost when the agent started: describe it now."""
+        try:
+            handle = self.nvml.nvmlDeviceGetHandleByIndex(f.index)
+            described = describe_gpu(self.nvml, f.index, handle)
+        except self.module.NVMLError as exc:
+            if meaning(exc) is Meaning.LIBRARY:
+                self._reinit()
+            raise DeviceLostError(f"NVML: GPU {device.gpu} still unavailable: {describe(exc)}") from None
+        if len(described) != 1 or described[0].info.gpu != device.gpu:
+            raise DeviceLostError(f"NVML: GPU {device.gpu} came back with MIG enabled; restart the agent to read "
+                                  "its instances")
+        (found,) = described
+        log.info("GPU %s found (%s, %s)", device.gpu, found.info.model, found.info.uuid)
+        self._found[device.gpu] = found
+        device.info = found.info
+        device.reset(found.handles)
+        self._stale.discard(device.gpu)
+        if self._events is not None:
+            self._events.watch(handle, str(f.index), {})
+
+    def device_info(self, gpu: str) -> DeviceInfo:
+        """The device's identity now: it changes when a GPU lost at start is found."""
+        return self._devices[gpu].info
 
     def _find_instance(self, parent: Any, gi: int | None) -> Any:
         nvml = self.nvml

@@ -8,13 +8,16 @@ through its MIG device handle, with GPM going through the parent handle.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
 from agent.backends.nvml.device import Handles
-from agent.backends.nvml.errors import Meaning, meaning
+from agent.backends.nvml.errors import Meaning, describe, meaning
 from agent.model import DeviceInfo
 from agent.specs import mig_profile, mig_slice_spec, resolve_spec
+
+log = logging.getLogger("roofwatch.nvml")
 
 NVLINK_LINK_COUNT = 91
 """NVML_FI_DEV_NVLINK_LINK_COUNT."""
@@ -25,9 +28,23 @@ class Found:
     """One device to read: its identity, handles, and the physical GPU it sits on."""
 
     info: DeviceInfo
-    handles: Handles
+    handles: Handles | None
+    """None for a GPU that was lost when the agent started: it has no handle yet."""
     index: int
     """The physical GPU's NVML index."""
+
+    @property
+    def unresolved(self) -> bool:
+        return self.handles is None
+
+
+def lost_at_start(index: int, reason: str) -> Found:
+    """A GPU that NVML counts but cannot hand out (fallen off the bus, needs a reset) when the agent
+    starts. It is listed as down under its index, so the fleet does not silently shrink and the
+    other GPUs are read as usual; its identity is filled in when it comes back."""
+    log.warning("GPU %d cannot be read at start (%s): listed as down, looked for again with back-off", index, reason)
+    info = DeviceInfo(gpu=str(index), uuid="", vendor="nvidia", model="unknown")
+    return Found(info, None, index)
 
 
 def _optional(nvml: Any, fn: Any, *args: Any) -> Any:
@@ -67,11 +84,17 @@ def whole_gpu_spec(nvml: Any, handle: Any, name: str, pci_device_id: int | None,
 
 
 def discover(nvml: Any) -> list[Found]:
-    """Every device to read, in index order. Raises the pynvml error of a failing required call."""
+    """Every device to read, in index order. A GPU that is lost is listed unresolved
+    (:func:`lost_at_start`); any other failing required call raises its pynvml error."""
     found: list[Found] = []
     for index in range(nvml.nvmlDeviceGetCount()):
-        handle = nvml.nvmlDeviceGetHandleByIndex(index)
-        found.extend(describe_gpu(nvml, index, handle))
+        try:
+            handle = nvml.nvmlDeviceGetHandleByIndex(index)
+            found.extend(describe_gpu(nvml, index, handle))
+        except nvml.NVMLError as exc:
+            if meaning(exc) is not Meaning.DEVICE_LOST:
+                raise
+            found.append(lost_at_start(index, describe(exc)))
     return found
 
 
