@@ -104,8 +104,8 @@ def test_signals_stop_cleanly(sig):
     assert "Traceback" not in err and "msg=stopping" in err
 
 
-def _demo_with_faults(tmp_path, faults):
-    data = yaml.safe_load(_builtin_text("demo"))
+def _demo_with_faults(tmp_path, faults, scenario: str = "demo"):
+    data = yaml.safe_load(_builtin_text(scenario))
     data["nodes"][0]["faults"] = faults
     path = tmp_path / "faulty.yaml"
     path.write_text(yaml.safe_dump(data))
@@ -191,23 +191,18 @@ def test_a_lost_gpu_goes_down_alone_and_comes_back_in_the_real_process(tmp_path,
     GPU 3 falls off the bus for the first seconds of the agent's life, then answers again."""
     from agent.backends.registry import VIRTUAL_HEAD_START_S
 
-    scenario_name = "demo" if backend == "nvml-virtual" else "mi300x"
-    data = yaml.safe_load(_builtin_text(scenario_name))
     # The scenario has run VIRTUAL_HEAD_START_S when the agent starts: lost from about 2 s to 5 s later.
-    data["nodes"][0]["faults"] = [{"gpu": 3, "kind": "lost", "start_s": VIRTUAL_HEAD_START_S + 2, "duration_s": 3}]
-    path = tmp_path / "lost.yaml"
-    path.write_text(yaml.safe_dump(data))
+    path = _demo_with_faults(tmp_path, [{"gpu": 3, "kind": "lost", "start_s": VIRTUAL_HEAD_START_S + 2, "duration_s": 3}],
+                             "demo" if backend == "nvml-virtual" else "mi300x")
     agent = AgentProcess("demo", "--backend", backend, "--listen", "127.0.0.1:0", "--scenario", str(path),
                          "--interval", "0.5")
     try:
         agent.wait_healthy()
-        down = poll(lambda: (t := agent.metrics()) and gauge_values(t, "roofwatch_gpu_up").get("3") == 0.0 and t,
-                    20, what="GPU 3 down")
+        down = _when_gpu_up(agent, "3", 0.0, 20)
         up = gauge_values(down, "roofwatch_gpu_up")
         assert {g: v for g, v in up.items() if g != "3"} == {g: 1.0 for g in "0124567"}
         assert agent.get("healthz")[0] == 200
-        back = poll(lambda: (t := agent.metrics()) and gauge_values(t, "roofwatch_gpu_up").get("3") == 1.0 and t,
-                    30, what="GPU 3 back")
+        back = _when_gpu_up(agent, "3", 1.0, 30)
         assert gauge_values(back, "roofwatch_gpu_power_watts").get("3", 0) > 0
         if backend == "nvml-virtual":  # NVML reports the fall as XID 79; the counter stays after recovery
             assert 'roofwatch_gpu_xid_errors_total{gpu="3"' in back and 'xid="79"' in back
@@ -223,10 +218,7 @@ def test_a_gpu_lost_before_the_agent_starts_is_listed_down_then_found(tmp_path):
     down under its index (the fleet does not silently shrink) and fill in its identity once found."""
     from agent.backends.registry import VIRTUAL_HEAD_START_S
 
-    data = yaml.safe_load(_builtin_text("demo"))
-    data["nodes"][0]["faults"] = [{"gpu": 3, "kind": "lost", "start_s": 0, "duration_s": VIRTUAL_HEAD_START_S + 4}]
-    path = tmp_path / "lost.yaml"
-    path.write_text(yaml.safe_dump(data))
+    path = _demo_with_faults(tmp_path, [{"gpu": 3, "kind": "lost", "start_s": 0, "duration_s": VIRTUAL_HEAD_START_S + 4}])
     agent = AgentProcess("demo", "--backend", "nvml-virtual", "--listen", "127.0.0.1:0", "--scenario", str(path),
                          "--interval", "0.5")
     try:
@@ -236,8 +228,7 @@ def test_a_gpu_lost_before_the_agent_starts_is_listed_down_then_found(tmp_path):
         assert up.get("3") == 0.0 and sorted(g for g, v in up.items() if v == 1.0) == list("0124567")
         assert 'roofwatch_gpus_expected{node="demo-node"} 8.0' in text
         assert 'gpu="3",model="unknown"' in text
-        back = poll(lambda: (t := agent.metrics()) and gauge_values(t, "roofwatch_gpu_up").get("3") == 1.0 and t,
-                    30, what="GPU 3 found")
+        back = _when_gpu_up(agent, "3", 1.0, 30)
         info = [line for line in back.splitlines() if line.startswith('roofwatch_gpu_info{gpu="3"')]
         assert len(info) == 1 and 'model="NVIDIA H100 80GB HBM3"' in info[0] and 'uuid="GPU-' in info[0]
         code, _, err = agent.stop(signal.SIGTERM, timeout=5.0)
@@ -248,10 +239,7 @@ def test_a_gpu_lost_before_the_agent_starts_is_listed_down_then_found(tmp_path):
 
 
 def test_doctor_names_a_gpu_lost_before_start_and_how_to_fix_it(tmp_path):
-    data = yaml.safe_load(_builtin_text("demo"))
-    data["nodes"][0]["faults"] = [{"gpu": 3, "kind": "lost", "start_s": 0, "duration_s": 3600}]
-    path = tmp_path / "lost.yaml"
-    path.write_text(yaml.safe_dump(data))
+    path = _demo_with_faults(tmp_path, [{"gpu": 3, "kind": "lost", "start_s": 0, "duration_s": 3600}])
     result = subprocess.run(roofwatch_cmd("doctor", "--backend", "nvml-virtual", "--scenario", str(path)),
                             capture_output=True, text=True, timeout=60, env=clean_env())
     assert result.returncode != 0, "a lost GPU is a failed check"
@@ -259,3 +247,9 @@ def test_doctor_names_a_gpu_lost_before_start_and_how_to_fix_it(tmp_path):
     lost = [i for i, line in enumerate(lines) if line.startswith("FAIL GPU [GPU 3]")]
     assert lost and "GPU is lost" in lines[lost[0]] and "XID 79" in "\n".join(lines[lost[0]:lost[0] + 3])
     assert sum(1 for line in lines if line.startswith("ok   GPM [GPU")) == 7, "the other seven are checked as usual"
+
+
+def _when_gpu_up(agent: AgentProcess, gpu: str, value: float, timeout: float) -> str:
+    """The first exposition in which ``roofwatch_gpu_up`` of ``gpu`` is ``value``."""
+    return poll(lambda: (t := agent.metrics()) and gauge_values(t, "roofwatch_gpu_up").get(gpu) == value and t,
+                timeout, what=f"roofwatch_gpu_up of GPU {gpu} at {value}")
