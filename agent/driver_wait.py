@@ -91,7 +91,7 @@ class DriverWait(Generic[T]):
         return opened
 
     def give_up_message(self) -> str:
-        return f"{self.reason} (waited {self.waited_s:.0f} s for the GPU driver; driver_wait_s={self.wait_s:g})"
+        return f"{self.reason} (still no GPU driver after waiting driver_wait_s={self.wait_s:g} s)"
 
     def _waiting_snapshot(self) -> NodeSnapshot:
         now = self.clock()

@@ -49,11 +49,13 @@ def test_a_wrap_and_a_reset_of_infiniband_counters_under_the_running_agent(tmp_p
         assert poll(lambda: _nic_bytes(url), 30, what="the port's totals") == {"tx": 0.0, "rx": 0.0}
 
         sysfs.counters("mlx5_0", port_xmit_data=1_000, port_rcv_data=5_500)  # tx wrapped past 2^32
-        wrapped = poll(lambda: (b := _nic_bytes(url)) and b["tx"] > 0 and b, 10, what="traffic across the wrap")
+        # Both files changed (the agent may read between the two writes; it then catches up).
+        wrapped = poll(lambda: (b := _nic_bytes(url)) and b["tx"] > 0 and b["rx"] > 0 and b, 10,
+                       what="traffic across the wrap")
         assert wrapped == {"tx": 2_000 * 4.0, "rx": 500 * 4.0}, "4-octet words, 2000 of them across the wrap"
 
         sysfs.counters("mlx5_0", port_xmit_data=10, port_rcv_data=20)  # both reset (driver reload)
-        reset = poll(lambda: (b := _nic_bytes(url)) and b["tx"] > wrapped["tx"] and b, 10,
+        reset = poll(lambda: (b := _nic_bytes(url)) and b["tx"] > wrapped["tx"] and b["rx"] > wrapped["rx"] and b, 10,
                      what="traffic after the reset")
         assert reset == {"tx": 8_000 + 10 * 4.0, "rx": 2_000 + 20 * 4.0}, "what counted since the reset"
 

@@ -191,13 +191,15 @@ def test_a_lost_gpu_goes_down_alone_and_comes_back_in_the_real_process(tmp_path,
     GPU 3 falls off the bus for the first seconds of the agent's life, then answers again."""
     from agent.backends.registry import VIRTUAL_HEAD_START_S
 
-    # The scenario has run VIRTUAL_HEAD_START_S when the agent starts: lost from about 2 s to 5 s later.
-    path = _demo_with_faults(tmp_path, [{"gpu": 3, "kind": "lost", "start_s": VIRTUAL_HEAD_START_S + 2, "duration_s": 3}],
+    # The scenario has run VIRTUAL_HEAD_START_S when the backend opens: lost from about 4 s to 7 s later
+    # (after discovery even on a slow machine; a GPU lost before discovery has its own test below).
+    path = _demo_with_faults(tmp_path, [{"gpu": 3, "kind": "lost", "start_s": VIRTUAL_HEAD_START_S + 4, "duration_s": 3}],
                              "demo" if backend == "nvml-virtual" else "mi300x")
     agent = AgentProcess("demo", "--backend", backend, "--listen", "127.0.0.1:0", "--scenario", str(path),
                          "--interval", "0.5")
     try:
         agent.wait_healthy()
+        assert gauge_values(agent.metrics(), "roofwatch_gpu_up").get("3") == 1.0, "GPU 3 must be found before its fall"
         down = _when_gpu_up(agent, "3", 0.0, 20)
         up = gauge_values(down, "roofwatch_gpu_up")
         assert {g: v for g, v in up.items() if g != "3"} == {g: 1.0 for g in "0124567"}
