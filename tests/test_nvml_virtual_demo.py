@@ -49,7 +49,10 @@ def demos():
     try:
         for agent in agents:
             agent.wait_healthy()
-            poll(lambda a=agent: "roofwatch_gpu_tensor_active_ratio{" in a.metrics(), 20, what="first samples")
+            # Every GPU's first GPM pair: right after start a GPM span can be too short for some GPUs
+            # (the values are then unknown for that interval), so wait for all eight, not the first.
+            poll(lambda a=agent: a.metrics().count("roofwatch_gpu_tensor_active_ratio{") == 8, 20,
+                 what="tensor activity of all 8 GPUs")
         yield agents
     finally:
         for agent in agents:
