@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Generic, TypeVar
 
 from agent.backends.base import BackendUnavailable
+from agent.collector import Backoff
 from agent.model import CollectorHealth, NodeSnapshot
 
 log = logging.getLogger("roofwatch.driver")
@@ -65,8 +66,8 @@ class DriverWait(Generic[T]):
         return self.waited_s >= self.wait_s
 
     def next_delay_s(self) -> float:
-        """Back-off between attempts, never past the end of the wait."""
-        delay = min(self.max_delay_s, self.first_delay_s * 2.0 ** min(max(0, self.attempts - 1), 30))
+        """The collector's device back-off between attempts, never past the end of the wait."""
+        delay = Backoff(initial_s=self.first_delay_s, max_s=self.max_delay_s).delay(self.attempts)
         return max(0.0, min(delay, self.wait_s - self.waited_s))
 
     def failed(self, error: BackendUnavailable) -> None:

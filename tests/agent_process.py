@@ -128,3 +128,16 @@ def serving(server: BaseServer) -> Iterator[BaseServer]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+@contextlib.contextmanager
+def serving_collector(collector) -> Iterator:
+    """The agent's HTTP server over ``collector``'s snapshots, with a clock the test sets
+    (``server.test_clock["t"]``) so that staleness is decided by the test, not by time passing."""
+    from exporters.http import AgentHTTPServer
+
+    now = {"t": collector.snapshot.health.last_cycle_ts}
+    with serving(AgentHTTPServer(("127.0.0.1", 0), lambda: collector.snapshot, stale_after_s=10.0,
+                                 clock=lambda: now["t"])) as server:
+        server.test_clock = now  # type: ignore[attr-defined]
+        yield server

@@ -17,7 +17,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.agent_process import clean_env, http_get, poll, roofwatch_cmd
-from tests.test_driver_wait import LATE_DRIVER, _free_port
+from tests.prometheus_server import free_port
+from tests.test_driver_wait import LATE_DRIVER
 from tests.test_infiniband import Sysfs
 
 pytestmark = pytest.mark.e2e
@@ -39,7 +40,7 @@ def test_a_wrap_and_a_reset_of_infiniband_counters_under_the_running_agent(tmp_p
     marker.touch()  # the driver is there from the start
     sysfs.counters("mlx5_0", port_xmit_data=2**32 - 1000, port_rcv_data=5_000)
     sysfs.counters("mlx5_1", port_xmit_data=0, port_rcv_data=0)
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}/"
     env = clean_env(ROOFWATCH_TEST_DRIVER_MARKER=str(marker), ROOFWATCH_SYSFS_ROOT=str(sysfs.root),
                     PYTHONPATH=os.pathsep.join([str(LATE_DRIVER), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))

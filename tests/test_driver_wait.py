@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 from pathlib import Path
 
@@ -21,20 +20,15 @@ from agent.backends.base import BackendUnavailable
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.agent_process import clean_env, gauge_values, http_get, poll, roofwatch_cmd
+from tests.prometheus_server import free_port
 
 pytestmark = pytest.mark.e2e
 
 LATE_DRIVER = Path(__file__).parent / "late_driver"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _start(marker: Path, *flags: str) -> tuple[subprocess.Popen, str]:
-    port = _free_port()
+    port = free_port()
     env = clean_env(ROOFWATCH_TEST_DRIVER_MARKER=str(marker),
                     PYTHONPATH=os.pathsep.join([str(LATE_DRIVER), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
     proc = subprocess.Popen(roofwatch_cmd("run", "--backend", "nvml", "--listen", f"127.0.0.1:{port}", *flags),

@@ -18,10 +18,9 @@ from agent.classifier.live import LiveClassifier
 from agent.model import (Attribution, DeviceInfo, GpuSample, GpuSpec, HostSample, LinkTraffic, NicPort, ProcessSample, RemappedRows, WorkloadReport,
                          XidCount)
 from exporters import docgen
-from exporters.http import AgentHTTPServer
 from exporters.metrics import JOB_ID_MAX_LEN, METRICS
 from exporters.prometheus import ExpositionCache
-from tests.agent_process import serving
+from tests.agent_process import serving_collector
 
 SPEC = GpuSpec(
     key="test-gpu", name="Test GPU", vendor="nvidia", peak_flops={"bf16": 1e15, "fp8": 2e15},
@@ -202,10 +201,7 @@ def test_each_snapshot_rendered_once(full_collector):
 
 @pytest.fixture
 def server(full_collector):
-    now = {"t": full_collector.snapshot.health.last_cycle_ts}
-    with serving(AgentHTTPServer(("127.0.0.1", 0), lambda: full_collector.snapshot, stale_after_s=10.0,
-                                 clock=lambda: now["t"])) as srv:
-        srv.test_clock = now  # type: ignore[attr-defined]
+    with serving_collector(full_collector) as srv:
         yield srv
 
 

@@ -21,8 +21,7 @@ from agent.config import Settings
 from agent.snapshot_json import snapshot_to_dict
 from agent.views.html_parts import script_hash
 from agent.views.status_page import CONTENT_SECURITY_POLICY, REFRESH_SCRIPT, status_page
-from exporters.http import AgentHTTPServer
-from tests.agent_process import serving
+from tests.agent_process import serving_collector
 
 
 @pytest.fixture(scope="module")
@@ -133,10 +132,7 @@ def test_stale_and_empty_snapshots_say_so(data):
 
 @pytest.fixture
 def server(collector):
-    now = {"t": collector.snapshot.health.last_cycle_ts}
-    with serving(AgentHTTPServer(("127.0.0.1", 0), lambda: collector.snapshot, stale_after_s=10.0,
-                                 clock=lambda: now["t"])) as srv:
-        srv.test_clock = now  # type: ignore[attr-defined]
+    with serving_collector(collector) as srv:
         yield srv
 
 
