@@ -79,7 +79,7 @@ def main(argv: list[str]) -> int:
     _account_driver_time()
     _install_probe(Path(probe))
     if which == "roofwatch":
-        from agent.cli import main as roofwatch_main
+        from agent.app.cli import main as roofwatch_main
 
         return roofwatch_main(args)
     if which == "nvitop":

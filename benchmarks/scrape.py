@@ -30,7 +30,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
-from agent.infiniband import ERROR_COUNTERS
+from agent.context.host.infiniband import ERROR_COUNTERS
 from agent.model import (
     CLOCK_EVENT_REASONS,
     Attribution,
@@ -77,8 +77,8 @@ def node_snapshot() -> NodeSnapshot:
     the virtual backend leaves out (ECC, remapped rows, throttle time, XIDs) plus 8 InfiniBand
     ports are filled in, so every family a real H100 node exports has series.
     """
-    from agent.cli import _make_collector, _open
-    from agent.config import Settings
+    from agent.app.cli import _make_collector, _open
+    from agent.app.config import Settings
 
     settings = Settings(backend="virtual")
     collector = _make_collector(settings, _open(settings))
@@ -372,7 +372,7 @@ def run(quick: bool = False) -> list[Figure]:
     checked_render(snapshot, OPENMETRICS_ACCEPT)
     registry = checked_baseline(text.decode())
 
-    # As the agent runs: it freezes its start-up heap (agent.cli), so both sides are measured so.
+    # As the agent runs: it freezes its start-up heap (agent.app.cli), so both sides are measured so.
     with frozen_heap(), no_created_series():
         renders = interleaved({"ours": uncached_render(snapshot, TEXT_ACCEPT, warmup + n),
                                "theirs": registry_render(registry),

@@ -1,5 +1,5 @@
 """The agent's HTTP endpoint: ``/metrics``, ``/healthz``, ``/api/v1/snapshot``, the ``/`` status page, and
-``POST /api/v1/report`` for workload reports (when a :class:`~agent.reports.ReportStore` is given).
+``POST /api/v1/report`` for workload reports (when a :class:`~agent.context.workload.reports.ReportStore` is given).
 
 Every GET handler reads the last published snapshot and nothing else, so a request can never wait
 on a GPU; a report only touches the in-memory store. Two caps bound the threads: past
@@ -25,8 +25,8 @@ from prometheus_client.exposition import choose_encoder
 
 from agent import __version__
 from agent.model import NodeSnapshot
-from agent.reports import REPORT_PATH, ReportStore, is_loopback, linger, serve_report
-from agent.snapshot_json import snapshot_to_dict
+from agent.context.workload.reports import REPORT_PATH, ReportStore, is_loopback, linger, serve_report
+from exporters.snapshot_json import snapshot_to_dict
 from agent.views.status_page import CONTENT_SECURITY_POLICY, DEFAULT_REFRESH_S, status_page
 from exporters.prometheus import ExpositionCache
 from exporters.render_cache import PerSnapshotCache

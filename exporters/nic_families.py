@@ -1,14 +1,14 @@
 """Node-level InfiniBand/RoCE port series: traffic, congestion, link flaps and errors.
 
 Labels are ``node, device, port`` plus, for the error and RoCE families, a ``counter`` label
-drawn from the fixed sets in agent.infiniband, so a new driver cannot grow the label set.
+drawn from the fixed sets in agent.context.host.infiniband, so a new driver cannot grow the label set.
 """
 
 from __future__ import annotations
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
 
-from agent.infiniband import ERROR_COUNTERS, HW_COUNTERS
+from agent.context.host.infiniband import ERROR_COUNTERS, HW_COUNTERS
 from agent.model import NicPort
 from exporters import metrics as m
 

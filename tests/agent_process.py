@@ -22,7 +22,7 @@ URL_PATTERN = re.compile(r"on (https?://\S+/)")
 
 
 def roofwatch_cmd(*args: str) -> list[str]:
-    return [sys.executable, "-m", "agent.cli", *args]
+    return [sys.executable, "-m", "agent.app.cli", *args]
 
 
 def clean_env(**extra: str) -> dict[str, str]:

@@ -17,8 +17,8 @@ from typing import Any
 
 import grpc
 
-from agent.kubelet.podresources.v1 import api_pb2 as pb
-from agent.kubelet.podresources.v1 import api_pb2_grpc as pbg
+from agent.context.attribution.kubelet.podresources.v1 import api_pb2 as pb
+from agent.context.attribution.kubelet.podresources.v1 import api_pb2_grpc as pbg
 
 HANG_LIMIT_S = 10.0
 """A hanging handler gives up after this long, so a broken test cannot hang the run."""

@@ -16,8 +16,8 @@ from agent.backends.base import BackendUnavailable, DeviceError, DeviceLostError
 from agent.backends.nvml_virtual import SimulatedHost
 from agent.backends.registry import open_backend
 from agent.backends.virtual import VirtualBackend
-from agent.config import Settings
-from agent.specs import spec_by_key
+from agent.app.config import Settings
+from agent.model.specs import spec_by_key
 from agent.virtual.fake_amdsmi import FakeAmdSmiLibrary, load_amdsmi
 from agent.virtual.scenario import parse_scenario
 from tests.nvml_harness import T0, ManualClock

@@ -9,8 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from agent.attribution import process_job_id, slurm_job_from_cgroup, slurm_job_from_environ
-from agent.host import LocalHost
+from agent.context.attribution.slurm import process_job_id, slurm_job_from_cgroup, slurm_job_from_environ
+from agent.context.local_host import LocalHost
 from tests.agent_process import clean_env
 
 CGROUP_V1 = """12:pids:/slurm/uid_1000/job_4242/step_0/task_0
@@ -89,7 +89,7 @@ def test_a_process_in_another_pid_namespace_has_no_job_and_no_error(tmp_path):
 
 def test_lookups_are_made_once_per_process_including_misses(tmp_path, monkeypatch):
     """The collector asks every cycle; /proc is read once per PID, also for PIDs it cannot see."""
-    import agent.host as host_module
+    import agent.context.local_host as host_module
 
     write_proc(tmp_path, 30, cgroup=CGROUP_V1)
     reads: list[int] = []

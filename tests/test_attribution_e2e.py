@@ -1,7 +1,7 @@
 """Real child processes on simulated GPUs: the job labels, the process tree and the verdict they produce.
 
 The GPUs are the fake NVIDIA driver playing a scenario (an input-starved trainer on GPU 0, nothing
-running on GPU 1); the host side is the real one (:class:`agent.host.LocalHost` over this machine's
+running on GPU 1); the host side is the real one (:class:`agent.context.local_host.LocalHost` over this machine's
 /proc): the driver reports the PID of a real trainer process started here with a Slurm job's
 environment, whose one loader worker burns a whole core.
 """
@@ -24,7 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from agent.backends.nvml import NvmlBackend
 from agent.classifier.live import LiveClassifier
 from agent.collector import Collector
-from agent.host import LocalHost
+from agent.context.local_host import LocalHost
 from exporters.prometheus import ExpositionCache
 from tests.agent_process import clean_env, poll
 from tests.nvml_harness import Rig, scenario
@@ -149,9 +149,9 @@ while True:
 
 def test_a_job_reporting_through_the_client_shows_workload_mfu_next_to_counter_mfu_and_its_pod(tmp_path) -> None:
     """A real process reports over the unix socket; its GPU's pod comes from a real gRPC kubelet."""
-    from agent.kubelet import PodResourcesCache
-    from agent.reports import ReportSocketServer, ReportStore
-    from agent.specs import spec_by_key
+    from agent.context.attribution.kubelet import PodResourcesCache
+    from agent.context.workload.reports import ReportSocketServer, ReportStore
+    from agent.model.specs import spec_by_key
     from tests.fake_kubelet import FakeKubelet, pod
 
     peak = spec_by_key("h100-sxm").peak_flops["bf16"]

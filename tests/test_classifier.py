@@ -17,7 +17,7 @@ from agent.classifier.roofline import roofline
 from agent.classifier.rules import DETAILS, JobContext, decide, sigmoid
 from agent.classifier.thresholds import DEFAULT_THRESHOLDS, SOURCES, Thresholds
 from agent.model import GpuSample, WorkloadReport
-from agent.specs import spec_by_key
+from agent.model.specs import spec_by_key
 from agent.virtual.engine import VirtualEngine
 from agent.virtual.scenario import parse_scenario
 

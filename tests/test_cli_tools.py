@@ -90,7 +90,7 @@ def test_specs_json_lists_the_catalogue():
 def test_first_cycle_of_the_demo_already_shows_the_workloads():
     from agent.backends.registry import open_virtual
     from agent.collector import Collector
-    from agent.config import load_settings
+    from agent.app.config import load_settings
 
     collector = Collector(open_virtual(load_settings(backend="virtual")), node="n")
     first = {d.info.gpu: d.sample.gr_active for d in collector.collect_once().devices}

@@ -18,7 +18,7 @@ import pytest
 
 from agent import client
 from agent.client import Reporter
-from agent.reports import ReportSocketServer, ReportStore, _SocketHandler
+from agent.context.workload.reports import ReportSocketServer, ReportStore, _SocketHandler
 from exporters.http import AgentHTTPServer
 from tests.agent_process import poll
 from tests.test_reports import UUID_A, UUID_B, _snapshot

@@ -229,8 +229,8 @@ def test_process_exits_although_a_driver_call_never_returns(tmp_path):
 
 def test_cli_reports_discovery_failure_without_traceback():
     from agent.backends.base import BackendUnavailable
-    from agent.cli import CliError, _make_collector
-    from agent.config import load_settings
+    from agent.app.cli import CliError, _make_collector
+    from agent.app.config import load_settings
 
     class NoDevices:
         name = "empty"

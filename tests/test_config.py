@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from agent.config import ConfigError, load_settings, parse_listen
+from agent.app.config import ConfigError, load_settings, parse_listen
 
 
 @pytest.fixture(autouse=True)
@@ -86,7 +86,7 @@ def _roofwatch(*args: str, env: dict[str, str] | None = None) -> subprocess.Comp
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("ROOFWATCH_")}
     full_env.update(env or {})
     return subprocess.run(
-        [sys.executable, "-m", "agent.cli", *args], capture_output=True, text=True, timeout=60, env=full_env
+        [sys.executable, "-m", "agent.app.cli", *args], capture_output=True, text=True, timeout=60, env=full_env
     )
 
 
@@ -129,7 +129,7 @@ def test_attribution_and_report_settings_are_checked_naming_the_field(tmp_path):
 
 
 def test_cli_unreadable_report_token_file_exits_2_naming_it(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "agent.cli", "run", "--backend", "nvml"],
+    result = subprocess.run([sys.executable, "-m", "agent.app.cli", "run", "--backend", "nvml"],
                             env={**os.environ, "ROOFWATCH_REPORT_TOKEN_FILE": str(tmp_path / "nope")},
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 2, result.stderr

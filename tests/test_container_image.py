@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from agent.config import DEFAULT_PORT
+from agent.app.config import DEFAULT_PORT
 
 tomllib = pytest.importorskip("tomllib", reason="reading pyproject.toml needs Python 3.11's tomllib")
 

@@ -341,7 +341,7 @@ def test_config_checksum_follows_the_config_only():
 
 
 def test_configmap_holds_settings_the_agent_accepts(tmp_path):
-    from agent.config import load_settings
+    from agent.app.config import load_settings
 
     data = only(render({"config": {"expected_gpus": 8, "dtype": "fp8"}}), "ConfigMap")["data"]["config.yaml"]
     path = tmp_path / "config.yaml"
@@ -358,7 +358,7 @@ def test_config_rejects_settings_the_chart_sets_through_env(field):
 
 
 def test_schema_config_keys_are_the_agents_settings():
-    from agent.config import Settings
+    from agent.app.config import Settings
 
     schema = yaml.safe_load((CHART / "values.schema.json").read_text())
     config = schema["properties"]["config"]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.driver_wait import DriverWait
+from agent.app.driver_wait import DriverWait
 from agent.backends.base import BackendUnavailable
 from prometheus_client.parser import text_string_to_metric_families
 

@@ -16,8 +16,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.exposition import choose_encoder, generate_latest
 from prometheus_client.openmetrics import exposition as openmetrics
 
-from agent.cli import _make_collector, _open
-from agent.config import Settings
+from agent.app.cli import _make_collector, _open
+from agent.app.config import Settings
 from exporters.encoding import encode_exposition
 from exporters.prometheus import SnapshotCollector
 

@@ -5,7 +5,7 @@ For every input: an answer with a 2xx/4xx status (the only 5xx are HTTP's own an
 method, 501, and an HTTP major version above 1, 505), no exception in a handler thread, the server
 still serving the next report, and nothing in the store that breaks the documented limits.
 
-What limits exist (agent/reports.py, exporters/http.py): body size (MAX_BODY_BYTES), the body read
+What limits exist (agent/context/workload/reports.py, exporters/http.py): body size (MAX_BODY_BYTES), the body read
 timeout, string lengths and number ranges, reporters kept (max_reporters, oldest evicted), and
 concurrent connections / in-flight requests (503 past the cap), and a per-client rate (429). The rate
 limit is switched off here (``rate_per_s=None``): these tests send thousands of inputs a second from one
@@ -32,9 +32,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import agent.reports
+import agent.context.workload.reports
 from agent.model import DTYPES, CollectorHealth, NodeSnapshot
-from agent.reports import MAX_BODY_BYTES, MAX_HINT_LEN, MAX_STR_LEN, REPORT_PATH, ReportSocketServer, ReportStore
+from agent.context.workload.reports import MAX_BODY_BYTES, MAX_HINT_LEN, MAX_STR_LEN, REPORT_PATH, ReportSocketServer, ReportStore
 from exporters.http import AgentHTTPServer
 from tests.agent_process import poll
 from tests.test_reports import JSON
@@ -514,7 +514,7 @@ def test_http_absolute_form_target_with_bad_host() -> None:
 
 def test_body_that_never_arrives_gets_408(target: Target, monkeypatch: pytest.MonkeyPatch) -> None:
     """A client that announces a body and stalls holds a thread only for BODY_READ_TIMEOUT_S, then gets 408."""
-    monkeypatch.setattr(agent.reports, "BODY_READ_TIMEOUT_S", 0.3)
+    monkeypatch.setattr(agent.context.workload.reports, "BODY_READ_TIMEOUT_S", 0.3)
     before = target.store.stats()["rejected"]["timeout"]
     with target.connect() as sock:
         sock.settimeout(10)

@@ -119,7 +119,7 @@ json_scalars = st.none() | st.booleans() | st.integers() | finite | st.text(max_
 json_values = st.recursive(json_scalars, lambda inner: st.lists(inner, max_size=3)
                            | st.dictionaries(st.text(max_size=6), inner, max_size=3), max_leaves=8)
 not_a_number = st.sampled_from(["abc", "", "1,5", "0x10", "0.5", "7", True, False, [], [1.0], {}, {"v": 1}])
-"""Values no numeric field accepts. pydantic's lax mode alone would take "0.5" and true (agent/trace_types.py)."""
+"""Values no numeric field accepts. pydantic's lax mode alone would take "0.5" and true (agent/trace/json_types.py)."""
 
 
 def _is_skippable(line: str) -> bool:
@@ -482,7 +482,7 @@ def test_deep_nesting_is_a_format_error_not_a_recursion_error(tmp_path: Path) ->
 @pytest.mark.parametrize("field", ["ts", "power_w", "temperature_c", "processes"])
 def test_quoted_non_finite_numbers_are_rejected_like_bare_ones(tmp_path: Path, field: str, quoted: str) -> None:
     """Lax number parsing reads "inf" as a float; the contract says unknown is null, so it must be an error.
-    A quoted number is refused as a string before pydantic sees it (agent/trace_types.py)."""
+    A quoted number is refused as a string before pydantic sees it (agent/trace/json_types.py)."""
     value = f'[{{"pid":1,"cpu_cores":{quoted}}}]' if field == "processes" else quoted
     path = tmp_path / "t.jsonl"
     path.write_text('{"ts":1,"gpu":"0"}\n' + f'{{"ts":2,"gpu":"0","{field}":{value}}}\n')

@@ -7,8 +7,8 @@ import signal
 import subprocess
 import sys
 
-from agent.host import LocalHost
-from agent.node_stats import read_pressure
+from agent.context.local_host import LocalHost
+from agent.context.host.node_stats import read_pressure
 from tests.agent_process import poll
 
 BUSY = "import time\nend = time.time() + 30\nwhile time.time() < end: pass\n"

@@ -6,8 +6,8 @@ import http.client
 import socket
 import threading
 
-from agent.cli import _make_collector, _open
-from agent.config import Settings
+from agent.app.cli import _make_collector, _open
+from agent.app.config import Settings
 from exporters.http import AgentHTTPServer
 from tests.agent_process import poll, serving
 

@@ -1,4 +1,4 @@
-"""Inference-server scraping (agent.inference) against a real HTTP server in a child process.
+"""Inference-server scraping (agent.context.workload.inference.scraper) against a real HTTP server in a child process.
 
 The server serves the fixture expositions in tests/fixtures/inference in the order the URL
 names them, so PID discovery, timeouts and size limits are exercised for real. Expected values
@@ -27,9 +27,9 @@ from pydantic import ValidationError
 from agent.classifier.features import window_features
 from agent.classifier.roofline import roofline
 from agent.classifier.thresholds import Thresholds
-from agent.inference import InferenceEndpoint, InferenceScraper
+from agent.context.workload.inference.scraper import InferenceEndpoint, InferenceScraper
 from agent.model import GpuSample
-from agent.specs import spec_by_key
+from agent.model.specs import spec_by_key
 
 FIXTURES = Path(__file__).parent / "fixtures" / "inference"
 T0, DT = 1_000.0, 5.0
@@ -441,7 +441,7 @@ def test_endpoint_validation_names_the_field():
 
 
 def test_a_server_restart_is_a_reset_even_when_counters_grew_past_their_old_values():
-    from agent.inference_parse import CounterReset, parse, rates, totals
+    from agent.context.workload.inference.parse import CounterReset, parse, rates, totals
 
     before = (FIXTURES / "vllm-1.prom").read_text()
     after = (FIXTURES / "vllm-2.prom").read_text()

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.infiniband import (
+from agent.context.host.infiniband import (
     PortMonitor,
     counter_delta,
     gpu_pci_path,
@@ -163,7 +163,7 @@ def test_monitor_maps_gpus_to_their_port_and_forgets_removed_ports(sysfs):
 
 def test_local_host_reports_the_nearest_ports_traffic_for_each_gpu(sysfs):
     """The NVML backend passes each GPU's bus id; the host answers with that GPU's port rates."""
-    from agent.host import LocalHost
+    from agent.context.local_host import LocalHost
 
     host = LocalHost(proc_root=sysfs.root / "proc", min_refresh_s=0.0, sysfs_root=sysfs.root)
     sysfs.counters("mlx5_0", port_xmit_data=0, port_rcv_data=0)
@@ -182,7 +182,7 @@ def test_flaps_congestion_and_retransmits_reach_the_gpu_and_the_port_series(sysf
     """What the jitter rule and the roofwatch_nic_* series read, from one fixture tree."""
     from prometheus_client.core import Metric
 
-    from agent.host import LocalHost
+    from agent.context.local_host import LocalHost
     from exporters.nic_families import nic_families
 
     host = LocalHost(proc_root=sysfs.root / "proc", min_refresh_s=0.0, sysfs_root=sysfs.root)

@@ -15,7 +15,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from agent.kubelet import (
+from agent.context.attribution.kubelet import (
     KubeletError,
     PodRef,
     PodResourcesCache,
@@ -28,7 +28,7 @@ from tests.agent_process import poll
 from tests.fake_kubelet import FakeKubelet, pod
 
 REPO = Path(__file__).resolve().parent.parent
-PROTO = "agent/kubelet/podresources/v1/api.proto"
+PROTO = "agent/context/attribution/kubelet/podresources/v1/api.proto"
 WAIT_S = 10.0  # upper bound for every wait on a background event; tests normally take ms
 
 UUID_A = "GPU-8f6b2c1e-0d3a-4c5b-9e7f-112233445566"
@@ -515,16 +515,16 @@ def test_generated_stubs_match_the_proto(tmp_path):
         cwd=REPO, capture_output=True, text=True, timeout=120,
     )
     assert result.returncode == 0, result.stderr
-    generated = tmp_path / "agent/kubelet/podresources/v1"
-    committed = REPO / "agent/kubelet/podresources/v1"
+    generated = tmp_path / "agent/context/attribution/kubelet/podresources/v1"
+    committed = REPO / "agent/context/attribution/kubelet/podresources/v1"
     for name in ("api_pb2.py", "api_pb2.pyi", "api_pb2_grpc.py"):
         assert filecmp.cmp(generated / name, committed / name, shallow=False), (
-            f"{name} is stale: regenerate it (see agent/kubelet/podresources/README.md)"
+            f"{name} is stale: regenerate it (see agent/context/attribution/kubelet/podresources/README.md)"
         )
 
 
 def test_wire_method_paths_match_the_kubelet():
-    from agent.kubelet.podresources.v1 import api_pb2
+    from agent.context.attribution.kubelet.podresources.v1 import api_pb2
 
     service = api_pb2.DESCRIPTOR.services_by_name["PodResourcesLister"]
     assert service.full_name == "v1.PodResourcesLister"
@@ -535,7 +535,7 @@ def test_proto_ships_as_package_data():
     import tomllib
 
     config = tomllib.loads((REPO / "pyproject.toml").read_text())
-    assert "*.proto" in config["tool"]["setuptools"]["package-data"]["agent.kubelet.podresources.v1"]
+    assert "*.proto" in config["tool"]["setuptools"]["package-data"]["agent.context.attribution.kubelet.podresources.v1"]
 
 
 def test_no_background_threads_leak(kubelet):

@@ -6,7 +6,7 @@ traffic flows into ``POST /api/v1/report``. Every status and latency is recorded
 about correctness and bounds (statuses, exceptions, parsable bodies, threads, memory), never about
 speed: latency and throughput are printed (``pytest -s``) for a person to read.
 
-The demo turns HTTP reports off (``agent.cli._report_store``: the simulated fleet reports for its own
+The demo turns HTTP reports off (``agent.app.cli._report_store``: the simulated fleet reports for its own
 jobs), so the agent here is the demo started by a three-line launcher that gives it the report store
 a real backend gets. Everything else (settings, collector, HTTP server, exposition) is the real CLI path.
 """
@@ -54,7 +54,7 @@ THREAD_SLACK = 4
 thread per *connection* (not per request), and this load holds SCRAPERS + REPORTERS = 52 connections,
 well under MAX_CONCURRENT. The slack covers connections that overlap briefly: a reporter whose oversized
 report is answered ``413 Connection: close`` reconnects while the old handler thread may still be
-lingering (``agent.reports.linger``, up to 0.5 s), and the sampler's reading can land mid-handover."""
+lingering (``agent.context.workload.reports.linger``, up to 0.5 s), and the sampler's reading can land mid-handover."""
 RSS_GROWTH_BOUND_MIB = 30
 """After the load (its connections closed) the agent's RSS may exceed the healthy baseline by this much.
 What the load legitimately leaves behind: the per-snapshot render caches (a few 100 kB exposition,
@@ -73,8 +73,8 @@ OPENMETRICS = "application/openmetrics-text; version=1.0.0; charset=utf-8"
 
 LAUNCHER = """\
 import sys
-from agent import cli
-from agent.reports import ReportStore
+from agent.app import cli
+from agent.context.workload.reports import ReportStore
 cli._report_store = lambda settings: ReportStore(ttl_s=settings.report_ttl_s)
 sys.exit(cli.main(["demo", "--listen", "127.0.0.1:0"]))
 """

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 
-from agent.logs import JsonFormatter, LogfmtFormatter
+from agent.app.logs import JsonFormatter, LogfmtFormatter
 
 
 def record(msg: str, **extra) -> logging.LogRecord:

@@ -10,8 +10,8 @@ import textwrap
 
 import pytest
 
-from agent.rate_limit import RateLimiter
-from agent.reports import ReportSocketServer, ReportStore
+from agent.context.workload.rate_limit import RateLimiter
+from agent.context.workload.reports import ReportSocketServer, ReportStore
 from tests.test_reports import JSON, Clock, body, http_post, unix_post
 from tests.test_reports import http_server_factory, short_dir  # noqa: F401 (fixtures)
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from agent.model import CollectorHealth, NodeSnapshot
-import agent.reports as reports_module
-from agent.reports import (MAX_BODY_BYTES, REPORT_PATH, ReportHints, ReportSocketServer, ReportStore, is_loopback,
+import agent.context.workload.reports as reports_module
+from agent.context.workload.reports import (MAX_BODY_BYTES, REPORT_PATH, ReportHints, ReportSocketServer, ReportStore, is_loopback,
                            resolve_devices)
 from exporters.http import AgentHTTPServer
 from tests.agent_process import poll

@@ -1,4 +1,4 @@
-"""Tests for the GPU spec catalogue (agent/specs.py).
+"""Tests for the GPU spec catalogue (agent/model/specs.py).
 
 Expected numbers come from ../shared/reference/gpu-specs.md (the doc), not from the code: the
 ridge points of §3, the bandwidth formula check of §4 and the FP8 = 2 x BF16 dense relation.
@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agent.model import DTYPES, GpuSpec
-from agent.specs import (
+from agent.model.specs import (
     CATALOGUE,
     achieved_flops,
     estimate_spec,

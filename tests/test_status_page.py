@@ -16,9 +16,9 @@ from html.parser import HTMLParser
 
 import pytest
 
-from agent.cli import _make_collector, _open
-from agent.config import Settings
-from agent.snapshot_json import snapshot_to_dict
+from agent.app.cli import _make_collector, _open
+from agent.app.config import Settings
+from exporters.snapshot_json import snapshot_to_dict
 from agent.views.html_parts import script_hash
 from agent.views.status_page import CONTENT_SECURITY_POLICY, REFRESH_SCRIPT, status_page
 from tests.agent_process import serving_collector

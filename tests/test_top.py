@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from agent.cli import build_parser
-from agent.config import DEFAULT_PORT
+from agent.app.cli import build_parser
+from agent.app.config import DEFAULT_PORT
 from agent.views import palette
 from agent.views.top import Poller, run_top
 from agent.views.top_render import (

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agent.model import CLOCK_EVENT_REASONS, SAMPLE_FIELDS, WORKLOAD_CLASSES, GpuSample
-from agent.specs import achieved_flops, spec_by_key
+from agent.model.specs import achieved_flops, spec_by_key
 from agent.virtual.devices import default_counters
 from agent.virtual.engine import VirtualEngine
 from agent.virtual.physics import idle_power_w

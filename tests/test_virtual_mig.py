@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agent.model import CLOCK_EVENT_REASONS
-from agent.specs import achieved_flops, spec_by_key
+from agent.model.specs import achieved_flops, spec_by_key
 from agent.virtual.engine import VirtualEngine
 from agent.virtual.scenario import GIB, ScenarioError, parse_scenario
 

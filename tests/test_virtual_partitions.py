@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agent.backends.virtual import VirtualBackend
-from agent.specs import spec_by_key
+from agent.model.specs import spec_by_key
 from agent.virtual.devices import DRIVER_VIEWS, MIB
 from agent.virtual.engine import VirtualEngine
 from agent.virtual.scenario import ScenarioError, parse_scenario

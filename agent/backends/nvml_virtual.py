@@ -18,7 +18,7 @@ from typing import Any, Sequence
 
 from agent.backends.nvml.backend import NvmlBackend
 from agent.backends.virtual import VirtualBackend
-from agent.host import HostFacts, ProcessFacts
+from agent.context.local_host import HostFacts, ProcessFacts
 from agent.model import GpuSample
 
 

@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from agent.backends.base import Backend, BackendUnavailable
-from agent.config import Settings
+from agent.app.config import Settings
 
 if TYPE_CHECKING:
-    from agent.host import LocalHost, WorkloadSource
+    from agent.context.local_host import LocalHost, WorkloadSource
 
 DEMO_HINT = "To try roofwatch without a GPU, run `roofwatch demo` (a simulated 8-GPU H100 node)."
 
@@ -47,12 +47,12 @@ def open_local_host(settings: Settings, reports: WorkloadSource | None = None) -
     metrics imply. The kubelet cache starts when its socket exists (a Kubernetes node) or when
     the socket was configured explicitly (then a missing socket is logged and retried).
     """
-    from agent.host import LocalHost
-    from agent.kubelet import PodResourcesCache, pod_from_cgroup
+    from agent.context.local_host import LocalHost
+    from agent.context.attribution.kubelet import PodResourcesCache, pod_from_cgroup
 
     workloads: list[WorkloadSource] = [reports] if reports is not None else []
     if settings.inference_endpoints:
-        from agent.inference import InferenceScraper
+        from agent.context.workload.inference.scraper import InferenceScraper
 
         scraper = InferenceScraper(settings.inference_endpoints, interval_s=settings.inference_interval_s,
                                    timeout_s=settings.inference_timeout_s)

@@ -17,7 +17,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Sequence
 
-from agent import specs
+from agent.model import specs
 from agent.model import THROTTLE_REASON_MASK, GpuSample, GpuSpec, WorkloadReport
 from agent.classifier.thresholds import Thresholds
 
@@ -98,7 +98,7 @@ def _ref_clock(sample: GpuSample, spec: GpuSpec | None) -> float | None:
 
 
 def clock_factor(sample: GpuSample, spec: GpuSpec | None) -> float:
-    """The sample's share of the peak clock, as :func:`agent.specs.clock_factor` credits it."""
+    """The sample's share of the peak clock, as :func:`agent.model.specs.clock_factor` credits it."""
     return specs.clock_factor(sample.sm_clock_mhz, _ref_clock(sample, spec))
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 
 from agent.model import GpuSample, GpuSpec
-from agent.specs import lookup, mig_profile, mig_slice_spec
+from agent.model.specs import lookup, mig_profile, mig_slice_spec
 
 
 @functools.lru_cache(maxsize=256)

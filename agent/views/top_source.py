@@ -19,7 +19,7 @@ from typing import Mapping
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from agent.config import DEFAULT_PORT
+from agent.app.config import DEFAULT_PORT
 
 DEFAULT_TIMEOUT_S = 2.0
 MAX_BODY_BYTES = 64 * 2**20

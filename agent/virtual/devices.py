@@ -1,6 +1,6 @@
 """How a simulated GPU presents itself: driver name, reported memory, links, bus IDs, UUIDs.
 
-The catalogue (:mod:`agent.specs`) holds datasheet peaks; the driver reports slightly different
+The catalogue (:mod:`agent.model.specs`) holds datasheet peaks; the driver reports slightly different
 things (``81559 MiB`` rather than 80 GB, a marketing name rather than our key). The virtual
 backend must look like the real one so that code keyed on those values (spec lookup by PCI
 device ID and memory size, model-name labels) is exercised by the demo and the tests.
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from agent.model import DeviceInfo, GpuSpec
-from agent.specs import mig_slice_spec, partition_slice_spec
+from agent.model.specs import mig_slice_spec, partition_slice_spec
 
 MIB = 1024**2
 GIB = 1024**3

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
 from agent.model import Attribution, DeviceInfo, GpuSample, GpuSpec, HostSample, ProcessSample
-from agent.specs import spec_by_key
+from agent.model.specs import spec_by_key
 from agent.virtual.devices import (
     HIDDEN_FIELDS,
     MIG_HIDDEN_FIELDS,

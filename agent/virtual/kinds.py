@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent.model import WorkloadReport
-from agent.specs import clock_factor
+from agent.model.specs import clock_factor
 from agent.virtual.physics import (
     DRAM_MAX,
     IDLE_ACTIVITY,

@@ -11,7 +11,7 @@ Example::
     seed: 7
     nodes:
       - name: node-a
-        model: h100-sxm            # a key of agent.specs
+        model: h100-sxm            # a key of agent.model.specs
         gpus: 2
         workloads:
           - job: train
@@ -46,7 +46,7 @@ import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from agent.model import Dtype, GpuSpec
-from agent.specs import spec_by_key
+from agent.model.specs import spec_by_key
 from agent.virtual.devices import (
     COMPUTE_PARTITIONS,
     MEMORY_PARTITIONS,

@@ -24,7 +24,7 @@ from agent.backends.amd.errors import Meaning, describe, meaning
 from agent.backends.amd.library import init_message
 from agent.backends.base import BackendUnavailable, DeviceError, DeviceLostError
 from agent.backends.nvml.calls import CountingNvml
-from agent.host import HostSource, LocalHost
+from agent.context.local_host import HostSource, LocalHost
 from agent.model import DeviceInfo, GpuSample, NicPort
 
 log = logging.getLogger("roofwatch.amd")

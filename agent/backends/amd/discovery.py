@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 from agent.backends.amd.values import num, parent_bdf, partition_count
 from agent.model import DeviceInfo, GpuSpec
-from agent.specs import partition_slice_spec, resolve_spec
+from agent.model.specs import partition_slice_spec, resolve_spec
 
 log = logging.getLogger("roofwatch.amd")
 

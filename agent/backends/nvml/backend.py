@@ -27,7 +27,7 @@ from agent.backends.nvml.discovery import Found, describe_gpu, discover
 from agent.backends.nvml.errors import Meaning, describe, meaning
 from agent.backends.nvml.events import XidWatcher
 from agent.backends.nvml.gpm import MIN_SPAN_S
-from agent.host import HostSource, LocalHost
+from agent.context.local_host import HostSource, LocalHost
 from agent.model import DeviceInfo, GpuSample, NicPort, XidCount
 
 log = logging.getLogger("roofwatch.nvml")

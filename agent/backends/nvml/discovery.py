@@ -15,7 +15,7 @@ from typing import Any
 from agent.backends.nvml.device import Handles
 from agent.backends.nvml.errors import Meaning, describe, meaning
 from agent.model import DeviceInfo
-from agent.specs import mig_profile, mig_slice_spec, resolve_spec
+from agent.model.specs import mig_profile, mig_slice_spec, resolve_spec
 
 log = logging.getLogger("roofwatch.nvml")
 

@@ -30,7 +30,7 @@ from typing import Any
 
 from agent.backends.virtual import FaultWindow, VirtualBackend
 from agent.model import GpuSample
-from agent.specs import spec_by_key
+from agent.model.specs import spec_by_key
 from agent.virtual.devices import HIDDEN_FIELDS, default_counters, driver_view
 from agent.virtual.fake_amdsmi import codes
 from agent.virtual.fake_amdsmi.api_bus import BusFunctions

@@ -18,7 +18,7 @@ from typing import Any
 
 from agent.backends.virtual import FaultWindow, VirtualBackend
 from agent.model import GpuSample
-from agent.specs import spec_by_key
+from agent.model.specs import spec_by_key
 from agent.virtual.devices import (
     HIDDEN_FIELDS,
     MIG_HIDDEN_FIELDS,

@@ -39,7 +39,7 @@ from typing import Annotated, Any, Callable, Hashable, Literal, Sequence
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from agent.model import WorkloadReport
-from agent.rate_limit import RateLimiter
+from agent.context.workload.rate_limit import RateLimiter
 
 log = logging.getLogger("roofwatch.reports")
 

@@ -5,7 +5,7 @@ exception type (:class:`KubeletError`) for every failure, so that callers never 
 messages or ``grpc.RpcError``. Every call carries a deadline, and a missing socket fails before
 gRPC is involved, so a node without a kubelet (or a pod without the hostPath mount) is reported
 in microseconds with a message that says what to mount. Caching, retries and backoff belong
-to :mod:`agent.kubelet.cache`.
+to :mod:`agent.context.attribution.kubelet.cache`.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from typing import Any
 
 import grpc
 
-from agent.kubelet.model import ContainerDevices, ContainerResources, PodResources
-from agent.kubelet.podresources.v1 import api_pb2, api_pb2_grpc
+from agent.context.attribution.kubelet.model import ContainerDevices, ContainerResources, PodResources
+from agent.context.attribution.kubelet.podresources.v1 import api_pb2, api_pb2_grpc
 
 # The kubelet's own consumers allow 16 MiB; gRPC's 4 MiB default is too small for a List on a
 # node with many pods, each listing CPU ids and memory.

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any, Iterable
 
-from agent.doctor import Finding, _package_version
+from agent.diagnostics.doctor import Finding, _package_version
 
 AMD_CAPABILITY_IMPACT: dict[str, tuple[str, str, str]] = {
     "gr_active": ("fail", "roofwatch_gpu_engine_active_ratio and every workload class (the GPU reads unknown)",

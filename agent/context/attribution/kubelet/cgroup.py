@@ -27,7 +27,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from agent.kubelet.model import PodRef
+from agent.context.attribution.kubelet.model import PodRef
 
 # A pod UID: a UUID (dashes, or underscores in systemd slice names), or the 32-hex config hash
 # that static pods use.

@@ -6,11 +6,11 @@ collection loop only ever does a dict lookup. Without the socket, :func:`pod_fro
 reads a GPU process's pod UID (and, with privileges, pod name and namespace) from ``/proc``.
 """
 
-from agent.kubelet.cache import CacheStatus, PodResourcesCache
-from agent.kubelet.cgroup import parse_cgroup, pod_from_cgroup
-from agent.kubelet.client import KubeletError, PodResourcesClient
-from agent.kubelet.devices import DEFAULT_RESOURCE_PREFIXES, normalize_device_id
-from agent.kubelet.model import ContainerDevices, ContainerResources, PodRef, PodResources
+from agent.context.attribution.kubelet.cache import CacheStatus, PodResourcesCache
+from agent.context.attribution.kubelet.cgroup import parse_cgroup, pod_from_cgroup
+from agent.context.attribution.kubelet.client import KubeletError, PodResourcesClient
+from agent.context.attribution.kubelet.devices import DEFAULT_RESOURCE_PREFIXES, normalize_device_id
+from agent.context.attribution.kubelet.model import ContainerDevices, ContainerResources, PodRef, PodResources
 
 DEFAULT_KUBELET_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 

@@ -223,7 +223,7 @@ def run_doctor(settings: Any, *, root: Path = Path("/"), environ: dict[str, str]
     report.add(Finding("roofwatch", "info", f"python {sys.version.split()[0]}, "
                                             f"nvidia-ml-py {_package_version('nvidia-ml-py') or 'not installed'}, "
                                             f"amdsmi {_package_version('amdsmi') or 'not installed'}"))
-    from agent.doctor_amd import amd_findings, check_amd_device_nodes
+    from agent.diagnostics.amd import amd_findings, check_amd_device_nodes
 
     wanted = settings.backend
     if wanted in ("auto", "nvml"):

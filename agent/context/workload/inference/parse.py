@@ -1,6 +1,6 @@
 """Turn an inference server's Prometheus exposition into counter totals, and two totals into rates.
 
-Kept apart from the scraper (agent.inference) so the arithmetic can be read, and tested, without
+Kept apart from the scraper (agent.context.workload.inference.scraper) so the arithmetic can be read, and tested, without
 HTTP or threads. Which series each server exports was checked against the servers' sources:
 
 * **vLLM** (V0 ``vllm/engine/metrics.py``, V1 ``vllm/v1/metrics/loggers.py`` and ``perf.py``):

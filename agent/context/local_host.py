@@ -7,9 +7,9 @@ GPU from a slow one, and the exporters need to know whose GPU it is. That side c
 and on the virtual fleet (a source that reads the simulation).
 
 :class:`LocalHost` only composes; each signal has its own module: process trees
-(agent.processes), node CPU/PSI (agent.node_stats), Slurm and visible devices
-(agent.attribution), Kubernetes (agent.kubelet), NIC counters (agent.infiniband), and workload
-reports (agent.reports, agent.inference) behind :class:`WorkloadSource`.
+(agent.context.host.processes), node CPU/PSI (agent.context.host.node_stats), Slurm and visible devices
+(agent.context.attribution.slurm), Kubernetes (agent.context.attribution.kubelet), NIC counters (agent.context.host.infiniband), and workload
+reports (agent.context.workload.reports, agent.context.workload.inference.scraper) behind :class:`WorkloadSource`.
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Protocol, Sequence
 
-from agent.attribution import ProcessJob, process_job
-from agent.infiniband import CONGESTION_COUNTERS, RETRANSMIT_COUNTERS, PortMonitor, PortTotals
+from agent.context.attribution.slurm import ProcessJob, process_job
+from agent.context.host.infiniband import CONGESTION_COUNTERS, RETRANSMIT_COUNTERS, PortMonitor, PortTotals
 from agent.model import Attribution, Dtype, HostSample, NicPort, WorkloadReport
-from agent.node_stats import NodeStats
-from agent.processes import ProcessFacts, ProcessTracker
+from agent.context.host.node_stats import NodeStats
+from agent.context.host.processes import ProcessFacts, ProcessTracker
 
 __all__ = ["HostFacts", "HostSource", "LocalHost", "PodLookup", "ProcessFacts", "WorkloadSource"]
 
@@ -72,7 +72,7 @@ class WorkloadSource(Protocol):
 
 
 class PodLookup(Protocol):
-    """Kubernetes pods by device id (agent.kubelet.PodResourcesCache): answers from memory."""
+    """Kubernetes pods by device id (agent.context.attribution.kubelet.PodResourcesCache): answers from memory."""
 
     def pod_for(self, *device_ids: str | None) -> object | None:
         """A PodRef-like object with ``namespace``, ``pod`` and ``container``, or None."""
@@ -80,7 +80,7 @@ class PodLookup(Protocol):
 
 
 PodFromPid = Callable[[int], object | None]
-"""Fallback pod lookup by a process's cgroup (agent.kubelet.pod_from_cgroup bound to a /proc root)."""
+"""Fallback pod lookup by a process's cgroup (agent.context.attribution.kubelet.pod_from_cgroup bound to a /proc root)."""
 
 
 class LocalHost:

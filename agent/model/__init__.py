@@ -378,7 +378,7 @@ class NicPort:
     tx_bytes: float = 0.0
     rx_bytes: float = 0.0
     events: dict[str, float] = field(default_factory=dict)
-    """Totals of the fixed error and RoCE counters the port has (agent.infiniband); absent ones left out."""
+    """Totals of the fixed error and RoCE counters the port has (agent.context.host.infiniband); absent ones left out."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -392,7 +392,7 @@ class CollectorHealth:
     last_cycle_ts: float | None = None
     interval_s: float = 1.0
     waiting_for: str | None = None
-    """Set while the agent waits for its GPU driver (agent.driver_wait): what it waits for and why."""
+    """Set while the agent waits for its GPU driver (agent.app.driver_wait): what it waits for and why."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

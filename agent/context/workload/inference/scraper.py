@@ -3,7 +3,7 @@
 A serving job never calls our client, but it already counts what we need: tokens in and out,
 and (depending on server and version) engine steps and estimated FLOPs. :class:`InferenceScraper`
 polls the configured ``/metrics`` endpoints in a background thread, turns counter deltas between
-two scrapes into rates (agent.inference_parse), and answers :meth:`InferenceScraper.report_for`
+two scrapes into rates (agent.context.workload.inference.parse), and answers :meth:`InferenceScraper.report_for`
 from memory, so a collection cycle never waits on a server.
 
 Which GPUs an endpoint serves is configured (``gpus``) or found by PID: the process listening on
@@ -21,8 +21,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from agent.inference_io import describe_error, http_fetch, server_pids
-from agent.inference_parse import CounterReset, ExpositionError, Kind, Rates, Totals, detect, parse, rates, totals
+from agent.context.workload.inference.fetch import describe_error, http_fetch, server_pids
+from agent.context.workload.inference.parse import CounterReset, ExpositionError, Kind, Rates, Totals, detect, parse, rates, totals
 from agent.model import Dtype, WorkloadReport
 
 log = logging.getLogger("roofwatch.inference")
@@ -143,11 +143,11 @@ class _State:
 
 
 class InferenceScraper:
-    """Polls inference servers' metrics and answers :class:`agent.host.WorkloadSource` queries.
+    """Polls inference servers' metrics and answers :class:`agent.context.local_host.WorkloadSource` queries.
 
     Rates: Δcounter / Δt between the two latest successful scrapes (none after the first scrape,
     none across a counter reset). Several label sets (vLLM engines, SGLang dp ranks, models) are
-    summed, ranks of one replica counted once (see agent.inference_parse).
+    summed, ranks of one replica counted once (see agent.context.workload.inference.parse).
     """
 
     def __init__(self, endpoints: Sequence[InferenceEndpoint], *, interval_s: float = 5.0, timeout_s: float = 2.0,

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 from agent import __version__
-from agent.config import Settings
+from agent.app.config import Settings
 from agent.model import NodeSnapshot
 from agent.trace import TraceWriteError, TraceWriter
 

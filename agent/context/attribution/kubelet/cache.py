@@ -45,9 +45,9 @@ from types import MappingProxyType
 
 import grpc
 
-from agent.kubelet.client import KubeletError, PodResourcesClient
-from agent.kubelet.devices import DEFAULT_RESOURCE_PREFIXES, is_gpu_resource, normalize_device_id
-from agent.kubelet.model import PodRef, PodResources
+from agent.context.attribution.kubelet.client import KubeletError, PodResourcesClient
+from agent.context.attribution.kubelet.devices import DEFAULT_RESOURCE_PREFIXES, is_gpu_resource, normalize_device_id
+from agent.context.attribution.kubelet.model import PodRef, PodResources
 
 log = logging.getLogger("roofwatch.kubelet")
 

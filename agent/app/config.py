@@ -27,7 +27,7 @@ from pydantic_settings import (
 )
 
 from agent.classifier.thresholds import Thresholds
-from agent.inference import InferenceEndpoint
+from agent.context.workload.inference.scraper import InferenceEndpoint
 from agent.model import Dtype
 
 DEFAULT_PORT = 9477

@@ -13,8 +13,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from agent.config import Settings
-from agent.logs import configure_logging
+from agent.app.config import Settings
+from agent.app.logs import configure_logging
 
 log = logging.getLogger("roofwatch.reload")
 

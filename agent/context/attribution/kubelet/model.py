@@ -1,7 +1,7 @@
 """Plain, immutable data for Kubernetes attribution.
 
 The client converts protobuf messages into these dataclasses at the edge so that nothing past
-:mod:`agent.kubelet.client` depends on generated code (or on the protobuf runtime's mutable
+:mod:`agent.context.attribution.kubelet.client` depends on generated code (or on the protobuf runtime's mutable
 message objects, which are not safe to share between threads).
 """
 

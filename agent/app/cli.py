@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from agent import __version__
-from agent.config import DEFAULT_PORT, ConfigError, Settings, load_settings
-from agent.signals import wait_in_main_thread
+from agent.app.config import DEFAULT_PORT, ConfigError, Settings, load_settings
+from agent.app.signals import wait_in_main_thread
 
 log = logging.getLogger("roofwatch")
 
@@ -228,14 +228,14 @@ def _make_collector(settings: Settings, backend):
 
 
 def _serve(read_settings: Callable[[], Settings], record: str | None, *, announce: bool) -> int:
-    """Run the agent until SIGTERM/SIGINT; SIGHUP re-reads the configuration (agent.reload).
+    """Run the agent until SIGTERM/SIGINT; SIGHUP re-reads the configuration (agent.app.reload).
     ``read_settings`` reads file, environment and flags, now and on every reload. With
     ``driver_wait_s``, a missing GPU driver is waited for while the HTTP port already answers
-    (agent.driver_wait)."""
+    (agent.app.driver_wait)."""
     from agent.backends.base import BackendUnavailable
-    from agent.driver_wait import WAITABLE_BACKENDS, DriverWait
-    from agent.logs import configure_logging
-    from agent.reload import Reloader
+    from agent.app.driver_wait import WAITABLE_BACKENDS, DriverWait
+    from agent.app.logs import configure_logging
+    from agent.app.reload import Reloader
     from exporters.http import AgentHTTPServer
 
     settings = read_settings()
@@ -272,7 +272,7 @@ def _serve(read_settings: Callable[[], Settings], record: str | None, *, announc
         raise CliError(f"cannot listen on {settings.listen}: {exc.strerror or exc}") from None
     report_socket = None
     if store is not None and settings.report_socket:
-        from agent.reports import ReportSocketServer
+        from agent.context.workload.reports import ReportSocketServer
 
         try:
             report_socket = ReportSocketServer(settings.report_socket, store, mode=settings.report_socket_mode)
@@ -371,7 +371,7 @@ def _report_store(settings: Settings):
     """Where workload reports land (None when both transports are off); a bad token file stops the start."""
     if not settings.reports_enabled or settings.backend in DEMO_BACKENDS:
         return None  # the simulated fleet reports for its own jobs
-    from agent.reports import ReportStore
+    from agent.context.workload.reports import ReportStore
 
     try:
         token = settings.read_report_token()
@@ -381,7 +381,7 @@ def _report_store(settings: Settings):
 
 
 def _attach_recorder(collector, path: str, settings: Settings):
-    from agent.recorder import SnapshotRecorder
+    from agent.trace.recorder import SnapshotRecorder
     from agent.trace import TraceWriteError
 
     try:
@@ -409,11 +409,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_snapshot(args: argparse.Namespace) -> int:
-    from agent.snapshot_json import snapshot_to_dict
-    from agent.snapshot_text import snapshot_table
+    from exporters.snapshot_json import snapshot_to_dict
+    from agent.views.snapshot_text import snapshot_table
 
     if args.url:
-        from agent.snapshot_text import SnapshotFetchError, fetch_snapshot_json
+        from agent.views.snapshot_text import SnapshotFetchError, fetch_snapshot_json
 
         try:
             data = fetch_snapshot_json(args.url)
@@ -442,7 +442,7 @@ def cmd_record(args: argparse.Namespace) -> int:
         raise CliError("--duration: must be greater than 0 seconds", EXIT_USAGE)
     if args.simulate:
         settings = _settings_from(args, backend="virtual")
-        from agent.recorder import record_simulation
+        from agent.trace.recorder import record_simulation
 
         try:
             count = record_simulation(settings, Path(args.out), duration_s=args.duration)
@@ -451,7 +451,7 @@ def cmd_record(args: argparse.Namespace) -> int:
         print(f"wrote {count} samples to {args.out}")
         return EXIT_OK
     settings = _settings_from(args)
-    from agent.logs import configure_logging
+    from agent.app.logs import configure_logging
 
     configure_logging(settings.log_level, settings.log_format)
     collector = _make_collector(settings, _open(settings))
@@ -515,7 +515,7 @@ def cmd_classify(args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from agent.doctor import run_doctor
+    from agent.diagnostics.doctor import run_doctor
 
     logging.basicConfig(level=logging.ERROR)  # findings, not log lines
     report = run_doctor(_settings_from(args))
@@ -550,7 +550,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_specs(args: argparse.Namespace) -> int:
-    from agent import specs
+    from agent.model import specs
 
     if args.json:
         print(json.dumps(specs.specs_json(), indent=2))

@@ -1,6 +1,6 @@
 """What the inference scraper touches outside the agent: HTTP to the server, and the process table.
 
-Kept apart from agent.inference so the scraper's bookkeeping reads without socket details. Both
+Kept apart from agent.context.workload.inference.scraper so the scraper's bookkeeping reads without socket details. Both
 functions are called from the scraper's thread only, never from a collection cycle.
 """
 

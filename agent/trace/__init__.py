@@ -25,7 +25,7 @@ from typing import IO, Any
 from pydantic import ConfigDict, TypeAdapter, ValidationError
 
 from agent.model import GpuSample
-from agent.trace_types import json_type_error
+from agent.trace.json_types import json_type_error
 
 FORMAT_NAME = "roofwatch-trace"
 FORMAT_VERSION = 1
