@@ -24,7 +24,7 @@ import math
 import queue
 import threading
 import time
-from typing import TYPE_CHECKING, Callable, Deque, Sequence
+from typing import Callable, Deque, Sequence
 
 from agent.backends.base import Backend, DeviceLostError
 from agent.model import (
@@ -35,16 +35,14 @@ from agent.model import (
     GpuSample,
     NicPort,
     NodeSnapshot,
+    Verdict,
     XidCount,
 )
-
-if TYPE_CHECKING:
-    from agent.classifier.engine import Verdict
 
 log = logging.getLogger("roofwatch.collector")
 
 SnapshotListener = Callable[[NodeSnapshot], None]
-Analyzer = Callable[[NodeSnapshot], Sequence["Verdict"]]
+Analyzer = Callable[[NodeSnapshot], Sequence[Verdict]]
 """Turns a fresh snapshot into verdicts (the classifier); its result is published with the snapshot."""
 
 

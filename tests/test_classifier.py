@@ -9,14 +9,14 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from agent.classifier.engine import Classifier, Verdict, classify_samples
+from agent.classifier.engine import Classifier, classify_samples
 from agent.classifier.evaluate import evaluate
 from agent.classifier.features import step_statistics, step_times, window_features
 from agent.classifier.peaks import mig_profile, spec_for_sample
 from agent.classifier.roofline import roofline
 from agent.classifier.rules import DETAILS, JobContext, decide, sigmoid
 from agent.classifier.thresholds import DEFAULT_THRESHOLDS, SOURCES, Thresholds
-from agent.model import GpuSample, WorkloadReport
+from agent.model import GpuSample, Verdict, WorkloadReport
 from agent.model.specs import spec_by_key
 from agent.virtual.engine import VirtualEngine
 from agent.virtual.scenario import parse_scenario

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from agent.classifier import docgen
-from agent.classifier.engine import Verdict, classify_samples
+from agent.classifier.engine import classify_samples
 from agent.classifier.evaluate import evaluate
-from agent.model import WORKLOAD_CLASSES
+from agent.model import WORKLOAD_CLASSES, Verdict
 from agent.trace import read_trace
 from agent.virtual.labelled import LABELLED_DIR, scenario_paths, trace_path, write_trace
 from tests.agent_process import clean_env, roofwatch_cmd

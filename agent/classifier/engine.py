@@ -16,64 +16,14 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator
 
-from agent.classifier.features import WindowFeatures, split_at_change, window_features
+from agent.classifier.features import split_at_change, window_features
 from agent.classifier.peaks import spec_for_sample
-from agent.classifier.roofline import Roofline, roofline
+from agent.classifier.roofline import roofline
 from agent.classifier.rules import Decision, JobContext, decide
 from agent.classifier.thresholds import DEFAULT_THRESHOLDS, Thresholds
-from agent.model import GpuSample, GpuSpec
+from agent.model import GpuSample, GpuSpec, Verdict, WindowFeatures
 
 SpecResolver = Callable[[GpuSample], "GpuSpec | None"]
-
-
-@dataclass(frozen=True, slots=True)
-class Verdict:
-    """What bounds one GPU now: the published (stabilised) class and the evidence behind it."""
-
-    node: str
-    gpu: str
-    uuid: str | None
-    window_start: float
-    window_end: float
-    cls: str
-    detail: str
-    confidence: float
-    throttled: bool
-    throttle_severe: bool
-    reasons: tuple[str, ...]
-    scores: dict[str, float]
-    raw_class: str
-    """This window's own decision before hysteresis (what a flapping classifier would say)."""
-    roofline: Roofline
-    features: WindowFeatures
-    job: str | None = None
-    rank_skew: float | None = None
-    truth: str | None = None
-    """The labelled class of the window's last sample (labelled traces only)."""
-
-    def to_json(self) -> dict[str, object]:
-        """The verdict line of ../shared/trace-format.md, plus optional fields readers may ignore."""
-        r = self.roofline
-        return {
-            "node": self.node, "gpu": self.gpu, "window_start": self.window_start, "window_end": self.window_end,
-            "class": self.cls, "confidence": self.confidence, "throttled": self.throttled,
-            "mfu": _round(r.mfu), "mbu": _round(r.mbu), "reasons": list(self.reasons),
-            "scores": {k: round(v, 3) for k, v in self.scores.items()},
-            "detail": self.detail, "raw_class": self.raw_class, "throttle_severe": self.throttle_severe,
-            "mfu_source": r.mfu_source, "mfu_counters": _round(r.mfu_counters), "mfu_workload": _round(r.mfu_workload),
-            "mbu_source": r.mbu_source, "mbu_counters": _round(r.mbu_counters), "mbu_workload": _round(r.mbu_workload),
-            "dtype": r.dtype, "dtype_assumed": r.dtype_assumed,
-            "roofline": {
-                "achieved_flops": _round(r.achieved_flops, 0), "achieved_bytes_per_s": _round(r.achieved_bytes_per_s, 0),
-                "intensity": _round(r.intensity, 2), "ridge_point": _round(r.ridge_point, 2),
-                "compute_headroom": _round(r.compute_headroom), "memory_headroom": _round(r.memory_headroom),
-            },
-            "job": self.job, "rank_skew": _round(self.rank_skew), "label": self.truth,
-        }
-
-
-def _round(value: float | None, digits: int = 4) -> float | None:
-    return None if value is None else round(value, digits)
 
 
 @dataclass

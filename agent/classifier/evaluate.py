@@ -12,8 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from agent.classifier.engine import Verdict
-from agent.model import WORKLOAD_CLASSES
+from agent.model import WORKLOAD_CLASSES, Verdict
 
 SETTLE_S = 30.0
 

@@ -14,74 +14,15 @@ from __future__ import annotations
 import math
 import statistics
 from collections import Counter
-from dataclasses import dataclass
 from typing import Sequence
 
-from agent.model import specs
-from agent.model import THROTTLE_REASON_MASK, GpuSample, GpuSpec, WorkloadReport
 from agent.classifier.thresholds import Thresholds
+from agent.model import THROTTLE_REASON_MASK, GpuSample, GpuSpec, WindowFeatures, specs
 
 _MIN_DUTY = 0.05
 """Floor of the duty cycle when normalising by it (classification.md §7.2: max(d, 0.05))."""
 BLOCK_S = 5.0
 """Block length for the activity-variation fallback when the job reports no steps."""
-
-
-@dataclass(frozen=True, slots=True)
-class WindowFeatures:
-    """One GPU over one short window (plus step statistics over the long window)."""
-
-    samples: int
-    valid_fraction: float
-    duty: float | None
-    idle_fraction: float | None
-    tensor_busy: float | None
-    fp_busy: float | None
-    dram_busy: float | None
-    sm_busy: float | None
-    u_compute: float | None
-    """Busy-normalised compute utilisation against its roof (tensor or FP pipes)."""
-    u_memory: float | None
-    comm_wait_fraction: float | None
-    link_utilization: float | None
-    link_active: bool
-    clock_ratio: float | None
-    """Mean SM clock / the clock the peaks are quoted at (busy samples)."""
-    throttle_fraction: float
-    throttle_bits: int
-    power_ratio: float | None
-    """Mean power / enforced limit over busy samples (a compute proxy when pipes are unreadable)."""
-    process_alive: bool | None
-    memory_held_bytes: int | None
-    process_cpu_cores: float | None
-    main_cpu_cores: float | None
-    """The busiest GPU process's own CPU (None unless the host splits it from its workers')."""
-    loader_cpu_cores: float | None
-    """Its child processes' CPU: data-loader workers."""
-    loader_workers: int | None
-    cpu_limit_cores: float | None
-    iowait: float | None
-    io_pressure: float | None
-    cpu_pressure: float | None
-    net_congestion_per_s: float | None
-    """Mean congestion notifications per second on the GPU's nearest NIC port over the window."""
-    net_retransmits_per_s: float | None
-    net_link_downs: int | None
-    """Link-down events of that port within the window."""
-    tensor_mean: float | None
-    """Duty-inclusive, clock-scaled tensor activity (the counter MFU before the dtype peak)."""
-    dram_mean: float | None
-    pipe_means: dict[str, float]
-    """Duty-inclusive, clock-scaled FP64/FP32/FP16 pipe activity (keys only for readable pipes)."""
-    step_cv: float | None
-    steps: int
-    step_cv_long: float | None
-    """The same over more steps (``steps_for_cv_exit``): what keeps a jitter verdict."""
-    steps_long: int
-    activity_cv: float | None
-    workload: WorkloadReport | None
-    dtype: str | None
-    mig: bool
 
 
 def _mean(values: Sequence[float]) -> float | None:

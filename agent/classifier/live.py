@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import logging
 import threading
-
-from agent.classifier.engine import Classifier, Grid, Verdict
-from agent.classifier.thresholds import DEFAULT_THRESHOLDS, Thresholds
 from typing import Mapping, Sequence
 
-from agent.model import GpuSample, GpuSpec, NodeSnapshot
-
+from agent.classifier.engine import Classifier, Grid
+from agent.classifier.thresholds import DEFAULT_THRESHOLDS, Thresholds
+from agent.model import GpuSample, GpuSpec, NodeSnapshot, Verdict
 
 log = logging.getLogger("roofwatch.classifier")
 

@@ -12,60 +12,9 @@ MBU likewise: from the reported model bytes and step time or token rate, else DR
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from agent.classifier.features import WindowFeatures
-from agent.model import GpuSpec
+from agent.model import GpuSpec, Roofline, WindowFeatures
 
 DEFAULT_DTYPE = "bf16"
-
-
-@dataclass(frozen=True, slots=True)
-class Roofline:
-    """Where the GPU sits on its roofline, and how much of its peaks it uses."""
-
-    dtype: str
-    dtype_assumed: bool
-    """True when neither the workload nor the configuration said which precision runs."""
-    peak_flops: float | None
-    peak_bytes_per_s: float | None
-    achieved_flops: float | None
-    achieved_bytes_per_s: float | None
-    intensity: float | None
-    """Estimated arithmetic intensity, FLOP per DRAM byte."""
-    ridge_point: float | None
-    compute_headroom: float | None
-    """1 - achieved / peak FLOP/s: 0 at the compute roof."""
-    memory_headroom: float | None
-    """1 - achieved / peak bytes/s: 0 at the memory roof."""
-    mfu_counters: float | None
-    mfu_workload: float | None
-    mbu_counters: float | None
-    mbu_workload: float | None
-
-    @property
-    def mfu(self) -> float | None:
-        """The best MFU available: what the workload reported, else the counter estimate."""
-        return _preferred(self.mfu_workload, self.mfu_counters)[0]
-
-    @property
-    def mfu_source(self) -> str | None:
-        return _preferred(self.mfu_workload, self.mfu_counters)[1]
-
-    @property
-    def mbu(self) -> float | None:
-        return _preferred(self.mbu_workload, self.mbu_counters)[0]
-
-    @property
-    def mbu_source(self) -> str | None:
-        return _preferred(self.mbu_workload, self.mbu_counters)[1]
-
-
-def _preferred(workload: float | None, counters: float | None) -> tuple[float | None, str | None]:
-    """(value, source): the workload's own figure wins; the counter estimate stands in."""
-    if workload is not None:
-        return workload, "workload"
-    return (counters, "counters") if counters is not None else (None, None)
 
 
 def pipe_flops(f: WindowFeatures, peaks: dict[str, float]) -> float:

@@ -16,9 +16,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from agent.classifier.features import WindowFeatures
 from agent.classifier.thresholds import Thresholds
-from agent.model import CLOCK_EVENT_REASONS, THROTTLE_REASON_MASK
+from agent.model import CLOCK_EVENT_REASONS, THROTTLE_REASON_MASK, WindowFeatures
 
 _HARD_THROTTLE = (CLOCK_EVENT_REASONS["hw_slowdown"] | CLOCK_EVENT_REASONS["hw_thermal_slowdown"]
                   | CLOCK_EVENT_REASONS["hw_power_brake_slowdown"])

@@ -14,9 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
 from agent import __version__
-from agent.classifier.engine import Verdict
 from agent.classifier.peaks import spec_for_sample
-from agent.model import WORKLOAD_CLASSES, GpuSample
+from agent.model import WORKLOAD_CLASSES, GpuSample, Verdict
 from agent.views.html_parts import class_badge, mfu_html, page, pct
 from agent.views.palette import CLASS_LABELS, MFU_POOR, MFU_TARGET, WASTED_CLASSES, class_colour, class_label
 from agent.views.roofline_chart import ChartPoint, Roof, position, roof_for, roofline_svg

@@ -1,0 +1,60 @@
+"""The node snapshot: everything a scrape needs, published atomically once per collection cycle."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from agent.model.device import DeviceState
+from agent.model.sample import HostSample
+from agent.model.verdict import Verdict
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NicPort:
+    """One InfiniBand/RoCE port of the node, with totals since the agent started (Prometheus counters)."""
+
+    device: str
+    port: int
+    link_layer: str | None = None
+    active: bool = False
+    rate_bytes_per_s: float | None = None
+    tx_bytes: float = 0.0
+    rx_bytes: float = 0.0
+    events: dict[str, float] = field(default_factory=dict)
+    """Totals of the fixed error and RoCE counters the port has (agent.context.host.infiniband); absent ones left out."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CollectorHealth:
+    """How the last collection cycle went; exported so a silent agent is never mistaken for idle GPUs."""
+
+    backend: str
+    cycles_total: int = 0
+    last_cycle_duration_s: float | None = None
+    last_cycle_success: bool = False
+    last_cycle_ts: float | None = None
+    interval_s: float = 1.0
+    waiting_for: str | None = None
+    """Set while the agent waits for its GPU driver (agent.app.driver_wait): what it waits for and why."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeSnapshot:
+    """Everything a scrape needs, published atomically once per cycle and never mutated."""
+
+    ts: float
+    node: str
+    devices: tuple[DeviceState, ...]
+    health: CollectorHealth
+    expected_devices: int
+    host: HostSample | None = None
+    sequence: int = 0
+    """Increments with every published snapshot; lets exporters cache per snapshot."""
+    verdicts: tuple[Verdict, ...] = ()
+    """The classifier's latest verdict per device (empty when classification is off)."""
+    nics: tuple[NicPort, ...] = ()
+    """The node's InfiniBand/RoCE ports (empty where there are none, or on the virtual fleet)."""
+
+    @property
+    def visible_devices(self) -> int:
+        return sum(1 for d in self.devices if d.up)

@@ -1,0 +1,167 @@
+"""A verdict and its evidence: the window features, the roofline position, the published class.
+
+These are the classifier's outputs, but they are plain data that the snapshot, the exporters,
+the views and trace replay all read, so they live in the vendor-neutral model; the classifier
+computes them (agent.classifier.features, .roofline, .engine) and nothing here depends on it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from agent.model.sample import WorkloadReport
+
+
+@dataclass(frozen=True, slots=True)
+class WindowFeatures:
+    """One GPU over one short window (plus step statistics over the long window)."""
+
+    samples: int
+    valid_fraction: float
+    duty: float | None
+    idle_fraction: float | None
+    tensor_busy: float | None
+    fp_busy: float | None
+    dram_busy: float | None
+    sm_busy: float | None
+    u_compute: float | None
+    """Busy-normalised compute utilisation against its roof (tensor or FP pipes)."""
+    u_memory: float | None
+    comm_wait_fraction: float | None
+    link_utilization: float | None
+    link_active: bool
+    clock_ratio: float | None
+    """Mean SM clock / the clock the peaks are quoted at (busy samples)."""
+    throttle_fraction: float
+    throttle_bits: int
+    power_ratio: float | None
+    """Mean power / enforced limit over busy samples (a compute proxy when pipes are unreadable)."""
+    process_alive: bool | None
+    memory_held_bytes: int | None
+    process_cpu_cores: float | None
+    main_cpu_cores: float | None
+    """The busiest GPU process's own CPU (None unless the host splits it from its workers')."""
+    loader_cpu_cores: float | None
+    """Its child processes' CPU: data-loader workers."""
+    loader_workers: int | None
+    cpu_limit_cores: float | None
+    iowait: float | None
+    io_pressure: float | None
+    cpu_pressure: float | None
+    net_congestion_per_s: float | None
+    """Mean congestion notifications per second on the GPU's nearest NIC port over the window."""
+    net_retransmits_per_s: float | None
+    net_link_downs: int | None
+    """Link-down events of that port within the window."""
+    tensor_mean: float | None
+    """Duty-inclusive, clock-scaled tensor activity (the counter MFU before the dtype peak)."""
+    dram_mean: float | None
+    pipe_means: dict[str, float]
+    """Duty-inclusive, clock-scaled FP64/FP32/FP16 pipe activity (keys only for readable pipes)."""
+    step_cv: float | None
+    steps: int
+    step_cv_long: float | None
+    """The same over more steps (``steps_for_cv_exit``): what keeps a jitter verdict."""
+    steps_long: int
+    activity_cv: float | None
+    workload: WorkloadReport | None
+    dtype: str | None
+    mig: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Roofline:
+    """Where the GPU sits on its roofline, and how much of its peaks it uses."""
+
+    dtype: str
+    dtype_assumed: bool
+    """True when neither the workload nor the configuration said which precision runs."""
+    peak_flops: float | None
+    peak_bytes_per_s: float | None
+    achieved_flops: float | None
+    achieved_bytes_per_s: float | None
+    intensity: float | None
+    """Estimated arithmetic intensity, FLOP per DRAM byte."""
+    ridge_point: float | None
+    compute_headroom: float | None
+    """1 - achieved / peak FLOP/s: 0 at the compute roof."""
+    memory_headroom: float | None
+    """1 - achieved / peak bytes/s: 0 at the memory roof."""
+    mfu_counters: float | None
+    mfu_workload: float | None
+    mbu_counters: float | None
+    mbu_workload: float | None
+
+    @property
+    def mfu(self) -> float | None:
+        """The best MFU available: what the workload reported, else the counter estimate."""
+        return _preferred(self.mfu_workload, self.mfu_counters)[0]
+
+    @property
+    def mfu_source(self) -> str | None:
+        return _preferred(self.mfu_workload, self.mfu_counters)[1]
+
+    @property
+    def mbu(self) -> float | None:
+        return _preferred(self.mbu_workload, self.mbu_counters)[0]
+
+    @property
+    def mbu_source(self) -> str | None:
+        return _preferred(self.mbu_workload, self.mbu_counters)[1]
+
+
+def _preferred(workload: float | None, counters: float | None) -> tuple[float | None, str | None]:
+    """(value, source): the workload's own figure wins; the counter estimate stands in."""
+    if workload is not None:
+        return workload, "workload"
+    return (counters, "counters") if counters is not None else (None, None)
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What bounds one GPU now: the published (stabilised) class and the evidence behind it."""
+
+    node: str
+    gpu: str
+    uuid: str | None
+    window_start: float
+    window_end: float
+    cls: str
+    detail: str
+    confidence: float
+    throttled: bool
+    throttle_severe: bool
+    reasons: tuple[str, ...]
+    scores: dict[str, float]
+    raw_class: str
+    """This window's own decision before hysteresis (what a flapping classifier would say)."""
+    roofline: Roofline
+    features: WindowFeatures
+    job: str | None = None
+    rank_skew: float | None = None
+    truth: str | None = None
+    """The labelled class of the window's last sample (labelled traces only)."""
+
+    def to_json(self) -> dict[str, object]:
+        """The verdict line of ../shared/trace-format.md, plus optional fields readers may ignore."""
+        r = self.roofline
+        return {
+            "node": self.node, "gpu": self.gpu, "window_start": self.window_start, "window_end": self.window_end,
+            "class": self.cls, "confidence": self.confidence, "throttled": self.throttled,
+            "mfu": _round(r.mfu), "mbu": _round(r.mbu), "reasons": list(self.reasons),
+            "scores": {k: round(v, 3) for k, v in self.scores.items()},
+            "detail": self.detail, "raw_class": self.raw_class, "throttle_severe": self.throttle_severe,
+            "mfu_source": r.mfu_source, "mfu_counters": _round(r.mfu_counters), "mfu_workload": _round(r.mfu_workload),
+            "mbu_source": r.mbu_source, "mbu_counters": _round(r.mbu_counters), "mbu_workload": _round(r.mbu_workload),
+            "dtype": r.dtype, "dtype_assumed": r.dtype_assumed,
+            "roofline": {
+                "achieved_flops": _round(r.achieved_flops, 0), "achieved_bytes_per_s": _round(r.achieved_bytes_per_s, 0),
+                "intensity": _round(r.intensity, 2), "ridge_point": _round(r.ridge_point, 2),
+                "compute_headroom": _round(r.compute_headroom), "memory_headroom": _round(r.memory_headroom),
+            },
+            "job": self.job, "rank_skew": _round(self.rank_skew), "label": self.truth,
+        }
+
+
+def _round(value: float | None, digits: int = 4) -> float | None:
+    return None if value is None else round(value, digits)
