@@ -1,4 +1,4 @@
-"""Tests for the GPU spec catalogue (agent/model/specs.py).
+"""Tests for the GPU spec catalogue (agent/model/specs/).
 
 Expected numbers come from ../shared/reference/gpu-specs.md (the doc), not from the code: the
 ridge points of §3, the bandwidth formula check of §4 and the FP8 = 2 x BF16 dense relation.
@@ -10,8 +10,7 @@ import json
 import math
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from agent.model import DTYPES, GpuSpec
 from agent.model.specs import (
@@ -23,9 +22,8 @@ from agent.model.specs import (
     resolve_spec,
     scale_spec,
     spec_by_key,
-    specs_json,
-    specs_table,
 )
+from agent.views.specs_table import specs_json, specs_table
 
 MIB = 2**20
 GIB = 2**30

@@ -550,12 +550,12 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_specs(args: argparse.Namespace) -> int:
-    from agent.model import specs
+    from agent.views import specs_table
 
     if args.json:
-        print(json.dumps(specs.specs_json(), indent=2))
+        print(json.dumps(specs_table.specs_json(), indent=2))
     else:
-        print(specs.specs_table())
+        print(specs_table.specs_table())
     return EXIT_OK
 
 

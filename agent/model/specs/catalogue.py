@@ -1,0 +1,33 @@
+"""The catalogue: every model we know the peaks of, and the driver names and PCI ids that point at them."""
+
+from __future__ import annotations
+
+from agent.model import GpuSpec
+from agent.model.specs.amd import AMD
+from agent.model.specs.nvidia import NVIDIA
+
+CATALOGUE: tuple[GpuSpec, ...] = NVIDIA + AMD
+
+# PCI ids that one catalogued model shares with an uncatalogued one: only a matching SM/CU count
+# may confirm them, or the sibling (MI250, 104 CUs/GCD, ~6% slower) would silently get our peaks.
+SHARED_PCI_IDS: frozenset[int] = frozenset({0x740C})
+
+
+# Driver names (NVML nvmlDeviceGetName, amdsmi market_name) -> candidate keys. Each entry's own
+# name and key are aliases too. Exact matches only: "NVIDIA H200 NVL" must not become an H200 SXM.
+NAME_ALIASES: dict[str, tuple[str, ...]] = {
+    "NVIDIA A100-SXM4-40GB": ("a100-sxm-40gb",),
+    "NVIDIA A100-SXM4-80GB": ("a100-sxm-80gb",),
+    "NVIDIA A100-PCIE-40GB": ("a100-pcie-40gb",),
+    "NVIDIA A100 80GB PCIe": ("a100-pcie-80gb",),
+    "NVIDIA A100-PCIE-80GB": ("a100-pcie-80gb",),
+    "NVIDIA H100 80GB HBM3": ("h100-sxm",),
+    "NVIDIA H200": ("h200-sxm",),
+    "NVIDIA GH200 480GB": ("gh200-96gb", "gh200-144gb"),  # name omits the HBM size: use memory
+    "NVIDIA GH200": ("gh200-96gb", "gh200-144gb"),
+    "NVIDIA GH200 144G HBM3e": ("gh200-144gb",),
+}
+
+
+# Names that cover an uncatalogued sibling too; like SHARED_PCI_IDS they need an SM/CU match.
+SHARED_NAMES: dict[str, tuple[str, ...]] = {"AMD Instinct MI250X / MI250": ("mi250x",)}

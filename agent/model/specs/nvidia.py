@@ -1,0 +1,90 @@
+"""NVIDIA entries of the peak-spec catalogue (Ampere, Hopper, Blackwell, Ada), each with its source."""
+
+from __future__ import annotations
+
+from agent.model import GpuSpec
+from agent.model.specs.datasheet import datasheet_spec as _spec
+
+_FP64_NV = "FP64 = FP64 tensor peak from the NVIDIA datasheet (not in gpu-specs.md). "
+_A100 = ("§2 (A100 datasheet r4). " + _FP64_NV + "ref clock derived: 312e12 / (108 SM x 2048 "
+         "FLOP/clk) = 1410 MHz, the boost clock.")
+_HOPPER = ("ref clock from §4: 989.4e12 = 540,672 FLOP/clk (132 SM x 4096) x 1.83 GHz; max boost "
+           "1.98 GHz. " + _FP64_NV)
+_GH200 = ("§2 (not confirmed). TDP unknown: 450-1000 W is the whole module. GPU-to-GPU NVLink "
+          "depends on the system: unknown. " + _HOPPER)
+
+
+NVIDIA: tuple[GpuSpec, ...] = (
+    # --- NVIDIA Ampere: gpu-specs.md §2 A100 rows; link = NVLink3 600 GB/s bidirectional.
+    _spec("a100-sxm-40gb", "NVIDIA A100 SXM4 40GB", "nvidia", bf16=312, tf32=156, fp32=19.5,
+          fp64=19.5, hbm_tbs=1.555, mem_gib=40, tdp=400, sms=108, ref=1410, max_clk=1410,
+          link_gbs=300, pci=(0x20B0,), notes=_A100),
+    _spec("a100-sxm-80gb", "NVIDIA A100 SXM4 80GB", "nvidia", bf16=312, tf32=156, fp32=19.5,
+          fp64=19.5, hbm_tbs=2.039, mem_gib=80, tdp=400, sms=108, ref=1410, max_clk=1410,
+          link_gbs=300, pci=(0x20B2,), notes=_A100),
+    # pci.ids lists both 20b1 and 20f1 as "GA100 [A100 PCIe 40GB]". NVLink bridge optional: None.
+    _spec("a100-pcie-40gb", "NVIDIA A100 PCIe 40GB", "nvidia", bf16=312, tf32=156, fp32=19.5,
+          fp64=19.5, hbm_tbs=1.555, mem_gib=40, tdp=250, sms=108, ref=1410, max_clk=1410,
+          pci=(0x20F1, 0x20B1), notes=_A100),
+    _spec("a100-pcie-80gb", "NVIDIA A100 PCIe 80GB", "nvidia", bf16=312, tf32=156, fp32=19.5,
+          fp64=19.5, hbm_tbs=1.935, mem_gib=80, tdp=300, sms=108, ref=1410, max_clk=1410,
+          pci=(0x20B5,), notes=_A100),
+    # --- NVIDIA Hopper: §2 + §3 (989.4 / 1978.9 precise values); NVLink4 900 GB/s bidirectional.
+    _spec("h100-sxm", "NVIDIA H100 SXM5 80GB", "nvidia", bf16=989.4, fp8=1978.9, tf32=495,
+          fp32=67, fp64=67, hbm_tbs=3.35, mem_gib=80, tdp=700, sms=132, ref=1830, max_clk=1980,
+          link_gbs=450, pci=(0x2330,), notes=_HOPPER),
+    _spec("h100-pcie", "NVIDIA H100 PCIe", "nvidia", bf16=756, fp8=1513, tf32=378, fp32=51,
+          fp64=51, hbm_tbs=2.0, mem_gib=80, tdp=350, sms=114, ref=1619, max_clk=1755,
+          pci=(0x2331,), notes="§2/§3. TDP 300-350 W configurable (upper bound kept). " + _FP64_NV
+          + "ref clock derived: 756e12 / (114 SM x 4096 FLOP/clk) = 1619 MHz; max boost 1755 MHz "
+          "agrees with FP32 51 TF = 114 x 256 x 1.75 GHz."),
+    # Per GPU, not the bridged pair of the first datasheet (§1). pci.ids: 2321 "GH100 [H100L 94GB]"
+    # (NVIDIA gpu-admin-tools devid_names.py: 0x2321 = H100). Link: NVLink bridge 600 GB/s bidi.
+    _spec("h100-nvl", "NVIDIA H100 NVL", "nvidia", bf16=835, fp8=1671, tf32=418, fp32=60, fp64=60,
+          hbm_tbs=3.9, mem_gib=94, tdp=400, sms=132, ref=1544, max_clk=1785, link_gbs=300,
+          pci=(0x2321,), notes="§2, per GPU. TDP 350-400 W configurable (upper bound kept). "
+          + _FP64_NV + "132 SMs (third-party spec pages, not vendor-confirmed); ref clock derived:"
+          " 835e12 / (132 x 4096) = 1544 MHz; max boost 1785 MHz agrees with FP32 60 TF = 132 x 256 x "
+          "1.78 GHz. Link = NVLink bridge between a pair only."),
+    _spec("h200-sxm", "NVIDIA H200 SXM 141GB", "nvidia", bf16=989.4, fp8=1978.9, tf32=495,
+          fp32=67, fp64=67, hbm_tbs=4.8, mem_gib=141, tdp=700, sms=132, ref=1830, max_clk=1980,
+          link_gbs=450, pci=(0x2335,), notes="§2/§3: H100 compute with 141 GB HBM3e. " + _HOPPER),
+    # GH200 (GPU part): §2 says "recalled, not confirmed". pci.ids: 2342 "GH200 120GB / 480GB"
+    # (the 96 GB HBM3 module), 2348 "GH200 144G HBM3e". 132 SM @ 1980 MHz seen in an OpenCL dump
+    # of "NVIDIA GH200 480GB". TDP is for the whole module (450-1000 W): GPU share unknown.
+    _spec("gh200-96gb", "NVIDIA GH200 96GB HBM3", "nvidia", bf16=989.4, fp8=1978.9, tf32=495,
+          fp32=67, fp64=67, hbm_tbs=4.0, mem_gib=96, tdp=None, sms=132, ref=1830, max_clk=1980,
+          pci=(0x2342,), notes=_GH200),
+    _spec("gh200-144gb", "NVIDIA GH200 144GB HBM3e", "nvidia", bf16=989.4, fp8=1978.9, tf32=495,
+          fp32=67, fp64=67, hbm_tbs=4.9, mem_gib=144, tdp=None, sms=132, ref=1830, max_clk=1980,
+          pci=(0x2348,), notes=_GH200),
+    # --- NVIDIA Blackwell: §2 B200 (HGX). NVLink5 1.8 TB/s bidirectional. pci.ids: 2901 "GB100
+    # [B200]" (2909 "HGX B200 168GB" is a different SKU, not catalogued).
+    _spec("b200", "NVIDIA B200", "nvidia", bf16=2250, fp8=4500, tf32=1100, fp32=75,
+          hbm_tbs=7.7, mem_gib=180, tdp=1000, sms=148, ref=1980, max_clk=1980, link_gbs=900,
+          pci=(0x2901,), notes="§2 (HGX B200). 148 SMs @ 1980 MHz from third-party spec pages, "
+          "consistent with FP32 75 TF = 148 x 256 x 1.98 GHz. The tensor peak does not divide "
+          "into a power-of-two FLOP/clk, so ref clock = boost clock (an estimate). FP64 omitted "
+          "(37 vs 40 TF quoted by different sources)."),
+    # --- NVIDIA Ada / Ampere GA102 PCIe cards (no NVLink). SM counts = CUDA cores / 128.
+    _spec("l40s", "NVIDIA L40S", "nvidia", bf16=362, fp8=733, tf32=183, fp32=91.6, hbm_tbs=0.864,
+          mem_gib=48, tdp=350, sms=142, ref=2520, max_clk=2520, pci=(0x26B9,),
+          notes="§2 (GDDR6). 142 SMs; FP32 91.6 = 142 x 256 x 2.52 GHz. BF16 362 implies ~2490 MHz "
+          "at 1024 FLOP/clk/SM, not exact, so ref clock = datasheet boost clock 2520 MHz."),
+    _spec("l4", "NVIDIA L4", "nvidia", bf16=121, fp8=242.5, tf32=60, fp32=30.3, hbm_tbs=0.300,
+          mem_gib=24, tdp=72, sms=58, ref=2040, max_clk=2040, pci=(0x27B8,),
+          notes="§2 (GDDR6). 58 SMs; ref derived: 121e12 / (58 x 1024 FLOP/clk) = 2037 ~ 2040 MHz "
+          "boost, matching FP32 30.3 = 58 x 256 x 2.04 GHz."),
+    _spec("a10", "NVIDIA A10", "nvidia", bf16=125, tf32=62.5, fp32=31.2, hbm_tbs=0.600,
+          mem_gib=24, tdp=150, sms=72, ref=1695, max_clk=1695, pci=(0x2236,),
+          notes="§2 (GDDR6). 72 SMs; ref derived: 125e12 / (72 x 1024 FLOP/clk) = 1695 MHz boost, "
+          "matching FP32 31.2 = 72 x 256 x 1.695 GHz."),
+    # A10G: no public datasheet (§2). Decision: no FLOP peaks at all rather than a guess; the
+    # memory side (the part that matters for memory-bound inference) is kept.
+    _spec("a10g", "NVIDIA A10G", "nvidia", hbm_tbs=0.600, mem_gib=24, tdp=None, sms=None,
+          ref=None, max_clk=None, pci=(0x2237,),
+          notes="§2: AWS-only part with no public NVIDIA datasheet. Tensor peak unconfirmed "
+          "(~70 TF is often quoted; lower than the A10 per Baseten) and FP32 only '~31' - all FLOP "
+          "peaks left out (unknown) until measured on hardware. TDP '~150 W' unconfirmed: left "
+          "unknown, read the enforced power limit instead."),
+)

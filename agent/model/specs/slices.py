@@ -1,0 +1,75 @@
+"""Peaks of part of a GPU: a MIG instance (NVIDIA) or a compute partition (AMD), scaled from the whole."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+
+from agent.model import GpuSpec
+
+MIG_COMPUTE_SLICES = 7
+"""Compute slices of a MIG-capable GPU (``7g`` is the whole GPU)."""
+
+
+_MIG_NAME = re.compile(r"^(?P<parent>.+?)\s+MIG\s+(?P<g>[1-7])g\.(?P<gb>\d+)gb$", re.IGNORECASE)
+
+
+def mig_profile(model: str) -> tuple[str, int, int] | None:
+    """(parent model, compute slices, memory GB) of a MIG device name, else None.
+
+    NVML names a MIG device after its parent plus the profile: ``NVIDIA H100 80GB HBM3 MIG 3g.40gb``.
+    """
+    match = _MIG_NAME.match(model.strip())
+    if not match:
+        return None
+    return match.group("parent"), int(match.group("g")), int(match.group("gb"))
+
+
+def mig_slice_spec(parent: GpuSpec, slices: int, gb: int) -> GpuSpec:
+    """Peaks of a ``<slices>g.<gb>gb`` instance: FLOP x slices/7, memory and bandwidth x its memory share."""
+    mem_fraction = None
+    if parent.memory_bytes:
+        mem_fraction = min(1.0, gb * 2**30 / parent.memory_bytes)  # catalogue sizes are GiB
+    return scale_spec(parent, slices / MIG_COMPUTE_SLICES, suffix=f"-mig-{slices}g.{gb}gb", mem_fraction=mem_fraction)
+
+
+def partition_slice_spec(parent: GpuSpec, count: int, mode: str) -> GpuSpec:
+    """Peaks of one of ``count`` AMD compute partitions (``mode`` SPX/DPX/QPX/CPX): FLOPs, CUs,
+    memory and bandwidth each divided by ``count``.
+
+    Memory follows what KFD reports per partition (the total over the partition count);
+    bandwidth is the fair share, since one XCD cannot pull the whole HBM bandwidth by itself.
+    """
+    if count <= 1:
+        return parent
+    return scale_spec(parent, 1.0 / count, suffix=f"-{mode.lower()}", mem_fraction=1.0 / count)
+
+
+def _check_fraction(value: float, what: str) -> None:
+    if not (math.isfinite(value) and 0 < value <= 1):
+        raise ValueError(f"{what} must be in (0, 1], got {value!r}")
+
+
+def scale_spec(spec: GpuSpec, fraction: float, *, suffix: str,
+               mem_fraction: float | None = None) -> GpuSpec:
+    """Peaks of a MIG slice / AMD partition: FLOP peaks and SM count times ``fraction``.
+
+    Bandwidth and memory are scaled only by an explicit ``mem_fraction``, because the compute
+    share and memory share of a slice differ (MIG 1g.10gb on H100: 16/132 SMs but 1/8 of memory),
+    and AMD CPX partitions under NPS1 share all HBM. TDP stays: power is read per device.
+    """
+    _check_fraction(fraction, "fraction")
+    bandwidth, memory, how = spec.mem_bandwidth_bytes_per_s, spec.memory_bytes, f"FLOP x{fraction:g}"
+    if mem_fraction is not None:
+        _check_fraction(mem_fraction, "mem_fraction")
+        bandwidth = bandwidth * mem_fraction if bandwidth is not None else None
+        memory = round(memory * mem_fraction) if memory is not None else None
+        how += f", memory/bandwidth x{mem_fraction:g}"
+    return dataclasses.replace(
+        spec, key=f"{spec.key}{suffix}", name=f"{spec.name} [{suffix}]",
+        peak_flops={k: v * fraction for k, v in spec.peak_flops.items()},
+        sm_count=max(1, round(spec.sm_count * fraction)) if spec.sm_count else spec.sm_count,
+        mem_bandwidth_bytes_per_s=bandwidth, memory_bytes=memory,
+        notes=f"{spec.notes} Scaled for {suffix}: {how}.".strip(),
+    )
