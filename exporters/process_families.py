@@ -8,21 +8,17 @@ snapshot. The attribution info series carry ``node, gpu, uuid`` only (never the 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, Metric
+from prometheus_client.core import InfoMetricFamily, Metric
 
 from agent.model import GpuSample
 from exporters import metrics as m
-
-if TYPE_CHECKING:
-    from exporters.prometheus import Families
+from exporters.families import Families, add_known
 
 
 class ProcessFamilies:
     """Collects the process and attribution families over all GPUs of one snapshot."""
 
-    def __init__(self, fam: "Families", max_processes: int) -> None:
+    def __init__(self, fam: Families, max_processes: int) -> None:
         self._max = max_processes
         self.count = fam.gauge(m.PROCESSES)
         self.memory = fam.gauge(m.PROCESS_MEMORY)
@@ -44,16 +40,16 @@ class ProcessFamilies:
             largest = sorted(sample.processes, key=lambda p: p.used_memory_bytes or 0, reverse=True)
             for proc in largest[: self._max]:
                 key = labels + [str(proc.pid), m.clip_label(proc.name)]
-                _add(self.memory, key, proc.used_memory_bytes)
-                _add(self.sm, key, proc.sm_util)
-                _add(self.compute_units, key, proc.compute_units)
-                _add(self.cpu, key + ["main"], proc.cpu_main_cores)
-                _add(self.cpu, key + ["workers"], proc.cpu_workers_cores)
-                _add(self.workers, key, proc.workers)
-                _add(self.cpu_limit, key, proc.cpu_limit_cores)
-                _add(self.rss, key, proc.rss_bytes)
-                _add(self.io, key + ["read"], proc.io_read_bytes_per_s)
-                _add(self.io, key + ["write"], proc.io_write_bytes_per_s)
+                add_known(self.memory, key, proc.used_memory_bytes)
+                add_known(self.sm, key, proc.sm_util)
+                add_known(self.compute_units, key, proc.compute_units)
+                add_known(self.cpu, key + ["main"], proc.cpu_main_cores)
+                add_known(self.cpu, key + ["workers"], proc.cpu_workers_cores)
+                add_known(self.workers, key, proc.workers)
+                add_known(self.cpu_limit, key, proc.cpu_limit_cores)
+                add_known(self.rss, key, proc.rss_bytes)
+                add_known(self.io, key + ["read"], proc.io_read_bytes_per_s)
+                add_known(self.io, key + ["write"], proc.io_write_bytes_per_s)
                 if proc.user:
                     self.owner.add_metric(key, {"user": m.clip_label(proc.user)})
         who = sample.attribution
@@ -75,6 +71,3 @@ def _known(**values: str | None) -> dict[str, str]:
     return {key: m.clip_label(value) for key, value in values.items() if value}
 
 
-def _add(family: GaugeMetricFamily, labels: list[str], value: float | None) -> None:
-    if value is not None:
-        family.add_metric(labels, value)

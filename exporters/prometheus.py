@@ -20,9 +20,10 @@ from agent import __version__
 from agent.model import CLOCK_EVENT_REASONS, WORKLOAD_CLASSES, DeviceState, NodeSnapshot
 from exporters import metrics as m
 from exporters.encoding import encode_exposition
-from exporters.render_cache import PerSnapshotCache
+from exporters.families import Families, add_known
 from exporters.nic_families import nic_families
 from exporters.process_families import ProcessFamilies
+from exporters.render_cache import PerSnapshotCache
 
 
 class SnapshotCollector(Collector):
@@ -89,40 +90,6 @@ def families_for(snapshot: NodeSnapshot, *, max_processes_per_gpu: int = 16, gpu
     out.extend(_verdict_families(fam, node, snapshot))
     out.extend(nic_families(node, snapshot.nics))
     return out
-
-
-class Families:
-    """Creates per-GPU families with the configured attribution labels after ``node, gpu, uuid``."""
-
-    def __init__(self, extra: tuple[str, ...] = ()) -> None:
-        self.extra = extra
-
-    def names(self, defn: m.MetricDef) -> tuple[str, ...]:
-        head = len(m.GPU_LABELS)
-        if not self.extra or defn.labels[:head] != m.GPU_LABELS:
-            return defn.labels
-        return defn.labels[:head] + self.extra + defn.labels[head:]
-
-    def values(self, node: str, device: DeviceState) -> list[str]:
-        """``node, gpu, uuid`` and the extra labels' values for one device."""
-        values = [node, device.info.gpu, device.info.uuid]
-        if self.extra:
-            sample = device.sample
-            who = sample.attribution if sample is not None else None
-            for name in self.extra:
-                value = getattr(who, name, None) if who is not None else None
-                values.append(m.clip_label(value))
-        return values
-
-    def gauge(self, defn: m.MetricDef) -> GaugeMetricFamily:
-        return GaugeMetricFamily(defn.name, defn.help, labels=self.names(defn))
-
-    def counter(self, defn: m.MetricDef) -> CounterMetricFamily:
-        return CounterMetricFamily(defn.family_name, defn.help, labels=self.names(defn))
-
-    def info(self, defn: m.MetricDef) -> InfoMetricFamily:
-        """Info families carry their own labels in the value dict; only the GPU key gets extras."""
-        return InfoMetricFamily(defn.family_name, defn.help, labels=m.GPU_LABELS + self.extra)
 
 
 def _device_families(fam: Families, node: str, devices: tuple[DeviceState, ...], max_processes: int) -> list[Metric]:
@@ -258,27 +225,22 @@ def _verdict_families(fam: Families, node: str, snapshot: NodeSnapshot) -> list[
             scores.add_metric(labels + [name], value)
         throttled.add_metric(labels, 1.0 if verdict.throttled else 0.0)
         f, r = verdict.features, verdict.roofline
-        _add(duty, labels, f.duty)
-        _add(wait, labels, f.comm_wait_fraction)
-        _add(step_cv, labels, f.step_cv if f.steps >= 2 else None)
-        _add(skew, labels, verdict.rank_skew)
-        _add(flops, labels + [r.dtype], r.achieved_flops)
-        _add(bandwidth, labels, r.achieved_bytes_per_s)
-        _add(intensity, labels + [r.dtype], r.intensity)
-        _add(ridge, labels + [r.dtype], r.ridge_point)
-        _add(headroom, labels + ["compute"], r.compute_headroom)
-        _add(headroom, labels + ["memory"], r.memory_headroom)
-        _add(mfu, labels + ["counters", r.dtype], r.mfu_counters)
-        _add(mfu, labels + ["workload", r.dtype], r.mfu_workload)
-        _add(mbu, labels + ["counters"], r.mbu_counters)
-        _add(mbu, labels + ["workload"], r.mbu_workload)
+        add_known(duty, labels, f.duty)
+        add_known(wait, labels, f.comm_wait_fraction)
+        add_known(step_cv, labels, f.step_cv if f.steps >= 2 else None)
+        add_known(skew, labels, verdict.rank_skew)
+        add_known(flops, labels + [r.dtype], r.achieved_flops)
+        add_known(bandwidth, labels, r.achieved_bytes_per_s)
+        add_known(intensity, labels + [r.dtype], r.intensity)
+        add_known(ridge, labels + [r.dtype], r.ridge_point)
+        add_known(headroom, labels + ["compute"], r.compute_headroom)
+        add_known(headroom, labels + ["memory"], r.memory_headroom)
+        add_known(mfu, labels + ["counters", r.dtype], r.mfu_counters)
+        add_known(mfu, labels + ["workload", r.dtype], r.mfu_workload)
+        add_known(mbu, labels + ["counters"], r.mbu_counters)
+        add_known(mbu, labels + ["workload"], r.mbu_workload)
     return [one_hot, confidence, scores, reason, throttled, duty, wait, step_cv, skew,
             flops, bandwidth, intensity, ridge, headroom, mfu, mbu]
-
-
-def _add(family: GaugeMetricFamily, labels: list[str], value: float | None) -> None:
-    if value is not None:
-        family.add_metric(labels, value)
 
 
 class ExpositionCache:

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any, Iterable
 
-from agent.diagnostics.doctor import Finding, _package_version
+from agent.diagnostics.findings import Finding, package_version
 
 AMD_CAPABILITY_IMPACT: dict[str, tuple[str, str, str]] = {
     "gr_active": ("fail", "roofwatch_gpu_engine_active_ratio and every workload class (the GPU reads unknown)",
@@ -55,7 +55,7 @@ def amd_findings(backend: Any) -> tuple[list[Finding], int]:
     """Library, driver and ROCm versions, partitions and every capability, from a discovered AmdBackend."""
     out = [Finding("AMD driver", "ok", f"amdgpu {backend.driver_version or 'unknown'}, libamd_smi "
                                       f"{backend.library_version or 'unknown'}, amdsmi package "
-                                      f"{_package_version('amdsmi') or '(copy)'}")]
+                                      f"{package_version('amdsmi') or '(copy)'}")]
     devices = backend.devices
     modes_seen: set[str] = set()
     for gpu, device in devices.items():

@@ -1,8 +1,8 @@
 """``roofwatch doctor``: can this node be watched fully, and if not, what is missing and how to fix it.
 
-Every check yields a :class:`Finding` with a status, what was seen, what it costs (which metrics
-and which workload classes become unavailable) and the fix. The exit status sums it up:
-0 everything works, 3 the agent works with pieces missing, 1 no GPU can be read at all.
+Every check yields a finding (agent.diagnostics.findings) with a status, what was seen, what it
+costs (which metrics and which workload classes become unavailable) and the fix. The exit status
+sums it up: 0 everything works, 3 the agent works with pieces missing, 1 no GPU can be read at all.
 
 Checks run through the same backend code the agent runs (the NVML backend's own probe), so
 doctor reports what the agent will actually be able to read, not what a separate test thinks.
@@ -10,208 +10,13 @@ doctor reports what the agent will actually be able to read, not what a separate
 
 from __future__ import annotations
 
-import os
 import sys
-from dataclasses import asdict, dataclass, field
-from importlib import metadata
 from pathlib import Path
-from typing import Any, Iterable, Literal
+from typing import Any
 
-Status = Literal["ok", "warn", "fail", "info"]
-EXIT_FULL, EXIT_UNUSABLE, EXIT_DEGRADED = 0, 1, 3
-
-
-@dataclass(frozen=True, slots=True)
-class Finding:
-    check: str
-    status: Status
-    detail: str
-    impact: str = ""
-    """Metrics and classes that are unavailable or weaker because of this."""
-    fix: str = ""
-    gpu: str | None = None
-
-
-@dataclass(slots=True)
-class Report:
-    findings: list[Finding] = field(default_factory=list)
-    gpus: int = 0
-
-    def add(self, *findings: Finding) -> None:
-        self.findings.extend(findings)
-
-    @property
-    def exit_code(self) -> int:
-        if self.gpus == 0:
-            return EXIT_UNUSABLE
-        return EXIT_DEGRADED if any(f.status in ("warn", "fail") for f in self.findings) else EXIT_FULL
-
-    @property
-    def verdict(self) -> str:
-        return {EXIT_FULL: "fully usable", EXIT_DEGRADED: "usable, with pieces missing (see above)",
-                EXIT_UNUSABLE: "not usable: no GPU can be read"}[self.exit_code]
-
-    def to_json(self) -> dict[str, Any]:
-        return {"usable": self.exit_code != EXIT_UNUSABLE, "fully_usable": self.exit_code == EXIT_FULL,
-                "exit_code": self.exit_code, "gpus": self.gpus, "findings": [asdict(f) for f in self.findings]}
-
-    def text(self) -> str:
-        marks = {"ok": "ok  ", "warn": "WARN", "fail": "FAIL", "info": "    "}
-        lines = []
-        for f in self.findings:
-            where = f" [GPU {f.gpu}]" if f.gpu is not None else ""
-            lines.append(f"{marks[f.status]} {f.check}{where}: {f.detail}")
-            if f.impact:
-                lines.append(f"       missing: {f.impact}")
-            if f.fix:
-                lines.append(f"       fix: {f.fix}")
-        lines.append(f"\nnode: {self.verdict}")
-        return "\n".join(lines)
-
-
-# What each NVML capability feeds, and how to get it back. Keys are DeviceInfo.capabilities names.
-CAPABILITY_IMPACT: dict[str, tuple[str, str, str]] = {
-    "gpm": ("warn", "SM activity, SM occupancy, tensor-pipe and FP-pipe activity, DRAM bandwidth utilisation "
-            "(GPM); counter MFU and achieved FLOP/s; compute_bound / latency_bound fall back to a power "
-            "proxy with lower confidence",
-            "GPM needs a Hopper or newer GPU and driver R520+; on older GPUs use DCGM profiling metrics "
-            "(not read by roofwatch yet)"),
-    "gr_active": ("fail", "roofwatch_gpu_engine_active_ratio and every workload class (all GPUs read unknown)",
-                  "give the agent access to the GPU (see the permission findings)"),
-    "dram_active": ("warn", "roofwatch_gpu_dram_active_ratio, MBU from counters; memory_bound cannot be told apart",
-                    "needs GPM (Hopper+) or utilization rates"),
-    "power": ("warn", "roofwatch_gpu_power_watts; the power proxy for GPUs without tensor counters",
-              "power is not exposed for MIG instances or some virtual GPUs; nothing to fix on bare metal"),
-    "energy": ("warn", "roofwatch_gpu_energy_joules_total and energy recording rules", "needs Volta or newer"),
-    "pcie": ("info", "roofwatch_gpu_pcie_bytes_total (host transfers behind input_starved)",
-             "PCIe byte counters need driver 555+ (or GPM on Hopper+)"),
-    "nvlink": ("info", "roofwatch_gpu_link_bytes_total; the communication signal of communication_jittered is weaker",
-               "normal on PCIe cards without NVLink bridges"),
-    "clock_event_reasons": ("warn", "roofwatch_gpu_clock_event_active and the throttled flag",
-                            "update the driver (clocks-event reasons need R535+, throttle reasons older)"),
-    "processes": ("warn", "roofwatch_gpu_processes and per-process memory; the dataloader sub-reason of input_starved",
-                  "run with the host PID namespace (hostPID: true, --pid=host) so the driver's PIDs are visible"),
-    "process_utilization": ("info", "per-process SM utilisation", "not available on MIG instances or without permission"),
-    "ecc": ("info", "ECC error counters (the ECC alert)", "ECC is off or unsupported on this GPU (nvidia-smi -e 1, then reset)"),
-    "remapped_rows": ("info", "row-remapping state (the row-remap alert)", "row remapping exists on Ampere and newer data-centre GPUs"),
-}
-
-EXPECTED = ("gpm", "gr_active", "dram_active", "power", "energy", "pcie", "clock_event_reasons", "processes", "ecc",
-            "remapped_rows")
-"""Capabilities a fully usable data-centre GPU offers; MIG instances are judged without the whole-GPU ones."""
-WHOLE_GPU_ONLY = ("power", "energy", "pcie", "process_utilization", "ecc", "remapped_rows", "nvlink")
-
-
-def _package_version(name: str) -> str | None:
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return None
-
-
-def check_device_nodes(root: Path = Path("/"), environ: dict[str, str] | None = None) -> list[Finding]:
-    """Are the NVIDIA device files there (containers need them passed in)?"""
-    env = os.environ if environ is None else environ
-    dev = root / "dev"
-    nodes = sorted(p.name for p in dev.glob("nvidia[0-9]*")) if dev.is_dir() else []
-    in_container = (root / ".dockerenv").exists() or (root / "run/.containerenv").exists() or \
-        "KUBERNETES_SERVICE_HOST" in env
-    visible = env.get("NVIDIA_VISIBLE_DEVICES") or env.get("CUDA_VISIBLE_DEVICES")
-    found: list[Finding] = []
-    where = "in a container" if in_container else "on the host"
-    if not (dev / "nvidiactl").exists():
-        fix = ("run the container with the NVIDIA container toolkit (--gpus all, or a nvidia.com/gpu "
-               "resource / runtimeClassName: nvidia in Kubernetes)" if in_container
-               else "install the NVIDIA driver and load it (nvidia-smi should list the GPUs)")
-        found.append(Finding("device files", "fail", f"/dev/nvidiactl is missing ({where})",
-                             "every NVIDIA metric", fix))
-    else:
-        unreadable = [n for n in nodes if not os.access(dev / n, os.R_OK | os.W_OK)]
-        detail = f"{len(nodes)} GPU device file(s) ({', '.join(nodes) or 'none'}) {where}"
-        if visible:
-            detail += f"; visible devices: {visible}"
-        if unreadable:
-            found.append(Finding("device files", "fail", detail + f"; no read/write access to {', '.join(unreadable)}",
-                                 "those GPUs", "run as root or a member of the group owning /dev/nvidia*"))
-        else:
-            found.append(Finding("device files", "ok", detail))
-    return found
-
-
-def nvml_findings(backend: Any) -> tuple[list[Finding], int]:
-    """Driver, per-GPU persistence, GPM and every capability, from a discovered NvmlBackend."""
-    nvml, module = backend.nvml, backend.module
-    out = [Finding("NVIDIA driver", "ok", f"driver {backend.driver_version}, NVML {backend.nvml_version}, "
-                                         f"nvidia-ml-py {_package_version('nvidia-ml-py') or '(copy)'}")]
-    devices = backend.devices
-    parents_seen: set[str] = set()
-    for gpu, device in devices.items():
-        info = device.info
-        if device.handles.handle is None:  # listed at start without a handle (discovery.lost_at_start)
-            out.append(Finding("GPU", "fail", "NVML counts this GPU but cannot hand it out (GPU is lost)",
-                               "every metric of this GPU; the agent reports it down and keeps looking for it",
-                               "check dmesg for XID 79 (fell off the bus) or 'requires reset'; reset it "
-                               "(nvidia-smi -r -i INDEX) or reboot, after draining the node", gpu=gpu))
-            continue
-        out.append(Finding("GPU", "info", f"{info.model} ({info.uuid}), spec "
-                                          f"{info.spec.key if info.spec else 'unknown'}", gpu=gpu))
-        parent_key = gpu.split("/")[0]
-        if parent_key not in parents_seen:
-            parents_seen.add(parent_key)
-            handle = device.handles.parent if device.is_mig else device.handles.handle
-            try:
-                persistence = nvml.nvmlDeviceGetPersistenceMode(handle)
-            except module.NVMLError:
-                persistence = None
-            if persistence == 0:
-                out.append(Finding("persistence mode", "warn", "off: the driver re-initialises the GPU whenever no "
-                                   "client holds it, which stalls NVML calls", "nothing, but reads can take "
-                                   "tens of milliseconds", "enable nvidia-persistenced (or nvidia-smi -pm 1)",
-                                   gpu=parent_key))
-            elif persistence == 1:
-                out.append(Finding("persistence mode", "ok", "on", gpu=parent_key))
-        out.extend(_capability_findings(device))
-    events = backend.events
-    if events is not None and events.unavailable:
-        out.append(Finding("XID events", "warn", f"cannot watch events: {events.unavailable}",
-                           "roofwatch_gpu_xid_errors_total", "needs driver access to /dev/nvidiactl"))
-    return out, len(devices)
-
-
-def _capability_findings(device: Any) -> Iterable[Finding]:
-    caps = set(device.info.capabilities)
-    gpu = device.gpu
-    gpm_reason = device.absent.get("gpm")
-    if "gpm" in caps:
-        yield Finding("GPM", "ok", "supported (two-sample read succeeded)", gpu=gpu)
-    else:
-        status, impact, fix = CAPABILITY_IMPACT["gpm"]
-        if gpm_reason and "permission" in gpm_reason:
-            fix = ("profiling counters are restricted to admins: set the nvidia module option "
-                   "NVreg_RestrictProfilingToAdminUsers=0, or run the agent as root")
-        yield Finding("GPM", status, f"unavailable: {gpm_reason or 'unknown reason'}", impact, fix, gpu=gpu)
-    for cap in EXPECTED[1:]:
-        if cap in caps or (device.is_mig and cap in WHOLE_GPU_ONLY):
-            continue
-        status, impact, fix = CAPABILITY_IMPACT[cap]
-        reason = _reason(device, cap)
-        yield Finding(cap, status, f"unavailable{': ' + reason if reason else ''}", impact, fix, gpu=gpu)
-    if device.is_mig:
-        yield Finding("MIG", "info", "a MIG instance: power, energy, temperature, PCIe and NVLink are whole-GPU "
-                      "readings NVML does not split per instance", gpu=gpu)
-
-
-_REASON_KEYS = {
-    "gr_active": ("utilization",), "dram_active": ("utilization", "gpm:dram_active"),
-    "power": ("field:power_instant_mw", "power_usage"), "energy": ("field:energy_mj", "energy"),
-    "pcie": ("field:pcie_tx_bytes",), "clock_event_reasons": ("clock_event_reasons", "clock_throttle_reasons"),
-    "processes": ("processes", "processes_v2"), "ecc": ("field:ecc_dbe_volatile",), "remapped_rows": ("field:remapped_failure",),
-}
-
-
-def _reason(device: Any, cap: str) -> str:
-    reasons = [f"{k} {device.absent[k]}" for k in _REASON_KEYS.get(cap, ()) if k in device.absent]
-    return "; ".join(reasons)
+from agent.diagnostics.amd import amd_findings, check_amd_device_nodes
+from agent.diagnostics.findings import Finding, Report, package_version
+from agent.diagnostics.nvidia import check_device_nodes, nvml_findings
 
 
 def run_doctor(settings: Any, *, root: Path = Path("/"), environ: dict[str, str] | None = None) -> Report:
@@ -221,10 +26,8 @@ def run_doctor(settings: Any, *, root: Path = Path("/"), environ: dict[str, str]
 
     report = Report()
     report.add(Finding("roofwatch", "info", f"python {sys.version.split()[0]}, "
-                                            f"nvidia-ml-py {_package_version('nvidia-ml-py') or 'not installed'}, "
-                                            f"amdsmi {_package_version('amdsmi') or 'not installed'}"))
-    from agent.diagnostics.amd import amd_findings, check_amd_device_nodes
-
+                                            f"nvidia-ml-py {package_version('nvidia-ml-py') or 'not installed'}, "
+                                            f"amdsmi {package_version('amdsmi') or 'not installed'}"))
     wanted = settings.backend
     if wanted in ("auto", "nvml"):
         report.add(*check_device_nodes(root, environ))
