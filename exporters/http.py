@@ -1,5 +1,5 @@
 """The agent's HTTP endpoint: ``/metrics``, ``/healthz``, ``/api/v1/snapshot``, the ``/`` status page, and
-``POST /api/v1/report`` for workload reports (when a :class:`~agent.context.workload.reports.ReportStore` is given).
+``POST /api/v1/report`` for workload reports (when a :class:`~agent.context.workload.report_store.ReportStore` is given).
 
 Every GET handler reads the last published snapshot and nothing else, so a request can never wait
 on a GPU; a report only touches the in-memory store. Two caps bound the threads: past
@@ -24,12 +24,13 @@ from urllib.parse import parse_qs, urlsplit
 from prometheus_client.exposition import choose_encoder
 
 from agent import __version__
+from agent.context.workload.report_http import REPORT_PATH, is_loopback, linger, serve_report
+from agent.context.workload.report_store import ReportStore
 from agent.model import NodeSnapshot
-from agent.context.workload.reports import REPORT_PATH, ReportStore, is_loopback, linger, serve_report
-from exporters.snapshot_json import snapshot_to_dict
 from agent.views.status_page import CONTENT_SECURITY_POLICY, DEFAULT_REFRESH_S, status_page
 from exporters.prometheus import ExpositionCache
 from exporters.render_cache import PerSnapshotCache
+from exporters.snapshot_json import snapshot_to_dict
 from exporters.web_config import REALM, UNAUTHENTICATED_PATHS, WebConfig
 
 log = logging.getLogger("roofwatch.http")

@@ -29,12 +29,14 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
-import agent.context.workload.reports
+import agent.context.workload.report_http
+from agent.context.workload.report_http import REPORT_PATH
+from agent.context.workload.report_schema import MAX_BODY_BYTES, MAX_HINT_LEN, MAX_STR_LEN
+from agent.context.workload.report_socket import ReportSocketServer
+from agent.context.workload.report_store import ReportStore
 from agent.model import DTYPES, CollectorHealth, NodeSnapshot
-from agent.context.workload.reports import MAX_BODY_BYTES, MAX_HINT_LEN, MAX_STR_LEN, REPORT_PATH, ReportSocketServer, ReportStore
 from exporters.http import AgentHTTPServer
 from tests.agent_process import poll
 from tests.test_reports import JSON
@@ -514,7 +516,7 @@ def test_http_absolute_form_target_with_bad_host() -> None:
 
 def test_body_that_never_arrives_gets_408(target: Target, monkeypatch: pytest.MonkeyPatch) -> None:
     """A client that announces a body and stalls holds a thread only for BODY_READ_TIMEOUT_S, then gets 408."""
-    monkeypatch.setattr(agent.context.workload.reports, "BODY_READ_TIMEOUT_S", 0.3)
+    monkeypatch.setattr(agent.context.workload.report_http, "BODY_READ_TIMEOUT_S", 0.3)
     before = target.store.stats()["rejected"]["timeout"]
     with target.connect() as sock:
         sock.settimeout(10)

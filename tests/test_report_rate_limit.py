@@ -11,9 +11,9 @@ import textwrap
 import pytest
 
 from agent.context.workload.rate_limit import RateLimiter
-from agent.context.workload.reports import ReportSocketServer, ReportStore
-from tests.test_reports import JSON, Clock, body, http_post, unix_post
-from tests.test_reports import http_server_factory, short_dir  # noqa: F401 (fixtures)
+from agent.context.workload.report_socket import ReportSocketServer
+from agent.context.workload.report_store import ReportStore
+from tests.test_reports import JSON, Clock, body, http_post, http_server_factory, short_dir, unix_post  # noqa: F401 (fixtures)
 
 
 def test_a_client_gets_its_burst_then_one_request_per_refill():

@@ -14,10 +14,13 @@ from pathlib import Path
 
 import pytest
 
+import agent.context.workload.report_http as report_http
+from agent.context.workload.report_devices import resolve_devices
+from agent.context.workload.report_http import REPORT_PATH, is_loopback
+from agent.context.workload.report_schema import MAX_BODY_BYTES, ReportHints
+from agent.context.workload.report_socket import ReportSocketServer
+from agent.context.workload.report_store import ReportStore
 from agent.model import CollectorHealth, NodeSnapshot
-import agent.context.workload.reports as reports_module
-from agent.context.workload.reports import (MAX_BODY_BYTES, REPORT_PATH, ReportHints, ReportSocketServer, ReportStore, is_loopback,
-                           resolve_devices)
 from exporters.http import AgentHTTPServer
 from tests.agent_process import poll
 
@@ -561,7 +564,7 @@ def test_a_refused_client_is_answered_before_it_sends_its_body(http_server_facto
 
 def test_a_dribbled_body_gets_408_within_the_total_limit(http_server_factory, monkeypatch):
     """The body read has one deadline in all, not one per byte, so a slow client releases its slot."""
-    monkeypatch.setattr(reports_module, "BODY_READ_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(report_http, "BODY_READ_TIMEOUT_S", 0.5)
     srv = http_server_factory(ReportStore())
     payload = body(step_time_s=1.0) + b" " * 100  # JSON allows the trailing blanks: 10 s at this pace
     with socket.create_connection(("127.0.0.1", srv.server_address[1]), timeout=10) as sock:

@@ -232,10 +232,10 @@ def _serve(read_settings: Callable[[], Settings], record: str | None, *, announc
     ``read_settings`` reads file, environment and flags, now and on every reload. With
     ``driver_wait_s``, a missing GPU driver is waited for while the HTTP port already answers
     (agent.app.driver_wait)."""
-    from agent.backends.base import BackendUnavailable
     from agent.app.driver_wait import WAITABLE_BACKENDS, DriverWait
     from agent.app.logs import configure_logging
     from agent.app.reload import Reloader
+    from agent.backends.base import BackendUnavailable
     from exporters.http import AgentHTTPServer
 
     settings = read_settings()
@@ -272,7 +272,7 @@ def _serve(read_settings: Callable[[], Settings], record: str | None, *, announc
         raise CliError(f"cannot listen on {settings.listen}: {exc.strerror or exc}") from None
     report_socket = None
     if store is not None and settings.report_socket:
-        from agent.context.workload.reports import ReportSocketServer
+        from agent.context.workload.report_socket import ReportSocketServer
 
         try:
             report_socket = ReportSocketServer(settings.report_socket, store, mode=settings.report_socket_mode)
@@ -371,7 +371,7 @@ def _report_store(settings: Settings):
     """Where workload reports land (None when both transports are off); a bad token file stops the start."""
     if not settings.reports_enabled or settings.backend in DEMO_BACKENDS:
         return None  # the simulated fleet reports for its own jobs
-    from agent.context.workload.reports import ReportStore
+    from agent.context.workload.report_store import ReportStore
 
     try:
         token = settings.read_report_token()
@@ -381,8 +381,8 @@ def _report_store(settings: Settings):
 
 
 def _attach_recorder(collector, path: str, settings: Settings):
-    from agent.trace.recorder import SnapshotRecorder
     from agent.trace import TraceWriteError
+    from agent.trace.recorder import SnapshotRecorder
 
     try:
         recorder = SnapshotRecorder(path, node=collector.node)
@@ -409,8 +409,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_snapshot(args: argparse.Namespace) -> int:
-    from exporters.snapshot_json import snapshot_to_dict
     from agent.views.snapshot_text import snapshot_table
+    from exporters.snapshot_json import snapshot_to_dict
 
     if args.url:
         from agent.views.snapshot_text import SnapshotFetchError, fetch_snapshot_json

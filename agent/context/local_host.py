@@ -9,7 +9,7 @@ and on the virtual fleet (a source that reads the simulation).
 :class:`LocalHost` only composes; each signal has its own module: process trees
 (agent.context.host.processes), node CPU/PSI (agent.context.host.node_stats), Slurm and visible devices
 (agent.context.attribution.slurm), Kubernetes (agent.context.attribution.kubelet), NIC counters (agent.context.host.infiniband), and workload
-reports (agent.context.workload.reports, agent.context.workload.inference.scraper) behind :class:`WorkloadSource`.
+reports (agent.context.workload.report_store, agent.context.workload.inference.scraper) behind :class:`WorkloadSource`.
 """
 
 from __future__ import annotations

@@ -22,7 +22,17 @@ from urllib.parse import urlsplit, urlunsplit
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from agent.context.workload.inference.fetch import describe_error, http_fetch, server_pids
-from agent.context.workload.inference.parse import CounterReset, ExpositionError, Kind, Rates, Totals, detect, parse, rates, totals
+from agent.context.workload.inference.parse import (
+    CounterReset,
+    ExpositionError,
+    Kind,
+    Rates,
+    Totals,
+    detect,
+    parse,
+    rates,
+    totals,
+)
 from agent.model import Dtype, WorkloadReport
 
 log = logging.getLogger("roofwatch.inference")
