@@ -7,6 +7,9 @@ with prometheus_client's own ``generate_latest`` over a registry of ordinary Gau
 objects holding exactly the same series, measured in the same run, so the ratio says how much our
 snapshot-to-families path adds on top of the encoder everyone pays for, whatever the machine.
 
+This module holds the timing loops and the figures; the node measured is built in
+:mod:`benchmarks.scrape_snapshot` and the baseline registry in :mod:`benchmarks.scrape_baseline`.
+
 Run alone with ``.venv/bin/python -m benchmarks.scrape [--quick]``.
 """
 
@@ -22,33 +25,17 @@ import threading
 import time
 from typing import Callable, Iterator
 
-import prometheus_client
-import prometheus_client.metrics
-from prometheus_client import CollectorRegistry, Counter, Gauge, Info
 from prometheus_client.exposition import choose_encoder
-from prometheus_client.metrics_core import Metric
-from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
-from agent.context.host.infiniband import ERROR_COUNTERS
-from agent.model import (
-    CLOCK_EVENT_REASONS,
-    Attribution,
-    DeviceState,
-    NicPort,
-    NodeSnapshot,
-    ProcessSample,
-    RemappedRows,
-    XidCount,
-)
+from agent.model import NodeSnapshot
 from benchmarks.figures import Figure
-from exporters import metrics as m
+from benchmarks.scrape_baseline import checked_baseline, no_created_series, series
+from benchmarks.scrape_snapshot import GPUS, PROCS_PER_GPU, fresh, node_snapshot
 from exporters.http import AgentHTTPServer
 from exporters.prometheus import ExpositionCache, SnapshotCollector
 
 GROUP = "scrape"
-GPUS = 8
-PROCS_PER_GPU = 8
 RENDER_P99_BUDGET_MS = 5.0
 RATIO_BUDGET = 2.0
 BASELINE_NAME = "prometheus_client generate_latest, same series"
@@ -65,149 +52,6 @@ MIN_SAMPLES = 30
 
 Timings = list[int]
 """Nanoseconds per iteration, in run order."""
-
-
-# -- the snapshot ---------------------------------------------------------------------------------
-
-def node_snapshot() -> NodeSnapshot:
-    """The virtual fleet's 8-GPU node with classification on, filled out to 64 processes.
-
-    A real collector is used (not a hand-built snapshot) so the verdict families are as the agent
-    publishes them; every GPU then gets 8 processes with every field known, and the NVIDIA fields
-    the virtual backend leaves out (ECC, remapped rows, throttle time, XIDs) plus 8 InfiniBand
-    ports are filled in, so every family a real H100 node exports has series.
-    """
-    from agent.app.cli import _make_collector, _open
-    from agent.app.config import Settings
-
-    settings = Settings(backend="virtual")
-    collector = _make_collector(settings, _open(settings))
-    try:
-        collector.collect_once()
-        snapshot = collector.collect_once()  # the second cycle has rates and two-sample (GPM) values
-    finally:
-        collector.stop()
-    if len(snapshot.devices) != GPUS or len(snapshot.verdicts) != GPUS:
-        raise RuntimeError(f"expected {GPUS} GPUs with verdicts, got {len(snapshot.devices)} / {len(snapshot.verdicts)}")
-    devices = tuple(_full_device(index, device) for index, device in enumerate(snapshot.devices))
-    nics = tuple(_nic_port(index) for index in range(GPUS))
-    return dataclasses.replace(snapshot, devices=devices, nics=nics)
-
-
-def _full_device(index: int, device: DeviceState) -> DeviceState:
-    """One GPU with 8 processes and the fields a real NVML read has that the simulation lacks."""
-    sample = device.sample
-    if sample is None:
-        raise RuntimeError(f"virtual GPU {device.info.gpu} has no sample")
-    who = sample.attribution
-    sample = dataclasses.replace(
-        sample,
-        processes=tuple(_process(index, rank) for rank in range(PROCS_PER_GPU)),
-        attribution=Attribution(job_id=who.job_id if who else f"job-{index}", user="alice", partition="gpu",
-                                namespace="ml-training", pod=f"trainer-{index}", container="main"),
-        memory_temperature_c=70.0 + index * 1.37,
-        clock_event_time_s={reason: 12.5 * bit + index / 7 for reason, bit in CLOCK_EVENT_REASONS.items()},
-        ecc_corrected_errors=3 + index,
-        ecc_uncorrected_errors=0,
-        remapped_rows=RemappedRows(correctable=index % 2, uncorrectable=0, pending=False, failure=False),
-        driver_calls=41,
-    )
-    xids = (XidCount(xid=31, count=2, last_ts=sample.ts - 600.0),) if index == 3 else ()
-    return dataclasses.replace(device, sample=sample, xid_errors=xids)
-
-
-def _process(gpu: int, rank: int) -> ProcessSample:
-    """Distinct pid and name, every field known, values with the digits real readings have."""
-    scale = 1.0 + gpu / 97 + rank / 31
-    return ProcessSample(
-        pid=100_000 + gpu * 1_000 + rank, name=f"{('python', 'torchrun', 'vllm', 'pt_worker')[rank % 4]}-{gpu}-{rank}",
-        used_memory_bytes=(rank + 1) * 1_234_567_891, cpu_cores=1.5 * scale, sm_util=0.1 * scale,
-        command="python train.py --config big.yaml", user="alice", cpu_main_cores=0.97 * scale,
-        cpu_workers_cores=0.53 * scale, workers=rank, cpu_limit_cores=8.0, rss_bytes=3_221_225_472 + rank * 4096,
-        io_read_bytes_per_s=1.25e6 * scale, io_write_bytes_per_s=3.3e4 * scale, compute_units=38 + rank,
-    )
-
-
-def _nic_port(index: int) -> NicPort:
-    """One HCA port per GPU, as on an 8-rail node, with every error counter present."""
-    return NicPort(device=f"mlx5_{index}", port=1, link_layer="InfiniBand", active=True, rate_bytes_per_s=5e10,
-                   tx_bytes=1.234e12 * (index + 1), rx_bytes=2.345e12 * (index + 1),
-                   events={name: float(position * 17 + index) for position, name in enumerate(ERROR_COUNTERS)})
-
-
-def fresh(snapshot: NodeSnapshot, sequence: int) -> NodeSnapshot:
-    """The same contents under a new sequence number: the render cache treats it as a new cycle's."""
-    return dataclasses.replace(snapshot, sequence=sequence)
-
-
-# -- the baseline registry ------------------------------------------------------------------------
-
-_INFO_KEY_LABELS = frozenset(m.GPU_LABELS + m.NIC_LABELS + ("pid", "process"))
-"""Labels that identify an info series (its ``labelnames``); the rest are the info values. The text
-format does not say which is which, so the split follows how our families are built."""
-
-
-@contextlib.contextmanager
-def no_created_series() -> Iterator[None]:
-    """Counters export ``_created`` by default; ours do not, so the baseline must not either.
-
-    prometheus_client keeps this as a module-wide switch, so it is restored for whatever runs next.
-    """
-    was = prometheus_client.metrics._use_created  # no public getter
-    prometheus_client.disable_created_metrics()
-    try:
-        yield
-    finally:
-        if was:
-            prometheus_client.enable_created_metrics()
-
-
-def baseline_registry(exposition: str) -> CollectorRegistry:
-    """A registry of standard metric objects holding exactly the series of ``exposition``."""
-    registry = CollectorRegistry()
-    kinds = {d.name: d.kind for d in m.METRICS}
-    defined_labels = {d.name: d.labels for d in m.METRICS}
-    for family in text_string_to_metric_families(exposition):
-        if kinds.get(family.name) == "info":
-            _add_info(registry, family)
-        elif family.type == "counter":
-            _add_counter(registry, family, defined_labels[family.name + "_total"])
-        else:
-            _add_gauge(registry, family, defined_labels[family.name])
-    return registry
-
-
-def _label_names(family: Metric, defined: tuple[str, ...]) -> list[str]:
-    """From the series when there are any; an empty family still needs labels, or it would export 0."""
-    return list(family.samples[0].labels) if family.samples else list(defined)
-
-
-def _add_gauge(registry: CollectorRegistry, family: Metric, defined: tuple[str, ...]) -> None:
-    names = _label_names(family, defined)
-    gauge = Gauge(family.name, family.documentation, names, registry=registry)
-    for s in family.samples:
-        gauge.labels(*(s.labels[n] for n in names)).set(s.value)
-
-
-def _add_counter(registry: CollectorRegistry, family: Metric, defined: tuple[str, ...]) -> None:
-    names = _label_names(family, defined)
-    counter = Counter(family.name, family.documentation, names, registry=registry)
-    for s in family.samples:
-        counter.labels(*(s.labels[n] for n in names)).inc(s.value)
-
-
-def _add_info(registry: CollectorRegistry, family: Metric) -> None:
-    names = [n for n in family.samples[0].labels if n in _INFO_KEY_LABELS] if family.samples else []
-    info = Info(family.name.removesuffix("_info"), family.documentation, names, registry=registry)
-    for s in family.samples:
-        values = {k: v for k, v in s.labels.items() if k not in _INFO_KEY_LABELS}
-        (info.labels(*(s.labels[n] for n in names)) if names else info).info(values)
-
-
-def series(exposition: str) -> set[tuple[str, tuple[tuple[str, str], ...], float]]:
-    """Every series with its value, to prove the baseline holds the same ones."""
-    return {(s.name, tuple(sorted(s.labels.items())), s.value)
-            for family in text_string_to_metric_families(exposition) for s in family.samples}
 
 
 # -- timing ---------------------------------------------------------------------------------------
@@ -398,16 +242,6 @@ def checked_render(snapshot: NodeSnapshot, accept: str) -> bytes:
     if ours != encoder(SnapshotCollector(lambda: snapshot)):
         raise RuntimeError(f"the rendering for Accept {accept!r} differs from prometheus_client's")
     return ours
-
-
-def checked_baseline(text: str) -> CollectorRegistry:
-    """The baseline registry, refused unless it exposes exactly our series."""
-    registry = baseline_registry(text)
-    with no_created_series():
-        theirs = prometheus_client.generate_latest(registry).decode()
-    if series(theirs) != series(text):
-        raise RuntimeError("the baseline registry does not hold the same series as our exposition")
-    return registry
 
 
 def figures(r: Results) -> list[Figure]:

@@ -1,0 +1,48 @@
+"""The agent's own metrics: build, collector health, how many GPUs it sees, what reading them costs.
+
+They answer "is the agent itself working, and at what cost?" before any GPU figure is trusted:
+a stalled cycle, a missing GPU or a driver that needs ever more calls shows up here first.
+"""
+
+from __future__ import annotations
+
+from exporters.metrics.definition import MetricDef
+from exporters.metrics.labels import GPU_LABELS, NODE_LABELS
+
+BUILD_INFO = MetricDef(
+    "roofwatch_build_info", "info", "", "Agent version and runtime.", ("version", "python_version"),
+    nvidia="agent", amd="agent", virtual="agent",
+)
+GPUS_EXPECTED = MetricDef(
+    "roofwatch_gpus_expected", "gauge", "gpus", "GPUs this node should have (configured, else discovered at start).",
+    NODE_LABELS, nvidia="collector", amd="collector", virtual="collector",
+)
+GPUS_VISIBLE = MetricDef(
+    "roofwatch_gpus_visible", "gauge", "gpus", "GPUs whose last read succeeded; below expected means a GPU is missing.",
+    NODE_LABELS, nvidia="collector", amd="collector", virtual="collector",
+)
+COLLECTOR_CYCLES = MetricDef(
+    "roofwatch_collector_cycles_total", "counter", "cycles", "Collection cycles run since start.",
+    NODE_LABELS + ("backend",), nvidia="collector", amd="collector", virtual="collector",
+)
+COLLECTOR_DURATION = MetricDef(
+    "roofwatch_collector_last_cycle_duration_seconds", "gauge", "seconds", "Wall time the last collection cycle took.",
+    NODE_LABELS + ("backend",), nvidia="collector", amd="collector", virtual="collector",
+)
+COLLECTOR_SUCCESS = MetricDef(
+    "roofwatch_collector_last_cycle_success", "gauge", "boolean", "1 if every GPU was read in the last cycle.",
+    NODE_LABELS + ("backend",), nvidia="collector", amd="collector", virtual="collector",
+)
+COLLECTOR_INTERVAL = MetricDef(
+    "roofwatch_collector_interval_seconds", "gauge", "seconds", "Configured seconds between collection cycles.",
+    NODE_LABELS + ("backend",), nvidia="collector", amd="collector", virtual="collector",
+)
+SNAPSHOT_TS = MetricDef(
+    "roofwatch_snapshot_timestamp_seconds", "gauge", "seconds", "Unix time the served snapshot was taken.",
+    NODE_LABELS, nvidia="collector", amd="collector", virtual="collector",
+)
+DRIVER_CALLS = MetricDef(
+    "roofwatch_gpu_driver_calls_total", "counter", "calls",
+    "Vendor-library calls the agent made to read this GPU since it started.", GPU_LABELS,
+    nvidia="counted around every pynvml call", amd="counted around every amdsmi call", virtual="—",
+)

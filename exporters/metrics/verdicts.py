@@ -1,0 +1,97 @@
+"""The classifier's families: the workload class per GPU, why, and the roofline figures behind it.
+
+Derived rather than read (agent/classifier, one verdict per GPU every ``evaluate_every_s``), so
+they are kept apart from the driver's readings: a reader can tell an estimate from a counter.
+"""
+
+from __future__ import annotations
+
+from exporters.metrics.definition import MetricDef
+from exporters.metrics.labels import GPU_LABELS
+
+_CLS = "classifier"
+WORKLOAD_CLASS = MetricDef(
+    "roofwatch_gpu_workload_class", "gauge", "boolean",
+    "1 for the class that bounds this GPU now, 0 for the others (all seven classes always present).",
+    GPU_LABELS + ("class",), nvidia=_CLS, amd=_CLS, virtual=_CLS,
+)
+WORKLOAD_CONFIDENCE = MetricDef(
+    "roofwatch_gpu_workload_confidence_ratio", "gauge", "ratio",
+    "Confidence in the published class: score margin x valid samples x evidence quality.",
+    GPU_LABELS, nvidia=_CLS, amd=_CLS, virtual=_CLS,
+)
+WORKLOAD_SCORE = MetricDef(
+    "roofwatch_gpu_workload_score_ratio", "gauge", "ratio",
+    "How strongly this window matches each class (0..1), before hysteresis.",
+    GPU_LABELS + ("class",), nvidia=_CLS, amd=_CLS, virtual=_CLS,
+)
+WORKLOAD_REASON = MetricDef(
+    "roofwatch_gpu_workload_reason_info", "info", "",
+    "Why: the class, a bounded detail code (e.g. dataloader, straggler, at_roof) and throttle severity.",
+    GPU_LABELS + ("class", "detail", "throttle"), nvidia=_CLS, amd=_CLS, virtual=_CLS,
+)
+THROTTLED = MetricDef(
+    "roofwatch_gpu_throttled", "gauge", "boolean",
+    "1 while a throttle reason holds a busy GPU's clock below 90% of the peak's reference clock.",
+    GPU_LABELS, nvidia=_CLS, amd=_CLS, virtual=_CLS,
+)
+DUTY_CYCLE = MetricDef(
+    "roofwatch_gpu_window_duty_cycle_ratio", "gauge", "ratio",
+    "Share of the classification window in which a kernel ran.", GPU_LABELS, nvidia=_CLS, amd=_CLS, virtual=_CLS,
+)
+COMM_WAIT = MetricDef(
+    "roofwatch_gpu_comm_wait_ratio", "gauge", "ratio",
+    "Share of window samples with a kernel resident but idle (typically NCCL waiting on peers).",
+    GPU_LABELS, nvidia=_CLS, amd="— (needs SM and tensor counters)", virtual=_CLS,
+)
+STEP_TIME_CV = MetricDef(
+    "roofwatch_gpu_step_time_cv", "gauge", "ratio",
+    "Coefficient of variation of the job's recent step times (when the job reports steps).",
+    GPU_LABELS, nvidia=_CLS, amd=_CLS, virtual=_CLS,
+)
+RANK_SKEW = MetricDef(
+    "roofwatch_gpu_rank_skew_ratio", "gauge", "ratio",
+    "1 - this rank's compute share / the busiest rank's, among its job's ranks on this node.",
+    GPU_LABELS, nvidia=_CLS, amd=_CLS, virtual=_CLS,
+)
+ACHIEVED_FLOPS = MetricDef(
+    "roofwatch_gpu_achieved_flops", "gauge", "flops",
+    "Estimated FLOP/s: clock-scaled tensor and FP-pipe activity x the dtype's peaks.",
+    GPU_LABELS + ("dtype",), nvidia="GPM tensor + pipe activity", amd="— (no tensor counter)", virtual=_CLS,
+)
+ACHIEVED_BANDWIDTH = MetricDef(
+    "roofwatch_gpu_achieved_memory_bandwidth_bytes_per_second", "gauge", "bytes per second",
+    "Estimated DRAM bytes/s: DRAM activity x peak bandwidth.", GPU_LABELS, nvidia=_CLS, amd=_CLS, virtual=_CLS,
+)
+INTENSITY = MetricDef(
+    "roofwatch_gpu_arithmetic_intensity_flops_per_byte", "gauge", "FLOP per byte",
+    "Estimated arithmetic intensity (achieved FLOP/s / achieved DRAM bytes/s); compare with the ridge point.",
+    GPU_LABELS + ("dtype",), nvidia=_CLS, amd="— (no tensor counter)", virtual=_CLS,
+)
+RIDGE_POINT = MetricDef(
+    "roofwatch_gpu_ridge_point_flops_per_byte", "gauge", "FLOP per byte",
+    "Peak FLOP/s / peak bandwidth for the dtype: below it the memory roof binds first.",
+    GPU_LABELS + ("dtype",), nvidia="spec catalogue", amd="spec catalogue", virtual="spec catalogue",
+)
+ROOF_HEADROOM = MetricDef(
+    "roofwatch_gpu_roof_headroom_ratio", "gauge", "ratio",
+    "1 - achieved / peak for each roof (compute for the dtype, memory): 0 means at the roof.",
+    GPU_LABELS + ("roof",), nvidia=_CLS, amd=_CLS, virtual=_CLS,
+)
+MFU = MetricDef(
+    "roofwatch_gpu_mfu_ratio", "gauge", "ratio",
+    "Model FLOPs utilisation. source=counters: clock-scaled tensor activity (an estimate, needs a tensor "
+    "counter); source=workload: tokens/s x FLOPs/token / (world size x peak), when the job reports it.",
+    GPU_LABELS + ("source", "dtype"), nvidia="GPM ANY_TENSOR_UTIL x SM clock", amd="workload reports only",
+    virtual=_CLS,
+)
+MBU = MetricDef(
+    "roofwatch_gpu_mbu_ratio", "gauge", "ratio",
+    "Memory-bandwidth utilisation. source=counters: DRAM activity; source=workload: model bytes per step "
+    "(or per token) x rate / (world size x peak bandwidth).",
+    GPU_LABELS + ("source",), nvidia=_CLS, amd="umc_activity (a proxy)", virtual=_CLS,
+)
+VERDICT_METRICS: tuple[MetricDef, ...] = (
+    WORKLOAD_CLASS, WORKLOAD_CONFIDENCE, WORKLOAD_SCORE, WORKLOAD_REASON, THROTTLED, DUTY_CYCLE, COMM_WAIT,
+    STEP_TIME_CV, RANK_SKEW, ACHIEVED_FLOPS, ACHIEVED_BANDWIDTH, INTENSITY, RIDGE_POINT, ROOF_HEADROOM, MFU, MBU,
+)
