@@ -228,9 +228,10 @@ def test_process_exits_although_a_driver_call_never_returns(tmp_path):
 
 
 def test_cli_reports_discovery_failure_without_traceback():
-    from agent.backends.base import BackendUnavailable
-    from agent.app.cli import CliError, _make_collector
+    from agent.app.assemble import make_collector
+    from agent.app.cli_base import CliError
     from agent.app.config import load_settings
+    from agent.backends.base import BackendUnavailable
 
     class NoDevices:
         name = "empty"
@@ -244,5 +245,5 @@ def test_cli_reports_discovery_failure_without_traceback():
 
     backend = NoDevices()
     with pytest.raises(CliError, match="no GPUs visible"):
-        _make_collector(load_settings(), backend)
+        make_collector(load_settings(), backend)
     assert backend.closed

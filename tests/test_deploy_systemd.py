@@ -224,7 +224,7 @@ def test_env_file_documents_every_variable() -> None:
 def test_env_file_names_only_real_settings() -> None:
     for _, name, _ in _env_entries():
         if name == "ROOFWATCH_CONFIG":  # the YAML file's path, read by the CLI, not a settings field
-            assert '"ROOFWATCH_CONFIG"' in (REPO / "agent" / "app" / "cli.py").read_text()
+            assert '"ROOFWATCH_CONFIG"' in (REPO / "agent" / "app" / "cli_base.py").read_text()
             continue
         parts = name.removeprefix("ROOFWATCH_").lower().split("__")
         assert parts[0] in Settings.model_fields, f"{name}: no settings field {parts[0]!r}"

@@ -10,13 +10,12 @@ from __future__ import annotations
 import math
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, InfoMetricFamily
 from prometheus_client.exposition import choose_encoder, generate_latest
 from prometheus_client.openmetrics import exposition as openmetrics
 
-from agent.app.cli import _make_collector, _open
+from agent.app.assemble import make_collector, open_backend_or_fail
 from agent.app.config import Settings
 from exporters.encoding import encode_exposition
 from exporters.prometheus import SnapshotCollector
@@ -96,7 +95,7 @@ def test_unusual_families_fall_back_to_the_library():
 @pytest.fixture(scope="module")
 def agent_collector():
     settings_ = Settings(backend="virtual")
-    collector = _make_collector(settings_, _open(settings_))
+    collector = make_collector(settings_, open_backend_or_fail(settings_))
     snapshot = collector.collect_once()
     collector.stop()
     return SnapshotCollector(lambda: snapshot)

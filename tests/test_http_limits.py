@@ -6,7 +6,7 @@ import http.client
 import socket
 import threading
 
-from agent.app.cli import _make_collector, _open
+from agent.app.assemble import make_collector, open_backend_or_fail
 from agent.app.config import Settings
 from exporters.http import AgentHTTPServer
 from tests.agent_process import poll, serving
@@ -23,7 +23,7 @@ def _served(port: int) -> http.client.HTTPConnection:
 
 def test_connections_past_the_cap_are_closed_and_threads_stay_bounded():
     settings = Settings(backend="virtual")
-    collector = _make_collector(settings, _open(settings))
+    collector = make_collector(settings, open_backend_or_fail(settings))
     collector.collect_once()
     server = AgentHTTPServer(("127.0.0.1", 0), lambda: collector.snapshot, stale_after_s=60.0,
                              max_concurrent=2, max_connections=4)
@@ -51,7 +51,7 @@ def test_a_burst_of_connections_waits_in_the_backlog_while_the_agent_is_busy():
     """50 scrapers arriving while the accept loop is not running (a pause, a busy moment) are all
     queued by the kernel and answered once it runs: none waits out SYN retries, as with 5."""
     settings = Settings(backend="virtual")
-    collector = _make_collector(settings, _open(settings))
+    collector = make_collector(settings, open_backend_or_fail(settings))
     collector.collect_once()
     server = AgentHTTPServer(("127.0.0.1", 0), lambda: collector.snapshot, stale_after_s=60.0)
     port = server.server_address[1]

@@ -16,18 +16,18 @@ from html.parser import HTMLParser
 
 import pytest
 
-from agent.app.cli import _make_collector, _open
+from agent.app.assemble import make_collector, open_backend_or_fail
 from agent.app.config import Settings
-from exporters.snapshot_json import snapshot_to_dict
 from agent.views.html_parts import script_hash
 from agent.views.status_page import CONTENT_SECURITY_POLICY, REFRESH_SCRIPT, status_page
+from exporters.snapshot_json import snapshot_to_dict
 from tests.agent_process import serving_collector
 
 
 @pytest.fixture(scope="module")
 def collector():
     settings = Settings(backend="virtual")
-    collector = _make_collector(settings, _open(settings))
+    collector = make_collector(settings, open_backend_or_fail(settings))
     collector.collect_once()
     yield collector
     collector.stop()
@@ -198,7 +198,7 @@ def test_attention_lists_wasted_down_and_throttled_gpus_first(data):
 def test_gpus_without_a_flop_counter_are_placed_from_their_jobs_reports():
     """The AMD demo: amdsmi has no tensor counter, so only GPUs whose job reports are on the chart."""
     settings = Settings(backend="amd-virtual")
-    amd = _make_collector(settings, _open(settings))
+    amd = make_collector(settings, open_backend_or_fail(settings))
     try:
         data = snapshot_to_dict(amd.collect_once())
     finally:

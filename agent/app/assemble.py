@@ -1,0 +1,84 @@
+"""Wiring the pipeline from settings: open the backend, build the collector with its classifier, attach a recorder.
+
+Shared by the daemon (run, demo) and the one-shot commands that collect (snapshot, record), so
+they all read the GPUs exactly as the agent does.
+"""
+
+from __future__ import annotations
+
+import time
+
+from agent.app.cli_base import DEMO_BACKENDS, CliError
+from agent.app.config import Settings
+
+
+def open_backend_or_fail(settings: Settings, reports=None):
+    """The configured backend, or a one-line CliError saying what was looked for."""
+    from agent.backends.base import BackendUnavailable
+    from agent.backends.registry import open_backend
+
+    try:
+        return open_backend(settings, reports)
+    except BackendUnavailable as exc:
+        raise CliError(str(exc)) from None
+
+
+def open_collector(settings: Settings, reports=None):
+    """The backend opened and its GPUs discovered; BackendUnavailable when the driver does not answer."""
+    from agent.backends.base import BackendUnavailable
+    from agent.backends.registry import open_backend
+
+    backend = open_backend(settings, reports)
+    try:
+        return make_collector(settings, backend)
+    except CliError as exc:
+        raise BackendUnavailable(str(exc)) from None
+
+
+def make_collector(settings: Settings, backend):
+    """A collector over ``backend`` with the live classifier when classification is on (primed on the demo)."""
+    from agent.backends.base import BackendUnavailable
+    from agent.collector import Backoff, Collector
+
+    analyzer = None
+    if settings.classify:
+        from agent.classifier.live import LiveClassifier
+
+        # The configured dtype counts as "said"; only the built-in default is flagged as assumed.
+        analyzer = LiveClassifier(settings.classifier, dtype=settings.dtype if "dtype" in settings.model_fields_set else None)
+    # A virtual agent plays one scenario node; naming it after that node (not this host) keeps
+    # several demo agents on one machine apart, as real nodes would be.
+    node = settings.node_name
+    if "node_name" not in settings.model_fields_set and getattr(backend, "name", "") in DEMO_BACKENDS:
+        node = getattr(backend, "node", node)
+    try:
+        collector = Collector(
+            backend,
+            node=node,
+            interval_s=settings.interval_s,
+            sample_timeout_s=settings.sample_timeout_s,
+            history_len=settings.history_len,
+            expected_devices=settings.expected_gpus,
+            backoff=Backoff(initial_s=settings.interval_s),
+            analyzer=analyzer,
+        )
+    except BackendUnavailable as exc:
+        backend.close()
+        raise CliError(str(exc)) from None
+    warm = getattr(backend, "warm_samples", None)
+    if analyzer is not None and warm is not None:  # the virtual demo: verdicts from the first scrape
+        analyzer.prime(warm(time.time(), analyzer.thresholds.long_window_s / 2, settings.interval_s),
+                       {d.gpu: d.spec for d in collector.devices})
+    return collector
+
+
+def attach_recorder(collector, path: str, settings: Settings):
+    from agent.trace import TraceWriteError
+    from agent.trace.recorder import SnapshotRecorder
+
+    try:
+        recorder = SnapshotRecorder(path, node=collector.node)
+    except (OSError, TraceWriteError) as exc:
+        raise CliError(f"cannot write trace {path}: {exc}") from None
+    collector.add_listener(recorder)
+    return recorder

@@ -1,0 +1,215 @@
+"""``roofwatch run`` and ``roofwatch demo``: the agent itself, collecting in the background and serving HTTP
+until SIGTERM/SIGINT, reloading on SIGHUP, and waiting for a late GPU driver when told to."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import threading
+from typing import Any, Callable
+
+from agent import __version__
+from agent.app.assemble import attach_recorder, open_collector
+from agent.app.cli_base import (
+    DEMO_BACKENDS,
+    DEMO_LISTEN,
+    EXIT_OK,
+    EXIT_USAGE,
+    CliError,
+    add_settings_flags,
+    settings_from,
+)
+from agent.app.config import ConfigError, Settings
+from agent.app.signals import wait_in_main_thread
+
+log = logging.getLogger("roofwatch")
+
+
+def register(sub: argparse._SubParsersAction) -> dict[str, Callable[[argparse.Namespace], int]]:
+    """Add this group's subcommands to ``sub``; returns their handlers by name."""
+    run = sub.add_parser("run", help="run the agent on this node's GPUs", description="Run the agent: collect in the background, serve /metrics.")
+    add_settings_flags(run)
+    run.add_argument("--record", metavar="FILE", help="also append every sample to this trace (.jsonl or .jsonl.gz)")
+    run.add_argument("--driver-wait", dest="driver_wait_s", type=float, metavar="SECONDS",
+                     help="wait this long for a GPU driver that does not answer yet, serving /healthz meanwhile "
+                          "(default 0: exit at once)")
+
+    demo = sub.add_parser("demo", help="run the agent on a simulated 8-GPU node", description="Run the agent on the virtual GPU fleet and print its URL.")
+    add_settings_flags(demo, backend=False)
+    demo.add_argument("--backend", choices=DEMO_BACKENDS, default="virtual",
+                      help="virtual: the simulator directly; nvml-virtual: the real NVML backend over a fake "
+                           "driver playing the same simulation; amd-virtual: the real AMD backend (amdsmi) over a "
+                           "fake libamd_smi, on the 8 x MI300X scenario unless --scenario says otherwise "
+                           "(default virtual)")
+    demo.add_argument("--record", metavar="FILE", help="also append every sample to this trace")
+    return {"run": cmd_run, "demo": cmd_demo}
+
+
+def serve(read_settings: Callable[[], Settings], record: str | None, *, announce: bool) -> int:
+    """Run the agent until SIGTERM/SIGINT; SIGHUP re-reads the configuration (agent.app.reload).
+    ``read_settings`` reads file, environment and flags, now and on every reload. With
+    ``driver_wait_s``, a missing GPU driver is waited for while the HTTP port already answers
+    (agent.app.driver_wait)."""
+    from agent.app.driver_wait import WAITABLE_BACKENDS, DriverWait
+    from agent.app.logs import configure_logging
+    from agent.app.reload import Reloader
+    from agent.backends.base import BackendUnavailable
+    from exporters.http import AgentHTTPServer
+
+    settings = read_settings()
+    configure_logging(settings.log_level, settings.log_format)
+    web = web_config(settings)
+    store = report_store(settings)
+    driver_wait: DriverWait | None = None
+    try:
+        collector = open_collector(settings, store)
+    except BackendUnavailable as exc:
+        if settings.driver_wait_s <= 0 or settings.backend not in WAITABLE_BACKENDS:
+            raise CliError(str(exc)) from None
+        collector = None
+        driver_wait = DriverWait(
+            attempt=lambda: open_collector(settings, store), node=settings.node_name, backend=settings.backend,
+            wait_s=settings.driver_wait_s, interval_s=settings.interval_s, expected_devices=settings.expected_gpus or 0,
+        )
+        driver_wait.failed(exc)
+    source: list[Any] = [collector if collector is not None else driver_wait]  # what scrapes read, swapped once
+    recorder = attach_recorder(collector, record, settings) if record and collector is not None else None
+    try:
+        server = AgentHTTPServer(
+            settings.listen_address,
+            lambda: source[0].snapshot,
+            stale_after_s=settings.effective_stale_after_s,
+            max_processes_per_gpu=settings.max_processes_per_gpu,
+            gpu_labels=settings.gpu_labels,
+            reports=store if settings.report_http else None,
+            web=web,
+        )
+    except OSError as exc:
+        if collector is not None:
+            collector.stop()
+        raise CliError(f"cannot listen on {settings.listen}: {exc.strerror or exc}") from None
+    report_socket = None
+    if store is not None and settings.report_socket:
+        from agent.context.workload.report_socket import ReportSocketServer
+
+        try:
+            report_socket = ReportSocketServer(settings.report_socket, store, mode=settings.report_socket_mode)
+            report_socket.start()
+        except OSError as exc:
+            server.server_close()
+            if collector is not None:
+                collector.stop()
+            raise CliError(f"report_socket: cannot listen on {settings.report_socket}: {exc.strerror or exc}") from None
+
+    wake = threading.Event()
+    pending = {"stop": False, "reload": False}
+
+    def on_signal(signum: int, _frame: object) -> None:
+        if signum == signal.SIGHUP:
+            pending["reload"] = True
+        else:
+            log.info("stopping", extra={"signal": signal.Signals(signum).name})
+            pending["stop"] = True
+        wake.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGHUP, on_signal)
+    reloader = Reloader(settings, read_settings, server)
+
+    freeze_startup_heap()
+    if collector is not None:
+        collector.start()
+    server_thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, name="roofwatch-http", daemon=True)
+    server_thread.start()
+    log.info(
+        "serving",
+        extra={"url": server.url, "backend": collector.backend.name if collector else settings.backend,
+               "gpus": len(collector.devices) if collector else 0, "interval_s": settings.interval_s},
+    )
+    if announce:
+        print(f"roofwatch {__version__}: {len(collector.devices)} GPUs ({collector.backend.name} backend) on {server.url}", flush=True)
+        print(f"  metrics: {server.url}metrics   health: {server.url}healthz   stop: Ctrl-C", flush=True)
+    failure = None
+    while True:  # the signal handler only raises flags; the work happens here, off the handler
+        if driver_wait is not None and collector is None and driver_wait.expired:
+            failure = driver_wait.give_up_message()
+            break
+        woken = wait_in_main_thread(wake, driver_wait.next_delay_s() if collector is None else None)
+        if woken:
+            wake.clear()
+            if pending["stop"]:
+                break
+            if pending["reload"]:
+                pending["reload"] = False
+                reloader.reload()
+        elif collector is None:
+            collector = driver_wait.try_once()
+            if collector is not None:
+                recorder = attach_recorder(collector, record, settings) if record else None
+                collector.start()
+                source[0] = collector
+                log.info("collecting", extra={"backend": collector.backend.name, "gpus": len(collector.devices)})
+    server.shutdown()
+    if not server.drain(timeout_s=5.0):
+        log.warning("stopping with requests still being answered after 5 s")
+    server.server_close()
+    if report_socket is not None:
+        report_socket.close()
+    if collector is not None:
+        collector.stop(timeout=1.0)
+    if recorder is not None:
+        recorder.close()
+    if failure is not None:
+        raise CliError(failure)
+    return EXIT_OK
+
+
+def web_config(settings: Settings):
+    """TLS and basic auth, checked before any GPU is opened: a bad file is a usage error naming the field."""
+    from exporters.web_config import WebConfigError, web_config_or_none
+
+    try:
+        return web_config_or_none(settings.web_config_file)
+    except WebConfigError as exc:
+        raise CliError(f"web_config_file: {exc}", EXIT_USAGE) from None
+
+
+def freeze_startup_heap() -> None:
+    """Move everything alive after start-up (modules, the spec catalogue, the primed classifier)
+    out of the collector's reach. Those objects live as long as the agent, yet every full
+    collection walked them: a 20 ms pause on about one render in forty (docs/performance.md)."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
+
+
+def report_store(settings: Settings):
+    """Where workload reports land (None when both transports are off); a bad token file stops the start."""
+    if not settings.reports_enabled or settings.backend in DEMO_BACKENDS:
+        return None  # the simulated fleet reports for its own jobs
+    from agent.context.workload.report_store import ReportStore
+
+    try:
+        token = settings.read_report_token()
+    except ConfigError as exc:
+        raise CliError(str(exc), EXIT_USAGE) from None
+    return ReportStore(ttl_s=settings.report_ttl_s, token=token, rate_per_s=settings.report_rate_per_s)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    return serve(lambda: settings_from(args), args.record, announce=False)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    forced: dict[str, Any] = {"backend": args.backend}
+
+    def read() -> Settings:
+        settings = settings_from(args, **forced)
+        if args.listen is None and "listen" not in settings.model_fields_set:
+            settings = settings_from(args, listen=DEMO_LISTEN, **forced)
+        return settings
+
+    return serve(read, args.record, announce=True)

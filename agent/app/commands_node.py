@@ -1,0 +1,133 @@
+"""Commands about this node's GPUs: ``snapshot``, ``record``, ``doctor`` and ``top``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import threading
+from pathlib import Path
+from typing import Callable
+
+from agent.app.assemble import attach_recorder, make_collector, open_backend_or_fail
+from agent.app.cli_base import BACKENDS, EXIT_FAILURE, EXIT_OK, EXIT_USAGE, CliError, add_settings_flags, settings_from
+from agent.app.config import DEFAULT_PORT
+from agent.app.signals import wait_in_main_thread
+
+
+def register(sub: argparse._SubParsersAction) -> dict[str, Callable[[argparse.Namespace], int]]:
+    """Add this group's subcommands to ``sub``; returns their handlers by name."""
+    snap = sub.add_parser("snapshot", help="print one snapshot of this node's GPUs", description="Collect briefly and print what the agent sees.")
+    add_settings_flags(snap, listen=False)
+    snap.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    snap.add_argument("--url", metavar="URL", help="read the snapshot from a running agent instead (e.g. http://node:9477)")
+
+    rec = sub.add_parser("record", help="record a trace", description="Record samples to a trace file (../shared/trace-format.md).")
+    add_settings_flags(rec, listen=False)
+    rec.add_argument("--out", required=True, metavar="FILE", help="trace file to write (.jsonl, or .jsonl.gz to compress)")
+    rec.add_argument("--duration", type=float, default=60.0, metavar="SECONDS", help="how long to record (default 60)")
+    rec.add_argument(
+        "--simulate", action="store_true",
+        help="write the virtual engine's samples in virtual time, labelled with the true class, without waiting",
+    )
+
+    doctor = sub.add_parser(
+        "doctor", help="check what this node can measure and how to fix what is missing",
+        description="Check the driver, libraries, device access, persistence mode, GPM and every capability the "
+                    "agent reads; for each missing piece, say which metrics and classes it costs and how to fix it. "
+                    "Exit status: 0 fully usable, 3 usable with pieces missing, 1 no GPU can be read.",
+    )
+    doctor.add_argument("--config", metavar="FILE", help="YAML settings file (default: $ROOFWATCH_CONFIG)")
+    doctor.add_argument("--backend", choices=list(BACKENDS), help="which source to check (default auto)")
+    doctor.add_argument("--scenario", metavar="NAME|FILE", help="scenario for the virtual backends")
+    doctor.add_argument("--virtual-node", metavar="NAME", help="scenario node for the virtual backends")
+    doctor.add_argument("--json", action="store_true", help="print the findings as JSON")
+
+    top = sub.add_parser(
+        "top", help="live terminal view of a node's GPUs: class, MFU, SM/tensor/DRAM",
+        description="Show what each GPU is doing and how much of its peak it uses, refreshed in place, from a "
+                    "running agent's /metrics (this node's agent unless URL says otherwise). Keys: q quits, "
+                    "s changes the sort order.",
+    )
+    top.add_argument("url", nargs="?", metavar="URL",
+                     help="agent base URL or any roofwatch /metrics URL (default http://127.0.0.1:%d)" % DEFAULT_PORT)
+    top.add_argument("--interval", type=float, default=2.0, metavar="SECONDS", help="refresh period (default 2)")
+    top.add_argument("--sort", choices=["gpu", "mfu", "class", "power"], default="gpu",
+                     help="initial sort order; mfu puts the least efficient GPUs first (default gpu)")
+    top.add_argument("--once", action="store_true", help="print one frame and exit (no keys, no full screen)")
+    return {"snapshot": cmd_snapshot, "record": cmd_record, "doctor": cmd_doctor, "top": cmd_top}
+
+
+def cmd_snapshot(args: argparse.Namespace) -> int:
+    from agent.views.snapshot_text import snapshot_table
+    from exporters.snapshot_json import snapshot_to_dict
+
+    if args.url:
+        from agent.views.snapshot_text import SnapshotFetchError, fetch_snapshot_json
+
+        try:
+            data = fetch_snapshot_json(args.url)
+        except SnapshotFetchError as exc:
+            raise CliError(str(exc)) from None
+        print(json.dumps(data, indent=2) if args.json else snapshot_table(data))
+        return EXIT_OK
+    settings = settings_from(args)
+    collector = make_collector(settings, open_backend_or_fail(settings))
+    try:
+        # Two cycles: rate and two-sample (GPM) metrics need a previous reading.
+        collector.collect_once()
+        threading.Event().wait(min(settings.interval_s, 1.0))
+        snapshot = collector.collect_once()
+    finally:
+        collector.stop()
+    data = snapshot_to_dict(snapshot)
+    print(json.dumps(data, indent=2) if args.json else snapshot_table(data))
+    return EXIT_OK
+
+
+def cmd_record(args: argparse.Namespace) -> int:
+    from agent.trace import TraceWriteError
+
+    if args.duration <= 0:
+        raise CliError("--duration: must be greater than 0 seconds", EXIT_USAGE)
+    if args.simulate:
+        settings = settings_from(args, backend="virtual")
+        from agent.trace.recorder import record_simulation
+
+        try:
+            count = record_simulation(settings, Path(args.out), duration_s=args.duration)
+        except TraceWriteError as exc:
+            raise CliError(str(exc)) from None
+        print(f"wrote {count} samples to {args.out}")
+        return EXIT_OK
+    settings = settings_from(args)
+    from agent.app.logs import configure_logging
+
+    configure_logging(settings.log_level, settings.log_format)
+    collector = make_collector(settings, open_backend_or_fail(settings))
+    recorder = attach_recorder(collector, args.out, settings)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    collector.start()
+    wait_in_main_thread(stop, args.duration)
+    collector.stop()
+    recorder.close()
+    print(f"wrote {recorder.count} samples to {args.out}")
+    return EXIT_OK if recorder.error is None else EXIT_FAILURE
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from agent.diagnostics.doctor import run_doctor
+
+    logging.basicConfig(level=logging.ERROR)  # findings, not log lines
+    report = run_doctor(settings_from(args))
+    print(json.dumps(report.to_json(), indent=2) if args.json else report.text())
+    return report.exit_code
+
+
+def cmd_top(args: argparse.Namespace) -> int:
+    from agent.views.top import run_top
+
+    return run_top(args)

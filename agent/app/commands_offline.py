@@ -1,0 +1,121 @@
+"""Commands that need neither a GPU nor an agent: ``classify`` and ``report`` over recorded traces, and ``specs``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Callable, Sequence
+
+from agent.app.cli_base import EXIT_OK, CliError, settings_from
+from agent.app.config import Settings
+
+
+def register(sub: argparse._SubParsersAction) -> dict[str, Callable[[argparse.Namespace], int]]:
+    """Add this group's subcommands to ``sub``; returns their handlers by name."""
+    cls = sub.add_parser(
+        "classify", help="classify the GPUs of a recorded trace",
+        description="Replay traces through the classifier and print one verdict per GPU per window as JSON Lines "
+                    "(../shared/trace-format.md). With --evaluate, score the verdicts against the trace's labels.",
+    )
+    cls.add_argument("traces", nargs="+", metavar="TRACE", help="trace file(s): .jsonl or .jsonl.gz, - for stdin")
+    cls.add_argument("--evaluate", action="store_true", help="print per-class precision, recall and the confusion matrix")
+    cls.add_argument("--json", action="store_true", help="print the evaluation as one JSON line instead of a table")
+    cls.add_argument("-q", "--quiet", action="store_true", help="do not print the verdict lines (with --evaluate)")
+    cls.add_argument("--config", metavar="FILE", help="YAML settings file whose classifier: section sets the thresholds")
+    cls.add_argument("--dtype", choices=["fp8", "bf16", "fp16", "tf32", "fp32", "fp64"],
+                     help="precision behind the peak FLOP/s when the trace does not say (default bf16, flagged as assumed)")
+
+    report = sub.add_parser(
+        "report", help="render a recorded trace as one self-contained HTML page",
+        description="Replay a trace through the classifier and write a post-mortem page: verdict timeline per GPU, "
+                    "roofline scatter and MFU over time, in one HTML file with no external assets.",
+    )
+    report.add_argument("traces", nargs="+", metavar="TRACE", help="trace file(s): .jsonl or .jsonl.gz, - for stdin")
+    report.add_argument("--out", required=True, metavar="FILE", help="HTML file to write")
+    report.add_argument("--title", metavar="TEXT", help="page title (default: the trace's node and time span)")
+    report.add_argument("--config", metavar="FILE", help="YAML settings file whose classifier: section sets the thresholds")
+    report.add_argument("--dtype", choices=["fp8", "bf16", "fp16", "tf32", "fp32", "fp64"],
+                        help="precision behind the peak FLOP/s when the trace does not say (default bf16, flagged as assumed)")
+
+    specs = sub.add_parser("specs", help="print the GPU peak-spec catalogue", description="Print dense peak FLOP/s, bandwidth and ridge points per GPU model.")
+    specs.add_argument("--json", action="store_true", help="print JSON (SI units)")
+    return {"classify": cmd_classify, "report": cmd_report, "specs": cmd_specs}
+
+
+def read_traces(paths: Sequence[str]) -> list:
+    """Every sample of every trace; a bad line or file is a one-line error naming it."""
+    from agent.trace import TraceFormatError, read_trace
+
+    samples = []
+    for path in paths:
+        try:
+            samples.extend(read_trace(path))
+        except TraceFormatError as exc:
+            raise CliError(str(exc)) from None
+        except OSError as exc:
+            raise CliError(f"cannot read trace {path}: {exc.strerror or exc}") from None
+    if not samples:
+        raise CliError("no samples in " + ", ".join(paths))
+    return samples
+
+
+def trace_classifier_settings(args: argparse.Namespace) -> tuple[Settings, str | None]:
+    """Thresholds from --config; the dtype from --dtype, else the config's when it sets one."""
+    settings = settings_from(argparse.Namespace(config=args.config))
+    return settings, args.dtype or (settings.dtype if "dtype" in settings.model_fields_set else None)
+
+
+def cmd_classify(args: argparse.Namespace) -> int:
+    from agent.classifier.engine import classify_samples
+    from agent.classifier.evaluate import evaluate
+
+    settings, dtype = trace_classifier_settings(args)
+    samples = read_traces(args.traces)
+    kept = []
+    out = sys.stdout
+    for verdict in classify_samples(samples, settings.classifier, dtype=dtype):
+        if args.evaluate:
+            kept.append(verdict)
+        if not (args.quiet and args.evaluate):
+            out.write(json.dumps(verdict.to_json(), separators=(",", ":")) + "\n")
+    if args.evaluate:
+        result = evaluate(kept)
+        if result.scored == 0:
+            raise CliError("nothing to evaluate: the trace has no labelled samples outside phase changes")
+        if args.json:
+            out.write(json.dumps({"evaluation": result.to_json()}) + "\n")
+        else:
+            out.write(result.table() + "\n")
+    return EXIT_OK
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from agent.classifier.engine import classify_samples
+    from agent.views.report import build_report
+
+    settings, dtype = trace_classifier_settings(args)
+    samples = read_traces(args.traces)
+    verdicts = list(classify_samples(samples, settings.classifier, dtype=dtype))
+    html = build_report(samples, verdicts, title=args.title, sources=[Path(t).name for t in args.traces])
+    out = Path(args.out)
+    partial = out.with_name(f".{out.name}.partial")
+    try:  # written whole or not at all: a reader never opens half a report
+        partial.write_text(html, encoding="utf-8")
+        partial.replace(out)
+    except OSError as exc:
+        partial.unlink(missing_ok=True)
+        raise CliError(f"cannot write {args.out}: {exc.strerror or exc}") from None
+    print(f"wrote {args.out}: {len(verdicts)} verdicts of {len({(s.node, s.gpu) for s in samples})} GPUs")
+    return EXIT_OK
+
+
+def cmd_specs(args: argparse.Namespace) -> int:
+    from agent.views import specs_table
+
+    if args.json:
+        print(json.dumps(specs_table.specs_json(), indent=2))
+    else:
+        print(specs_table.specs_table())
+    return EXIT_OK
