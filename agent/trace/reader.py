@@ -1,0 +1,242 @@
+"""Reading traces: every line validated, and a bad value reported by file, line and field.
+
+Traces come from users, other tools and hand edits, so nothing is classified on a guess: the
+JSON types are checked first (agent.trace.json_types), then pydantic validates the sample.
+"""
+
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import math
+import os
+import sys
+import zlib
+from collections.abc import Iterator
+from functools import cache
+from typing import IO, Any
+
+from pydantic import ConfigDict, TypeAdapter, ValidationError
+
+from agent.model import GpuSample
+from agent.trace.format import FORMAT_NAME, FORMAT_VERSION, GZIP_MAGIC, TraceFormatError
+from agent.trace.json_types import json_type_error
+
+
+@cache
+def _adapter() -> TypeAdapter[tuple[GpuSample]]:
+    # Built on first read only: the agent's write path never pays for the schema. A 1-tuple because
+    # pydantic takes a config only on a wrapper type (the dataclasses inherit it): allow_inf_nan=False
+    # also refuses quoted non-finite numbers ("inf", "NaN"), which lax number parsing would accept.
+    return TypeAdapter(tuple[GpuSample], config=ConfigDict(allow_inf_nan=False))
+
+
+def _reject_constant(token: str) -> Any:
+    raise ValueError(f"{token} is not allowed (write unknown values as null or leave them out)")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"number {text} is out of range")
+    return value
+
+
+def _is_header(obj: dict[str, Any]) -> bool:
+    return "format" in obj and "ts" not in obj
+
+
+def _describe(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors()[:3]:
+        loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"][1:]).lstrip(".")
+        if err["type"] == "missing":
+            parts.append(f"missing required field '{loc}'")
+        else:
+            got = repr(err.get("input"))
+            got = got if len(got) <= 60 else got[:57] + "..."
+            parts.append(f"field '{loc}': {err['msg']} (got {got})")
+    return "; ".join(parts)
+
+
+class TraceReader:
+    """Iterates the samples of a trace, validating each line against the contract.
+
+    ``source`` is a path (plain or gzip, detected by the ``1f 8b`` magic bytes, not the
+    suffix), ``-`` for stdin, or an open binary or text stream (not closed by the reader).
+    ``header`` is the header dict, or ``None`` when the trace has none. Unknown fields are
+    ignored, at the top level and in nested objects, as the contract requires.
+
+    Lenient on purpose, because people hand-write traces: an integer ``gpu`` becomes a string,
+    and numbers in lax pydantic form are accepted (``1.0`` for an int field, ``"0.5"`` for a
+    float). A later header line (concatenated traces) is checked for its version and skipped.
+    Strict on purpose: NaN/Infinity, out-of-range values and ``ts`` that does not increase
+    within one GPU (node + gpu) are errors.
+
+    With ``strict=False`` bad lines are skipped and kept in ``errors``; an unsupported header
+    version still raises, since nothing after it can be trusted.
+    """
+
+    def __init__(self, source: str | os.PathLike[str] | IO[Any], *, strict: bool = True) -> None:
+        self.strict = strict
+        self.errors: list[TraceFormatError] = []
+        self.header: dict[str, Any] | None = None
+        self._owned: IO[Any] | None = None
+        if isinstance(source, (str, os.PathLike)) and os.fspath(source) != "-":
+            self.path = os.fspath(source)
+            stream: IO[Any] = open(self.path, "rb")
+            self._owned = stream
+        elif isinstance(source, (str, os.PathLike)):
+            self.path, stream = "<stdin>", sys.stdin
+        else:
+            self.path, stream = str(getattr(source, "name", "<stream>")), source
+        if isinstance(stream, io.TextIOBase):
+            stream = getattr(stream, "buffer", stream)  # bytes when we can, for gzip detection
+        if not isinstance(stream, io.TextIOBase) and self._peek(stream) == GZIP_MAGIC:
+            stream = gzip.GzipFile(fileobj=stream, mode="rb")
+        self._lines = self._numbered(stream)
+        self._last_ts: dict[tuple[str, str], tuple[float, int]] = {}
+        self._pending: tuple[int, dict[str, Any]] | None = None
+        try:
+            for lineno, text in self._lines:  # the first non-blank line may be the header
+                obj = self._parse(lineno, text)
+                if obj is not None and _is_header(obj):
+                    self._check_header(lineno, obj)
+                    self.header = obj
+                elif obj is not None:
+                    self._pending = (lineno, obj)
+                break
+        except BaseException:
+            self.close()
+            raise
+
+    @staticmethod
+    def _peek(stream: IO[bytes]) -> bytes:
+        if hasattr(stream, "peek"):
+            return stream.peek(2)[:2]
+        if stream.seekable():
+            pos = stream.tell()
+            head = stream.read(2)
+            stream.seek(pos)
+            return head
+        return b""
+
+    def _numbered(self, stream: IO[Any]) -> Iterator[tuple[int, str]]:
+        lineno = 0
+        try:
+            for raw in stream:
+                lineno += 1
+                if isinstance(raw, bytes):
+                    try:
+                        raw = raw.decode("utf-8")
+                    except UnicodeDecodeError as exc:
+                        self._fail(TraceFormatError(self.path, lineno, f"not valid UTF-8 ({exc.reason})"))
+                        continue
+                if lineno == 1:
+                    raw = raw.removeprefix("\ufeff")  # BOM from editors that add one
+                if raw.strip():
+                    yield lineno, raw
+        except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+            # A killed agent leaves a truncated gzip stream; non-strict readers keep what came before.
+            self._fail(TraceFormatError(self.path, lineno + 1,
+                                        f"compressed data truncated or corrupt ({exc})"))
+
+    def _fail(self, error: TraceFormatError) -> None:
+        if self.strict:
+            raise error
+        self.errors.append(error)
+
+    def _parse(self, lineno: int, text: str) -> dict[str, Any] | None:
+        try:
+            obj = json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
+        except json.JSONDecodeError as exc:
+            self._fail(TraceFormatError(self.path, lineno,
+                                        f"not valid JSON: {exc.msg} at column {exc.colno}"))
+            return None
+        except RecursionError:
+            self._fail(TraceFormatError(self.path, lineno, "not valid JSON: nested too deeply"))
+            return None
+        except ValueError as exc:
+            self._fail(TraceFormatError(self.path, lineno, f"not valid JSON: {exc}"))
+            return None
+        if not isinstance(obj, dict):
+            what = f"expected a JSON object (one sample), got {type(obj).__name__}"
+            self._fail(TraceFormatError(self.path, lineno, what))
+            return None
+        return obj
+
+    def _check_header(self, lineno: int, obj: dict[str, Any]) -> None:
+        fmt, version = obj.get("format"), obj.get("version")
+        if fmt != FORMAT_NAME:
+            what = f"unknown trace format {fmt!r} (expected {FORMAT_NAME!r})"
+        elif type(version) is not int or version < 1:
+            what = f"header 'version' must be a positive integer (got {version!r})"
+        elif version > FORMAT_VERSION:
+            what = (f"trace format version {version} is newer than this roofwatch reads "
+                    f"({FORMAT_VERSION}); upgrade roofwatch")
+        else:
+            return
+        raise TraceFormatError(self.path, lineno, what)
+
+    def _sample(self, lineno: int, obj: dict[str, Any]) -> GpuSample | None:
+        gpu = obj.get("gpu")
+        if type(gpu) is int:
+            obj["gpu"] = str(gpu)
+        if "node" in obj and obj["node"] is None:
+            del obj["node"]  # null is unknown (the contract), and an unknown node is the default "local"
+        if (wrong := json_type_error(obj, GpuSample)) is not None:
+            self._fail(TraceFormatError(self.path, lineno, wrong))
+            return None
+        try:
+            sample = _adapter().validate_python((obj,))[0]
+        except ValidationError as exc:
+            self._fail(TraceFormatError(self.path, lineno, _describe(exc)))
+            return None
+        key = (sample.node, sample.gpu)
+        last = self._last_ts.get(key)
+        if last is not None and sample.ts <= last[0]:
+            self._fail(TraceFormatError(
+                self.path, lineno,
+                f"ts {sample.ts!r} for gpu {sample.gpu!r} on node {sample.node!r} does not increase "
+                f"(line {last[1]} had ts {last[0]!r})"))
+            return None
+        self._last_ts[key] = (sample.ts, lineno)
+        return sample
+
+    def __iter__(self) -> Iterator[GpuSample]:
+        try:
+            if self._pending is not None:
+                lineno, obj = self._pending
+                self._pending = None
+                if (sample := self._sample(lineno, obj)) is not None:
+                    yield sample
+            for lineno, text in self._lines:
+                obj = self._parse(lineno, text)
+                if obj is None:
+                    continue
+                if _is_header(obj):
+                    self._check_header(lineno, obj)
+                    continue
+                if (sample := self._sample(lineno, obj)) is not None:
+                    yield sample
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if self._owned is not None:
+            self._owned.close()
+            self._owned = None
+
+    def __enter__(self) -> TraceReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def read_trace(source: str | os.PathLike[str] | IO[Any], *, strict: bool = True,
+               ) -> Iterator[GpuSample]:
+    """Yield the samples of a trace; see :class:`TraceReader` for the rules and for the header."""
+    yield from TraceReader(source, strict=strict)
