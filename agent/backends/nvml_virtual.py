@@ -18,9 +18,9 @@ from typing import Any, Sequence
 
 from agent.backends.nvml.backend import NvmlBackend
 from agent.backends.virtual import VirtualBackend
-from agent.context.local_host import HostFacts, ProcessFacts
+from agent.context.host.processes import ProcessFacts
+from agent.context.sources import HostFacts
 from agent.model import GpuSample
-
 
 _PROCESS_FACTS = tuple(f.name for f in fields(ProcessFacts))
 

@@ -11,11 +11,12 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from agent.backends.base import Backend, BackendUnavailable
 from agent.app.config import Settings
+from agent.backends.base import Backend, BackendUnavailable
 
 if TYPE_CHECKING:
-    from agent.context.local_host import LocalHost, WorkloadSource
+    from agent.context.local_host import LocalHost
+    from agent.context.sources import WorkloadSource
 
 DEMO_HINT = "To try roofwatch without a GPU, run `roofwatch demo` (a simulated 8-GPU H100 node)."
 
@@ -47,8 +48,8 @@ def open_local_host(settings: Settings, reports: WorkloadSource | None = None) -
     metrics imply. The kubelet cache starts when its socket exists (a Kubernetes node) or when
     the socket was configured explicitly (then a missing socket is logged and retried).
     """
-    from agent.context.local_host import LocalHost
     from agent.context.attribution.kubelet import PodResourcesCache, pod_from_cgroup
+    from agent.context.local_host import LocalHost
 
     workloads: list[WorkloadSource] = [reports] if reports is not None else []
     if settings.inference_endpoints:

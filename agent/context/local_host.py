@@ -16,71 +16,21 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Callable, Protocol, Sequence
+from typing import Callable, Sequence
 
 from agent.context.attribution.slurm import ProcessJob, process_job
 from agent.context.host.infiniband import CONGESTION_COUNTERS, RETRANSMIT_COUNTERS, PortMonitor, PortTotals
-from agent.model import Attribution, Dtype, HostSample, NicPort, WorkloadReport
 from agent.context.host.node_stats import NodeStats
-from agent.context.host.processes import ProcessFacts, ProcessTracker
+from agent.context.host.processes import ProcessTracker
+from agent.context.sources import HostFacts, PodFromPid, PodLookup, WorkloadSource
+from agent.model import Attribution, NicPort, WorkloadReport
 
-__all__ = ["HostFacts", "HostSource", "LocalHost", "PodLookup", "ProcessFacts", "WorkloadSource"]
+__all__ = ["LocalHost"]
 
 PROCESS_MEMORY_S = 60.0
 """How long a process's job lookup and baselines are kept after no GPU lists it any more."""
-
-
-@dataclass(frozen=True, slots=True)
-class HostFacts:
-    """Everything the host adds to one GPU's sample. ``None`` means unknown."""
-
-    processes: dict[int, ProcessFacts]
-    host: HostSample | None = None
-    net_tx_bytes_per_s: float | None = None
-    net_rx_bytes_per_s: float | None = None
-    net_congestion_per_s: float | None = None
-    net_retransmits_per_s: float | None = None
-    net_link_downs: int | None = None
-    workload: WorkloadReport | None = None
-    dtype: Dtype | None = None
-    attribution: Attribution | None = None
-    """Which job holds the GPU: scheduler knowledge lives on the host side, not in the driver."""
-
-
-class HostSource(Protocol):
-    def facts(self, gpu: str, pids: Sequence[int], now: float, *, bus_id: str | None = None,
-              uuid: str | None = None) -> HostFacts:
-        """Host-side facts for GPU ``gpu`` (PCI ``bus_id``, ``uuid``) whose processes are ``pids``.
-
-        Must be cheap and never raise."""
-        ...
-
-
-class WorkloadSource(Protocol):
-    """Where a GPU's workload report comes from: the job's client calls, or an inference server.
-
-    Answers from memory (whatever was received or scraped in the background), so a collection
-    cycle never waits on a job or a server.
-    """
-
-    def report_for(self, *, gpu: str, uuid: str | None, pids: Sequence[int], now: float) -> WorkloadReport | None:
-        """The latest fresh report for GPU ``gpu`` (``uuid``) whose processes are ``pids`` (host PIDs),
-        or None; ``now`` is wall-clock time. Must be cheap and never raise."""
-        ...
-
-
-class PodLookup(Protocol):
-    """Kubernetes pods by device id (agent.context.attribution.kubelet.PodResourcesCache): answers from memory."""
-
-    def pod_for(self, *device_ids: str | None) -> object | None:
-        """A PodRef-like object with ``namespace``, ``pod`` and ``container``, or None."""
-        ...
-
-
-PodFromPid = Callable[[int], object | None]
-"""Fallback pod lookup by a process's cgroup (agent.context.attribution.kubelet.pod_from_cgroup bound to a /proc root)."""
 
 
 class LocalHost:

@@ -18,13 +18,14 @@ import time
 from typing import Any, Callable, Sequence
 
 from agent.backends.amd.device import AmdDevice, SocketTable
-from agent.backends.readings import LibraryError
 from agent.backends.amd.discovery import Found, discover
 from agent.backends.amd.errors import Meaning, describe, meaning
 from agent.backends.amd.library import init_message
 from agent.backends.base import BackendUnavailable, DeviceError, DeviceLostError
 from agent.backends.nvml.calls import CountingNvml
-from agent.context.local_host import HostSource, LocalHost
+from agent.backends.readings import LibraryError
+from agent.context.local_host import LocalHost
+from agent.context.sources import HostSource
 from agent.model import DeviceInfo, GpuSample, NicPort
 
 log = logging.getLogger("roofwatch.amd")

@@ -25,7 +25,7 @@ from typing import Any, Callable
 from agent.backends.amd import values as v
 from agent.backends.amd.errors import describe, meaning
 from agent.backends.readings import CounterRate, ReadingPolicy
-from agent.context.local_host import HostFacts, HostSource
+from agent.context.sources import HostFacts, HostSource
 from agent.model import CLOCK_EVENT_REASONS, DeviceInfo, GpuSample, LinkTraffic, ProcessSample
 
 log = logging.getLogger("roofwatch.amd")

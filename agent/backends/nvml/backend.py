@@ -22,12 +22,13 @@ from typing import Any, Callable, Sequence
 from agent.backends.base import BackendUnavailable, DeviceError, DeviceLostError
 from agent.backends.nvml.calls import CountingNvml
 from agent.backends.nvml.device import Handles, NvmlDevice
-from agent.backends.readings import LibraryError
 from agent.backends.nvml.discovery import Found, describe_gpu, discover
 from agent.backends.nvml.errors import Meaning, describe, meaning
 from agent.backends.nvml.events import XidWatcher
 from agent.backends.nvml.gpm import MIN_SPAN_S
-from agent.context.local_host import HostSource, LocalHost
+from agent.backends.readings import LibraryError
+from agent.context.local_host import LocalHost
+from agent.context.sources import HostSource
 from agent.model import DeviceInfo, GpuSample, NicPort, XidCount
 
 log = logging.getLogger("roofwatch.nvml")

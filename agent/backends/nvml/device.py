@@ -29,7 +29,7 @@ from agent.backends.nvml.errors import Meaning, describe, describe_code, meaning
 from agent.backends.nvml.fields import CLOCK_EVENT_FIELDS, FieldBatch
 from agent.backends.nvml.process_reads import ComputeProcesses, ProcessUtilization
 from agent.backends.readings import CounterRate, ReadingPolicy
-from agent.context.local_host import HostFacts, HostSource
+from agent.context.sources import HostFacts, HostSource
 from agent.model import DeviceInfo, GpuSample, ProcessSample, RemappedRows, XidCount
 
 log = logging.getLogger("roofwatch.nvml")

@@ -153,7 +153,7 @@ class _State:
 
 
 class InferenceScraper:
-    """Polls inference servers' metrics and answers :class:`agent.context.local_host.WorkloadSource` queries.
+    """Polls inference servers' metrics and answers :class:`agent.context.sources.WorkloadSource` queries.
 
     Rates: Δcounter / Δt between the two latest successful scrapes (none after the first scrape,
     none across a counter reset). Several label sets (vLLM engines, SGLang dp ranks, models) are
