@@ -17,7 +17,8 @@ import pytest
 from agent.backends.virtual import VirtualBackend
 from agent.virtual.devices import MIB
 from agent.virtual.fake_amdsmi import FakeAmdSmiLibrary, codes, load_amdsmi
-from agent.virtual.scenario import AmdProfile, parse_scenario, resolve_scenario
+from agent.virtual.profiles import AmdProfile
+from agent.virtual.scenario import parse_scenario, resolve_scenario
 from tests.agent_process import poll
 
 T0 = 1_800_000_000.0

@@ -12,8 +12,9 @@ from hypothesis import strategies as st
 
 from agent.model import CLOCK_EVENT_REASONS
 from agent.model.specs import achieved_flops, spec_by_key
+from agent.virtual.devices import GIB
 from agent.virtual.engine import VirtualEngine
-from agent.virtual.scenario import GIB, ScenarioError, parse_scenario
+from agent.virtual.scenario import ScenarioError, parse_scenario
 
 MIB = 1024**2
 RATIO_FIELDS = ("gr_active", "sm_active", "sm_occupancy", "tensor_active", "fp64_active", "fp32_active",

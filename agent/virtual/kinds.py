@@ -19,6 +19,7 @@ from typing import Any
 
 from agent.model import WorkloadReport
 from agent.model.specs import clock_factor
+from agent.virtual.devices import GIB
 from agent.virtual.physics import (
     DRAM_MAX,
     IDLE_ACTIVITY,
@@ -29,8 +30,8 @@ from agent.virtual.physics import (
     clamp,
     make_state,
 )
-from agent.virtual.scenario import (
-    GIB,
+from agent.virtual.timeline import JobClock, Occurrence, periodic_on_time
+from agent.virtual.workloads import (
     KIND_CLASS,
     CommJitterPhase,
     ComputePhase,
@@ -39,7 +40,6 @@ from agent.virtual.scenario import (
     LatencyPhase,
     MemoryPhase,
 )
-from agent.virtual.timeline import JobClock, Occurrence, periodic_on_time
 
 # Default device-memory share each kind holds when the phase does not say (vLLM preallocates 90%).
 _MEM_SHARE = {"compute": 0.70, "memory": 0.90, "input_starved": 0.55, "comm_jitter": 0.75,

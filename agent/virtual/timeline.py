@@ -15,7 +15,7 @@ from collections import OrderedDict
 from typing import NamedTuple, Sequence
 
 from agent.virtual.physics import unit_hash
-from agent.virtual.scenario import CommJitterPhase, ComputePhase, InputStarvedPhase
+from agent.virtual.workloads import CommJitterPhase, ComputePhase, InputStarvedPhase
 
 
 class Occurrence(NamedTuple):

@@ -45,7 +45,7 @@ from agent.virtual.fake_amdsmi.device import AmdDevice, AmdSocket
 from agent.virtual.fake_amdsmi.arguments import Fail, pointer_value
 from agent.virtual.fake_amdsmi.metrics_table import UPTIME_AT_START_S, Table, TableContext, build_table, validate_na
 from agent.virtual.fake_nvml.symbols import CFunction, collect
-from agent.virtual.scenario import AmdProfile
+from agent.virtual.profiles import AmdProfile
 
 HANDLE_BASE = 0x7A000000
 SOCKET_BASE = 0x50000000

@@ -39,7 +39,7 @@ from agent.virtual.fake_nvml.device import Counters, NvmlDevice
 from agent.virtual.fake_nvml.events import Injected, XidEvent, window_events
 from agent.virtual.fake_nvml.profile import missing_symbols, model_traits
 from agent.virtual.fake_nvml.symbols import CFunction, collect
-from agent.virtual.scenario import NvmlProfile
+from agent.virtual.profiles import NvmlProfile
 
 GIB = 1024**3
 HANDLE_BASE = 0x1D000000

@@ -3,7 +3,7 @@
 NVML grows with the driver: a backend written against today's pynvml meets hosts whose
 libnvidia-ml lacks newer symbols (pynvml then raises ``NVMLError_FunctionNotFound``) or newer
 field ids (the field fails with NOT_SUPPORTED). These gates are the ones the NVML backend has to
-survive in production; the scenario's :class:`~agent.virtual.scenario.NvmlProfile` picks the
+survive in production; the scenario's :class:`~agent.virtual.profiles.NvmlProfile` picks the
 driver, this module says what that driver and the node's GPU model can do.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from agent.virtual.fake_nvml import codes
-from agent.virtual.scenario import NvmlProfile
+from agent.virtual.profiles import NvmlProfile
 
 ARCH_AMPERE, ARCH_ADA, ARCH_HOPPER, ARCH_BLACKWELL = 7, 8, 9, 10
 ARCH_UNKNOWN = 0xFFFFFFFF

@@ -1,0 +1,87 @@
+"""How a scenario node's (fake) drivers behave: the ``nvml`` and ``amd`` blocks of a node.
+
+These are kept apart from the node schema because their readers are different: the fake
+libnvidia-ml (:mod:`agent.virtual.fake_nvml`) and the fake libamd_smi
+(:mod:`agent.virtual.fake_amdsmi`) import only these, while the engine reads just the AMD
+partition modes through :class:`~agent.virtual.nodes.Node`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field, model_validator
+
+from agent.virtual.devices import COMPUTE_PARTITIONS, MEMORY_PARTITIONS, ComputePartition, MemoryPartition
+from agent.virtual.workloads import StrictModel
+
+DriverVersion = Annotated[str, Field(pattern=r"^\d{3,4}\.\d{1,3}(\.\d{1,3})?$")]
+CSymbol = Annotated[str, Field(pattern=r"^nvml[A-Za-z0-9_]+$")]
+
+
+class NvmlProfile(StrictModel):
+    """How the node's (fake) NVIDIA driver behaves, for :mod:`agent.virtual.fake_nvml`.
+
+    Only the fake libnvidia-ml reads this; the virtual backend ignores it. It lets tests and the
+    demo run the real NVML backend against old drivers, locked-down containers and flaky fields.
+    """
+
+    driver_version: DriverVersion = Field(
+        "580.95.05", description="nvmlSystemGetDriverVersion; its major number gates which symbols exist "
+        "(< 510: no nvmlDeviceGetComputeRunningProcesses_v3; < 520: no nvmlGpm*; < 535: no "
+        "nvmlDeviceGetCurrentClocksEventReasons; < 550: no nvmlDeviceGetProcessesUtilizationInfo; < 565: no "
+        "nvmlDeviceGetTemperatureV; < 555: PCIe byte fields 197/198 not supported).")
+    cuda_driver_version: int = Field(
+        13000, ge=1000, description="nvmlSystemGetCudaDriverVersion (1000 x major + 10 x minor); its major "
+        "is the first part of nvmlSystemGetNVMLVersion ('13.580.95.05').")
+    driver_loaded: bool = Field(True, description="False: nvmlInit fails with NVML_ERROR_DRIVER_NOT_LOADED.")
+    persistence_mode: bool = Field(True, description="nvmlDeviceGetPersistenceMode.")
+    gpm: bool = Field(True, description="False: nvmlGpmQueryDeviceSupport says unsupported even on Hopper or newer.")
+    no_permission: list[CSymbol] = Field(
+        default_factory=list, description="C symbols (e.g. nvmlGpmSampleGet) that return NVML_ERROR_NO_PERMISSION.")
+    not_supported: list[CSymbol] = Field(
+        default_factory=list, description="C symbols that return NVML_ERROR_NOT_SUPPORTED.")
+    failing_fields: list[int] = Field(
+        default_factory=list, description="nvmlDeviceGetFieldValues field ids that fail with NOT_SUPPORTED "
+        "inside an otherwise successful batch.")
+
+    @property
+    def driver_major(self) -> int:
+        return int(self.driver_version.split(".", 1)[0])
+
+
+AmdSymbol = Annotated[str, Field(pattern=r"^amdsmi_[a-z0-9_]+$")]
+
+
+class AmdProfile(StrictModel):
+    """How the node's AMD GPUs are partitioned and how its (fake) libamd_smi behaves.
+
+    The partition modes shape the devices every backend sees; the rest only matters to the fake
+    library of :mod:`agent.virtual.fake_amdsmi` that the real amdsmi package runs on.
+    """
+
+    compute_partition: ComputePartition = Field(
+        "SPX", description="SPX: one device per GPU; DPX/QPX/CPX: 2/4/8 devices per GPU, one per group of XCDs "
+        "(MI300X, MI325X, MI355X).")
+    memory_partition: MemoryPartition = Field(
+        "NPS1", description="NUMA nodes per socket; never more than the compute partitions (NPS4 needs CPX).")
+    rocm_version: str = Field("7.0.2", pattern=r"^\d+\.\d+(\.\d+)?$", description="amdsmi_get_lib_version.")
+    driver_version: str = Field("6.12.12", min_length=1, description="amdgpu driver version (amdsmi_get_gpu_driver_info).")
+    library: bool = Field(True, description="False: libamd_smi.so is missing (importing amdsmi raises KeyError).")
+    missing_symbols: list[AmdSymbol] = Field(
+        default_factory=list, description="C symbols the library lacks: importing a newer amdsmi wrapper fails "
+        "with 'undefined symbol', as on a ROCm older than the wrapper.")
+    not_supported: list[AmdSymbol] = Field(
+        default_factory=list, description="C symbols that return AMDSMI_STATUS_NOT_SUPPORTED.")
+    no_permission: list[AmdSymbol] = Field(
+        default_factory=list, description="C symbols that return AMDSMI_STATUS_NO_PERM.")
+    na_metrics: list[str] = Field(
+        default_factory=list, description="amdsmi_gpu_metrics_t fields the firmware leaves at all ones "
+        "(the amdsmi package reports them as 'N/A').")
+
+    @model_validator(mode="after")
+    def _nps_within_partitions(self) -> "AmdProfile":
+        if MEMORY_PARTITIONS[self.memory_partition] > COMPUTE_PARTITIONS[self.compute_partition]:
+            raise ValueError(f"memory_partition: {self.memory_partition} needs at least as many compute partitions "
+                             f"({self.compute_partition} has {COMPUTE_PARTITIONS[self.compute_partition]})")
+        return self

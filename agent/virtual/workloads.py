@@ -1,0 +1,183 @@
+"""What runs on a simulated GPU: the phase kinds of a scenario and the workloads that cycle them.
+
+These are the leaves of the scenario schema (:mod:`agent.virtual.scenario`). They live apart from
+the node and fleet models because the engine's per-kind signatures (:mod:`agent.virtual.kinds`)
+and the timeline (:mod:`agent.virtual.timeline`) need the phase types but nothing about nodes.
+
+Validation is strict (``extra="forbid"``, see :class:`StrictModel`) because a scenario is
+hand-written and a silently ignored typo (``mfuu: 0.9``) would make the demo or a test quietly
+simulate something else.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+
+from agent.model import Dtype
+
+KIND_CLASS: dict[str, str] = {
+    "compute": "compute_bound",
+    "memory": "memory_bound",
+    "input_starved": "input_starved",
+    "comm_jitter": "communication_jittered",
+    "latency": "latency_bound",
+    "idle": "idle",
+    "idle_held": "idle",
+}
+"""The true workload class of each phase kind (the label a perfect classifier would give)."""
+
+TRAINING_KINDS = frozenset({"compute", "input_starved", "comm_jitter"})
+
+
+class StrictModel(BaseModel):
+    """Base of every scenario model: unknown keys are errors and parsed scenarios are immutable."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class _PhaseBase(StrictModel):
+    """Parameters every phase kind accepts."""
+
+    duration_s: float = Field(gt=0.0, description="How long the phase lasts (virtual seconds).")
+    power_cap_w: float | None = Field(None, gt=0.0, description="Enforced power limit; throttles the SM clock.")
+    mem_used_gib: float | None = Field(None, ge=0.0, description="Device memory held by the job (GiB).")
+    thermal: bool = Field(False, description="Thermal throttling: clocks cut further, thermal bits set.")
+
+
+class ComputePhase(_PhaseBase):
+    """Large GEMMs or training: tensor pipes busy at ``mfu`` of the dtype's dense peak."""
+
+    kind: Literal["compute"]
+    mfu: float = Field(gt=0.0, le=0.97)
+    tokens_per_s: float | None = Field(None, gt=0.0, description="Whole-job throughput, for workload reports.")
+    flops_per_token: float | None = Field(None, gt=0.0)
+    step_s: float = Field(1.0, gt=0.0, description="Reported training step time.")
+
+
+class MemoryPhase(_PhaseBase):
+    """Bandwidth-bound work (batch-1 decode, STREAM): DRAM at ``mbu``, tensor pipes nearly idle."""
+
+    kind: Literal["memory"]
+    mbu: float = Field(gt=0.0, le=0.9)
+
+
+class InputStarvedPhase(_PhaseBase):
+    """Training waiting on its data loader: busy bursts of ``duty`` x ``period_s``, then idle."""
+
+    kind: Literal["input_starved"]
+    duty: float = Field(gt=0.0, lt=1.0)
+    busy_mfu: float = Field(0.45, gt=0.0, le=0.97)
+    period_s: float = Field(0.8, gt=0.0)
+    dataloader_cpu_cores: float = Field(7.5, ge=0.0, description="CPU the loader workers burn, in cores.")
+    loader_workers: int | None = Field(None, ge=0, le=1024, description="Loader worker processes; default: "
+                                       "one per core they burn (saturated workers, the usual cause of starvation).")
+    iowait: float = Field(0.0, ge=0.0, le=1.0, description="Host iowait this job causes (fetch-bound loaders).")
+    flops_per_token: float = Field(4.8e10, gt=0.0)
+
+
+class CommJitterPhase(_PhaseBase):
+    """Synchronous data-parallel steps: compute, then an all-reduce whose wait jitters."""
+
+    kind: Literal["comm_jitter"]
+    mfu: float = Field(0.5, gt=0.0, le=0.97, description="MFU while computing.")
+    compute_s: float = Field(1.5, gt=0.0, description="Compute time per step of a normal rank.")
+    comm_s: float = Field(0.8, ge=0.0, description="Collective transfer time per step (links busy).")
+    stall_prob: float = Field(0.25, ge=0.0, le=1.0, description="Chance that a step's collective stalls.")
+    stall_s: float = Field(2.0, ge=0.0, description="Mean stall length (drawn 0.5x..1.5x).")
+    step_jitter: float = Field(0.03, ge=0.0, le=0.5, description="Relative per-step noise on compute time.")
+    straggler_rank: int | None = Field(None, ge=0, description="Index into the job's ranks of the slow rank.")
+    straggler_slowdown: float = Field(1.3, ge=1.0, le=10.0)
+    link_util: float = Field(0.6, ge=0.0, le=0.95, description="Fabric utilisation while transferring.")
+    flops_per_token: float = Field(4.8e10, gt=0.0)
+
+
+class LatencyPhase(_PhaseBase):
+    """Small kernels, launch-bound loops: resident most of the time, neither roof reached.
+
+    ``sm``, ``tensor`` and ``dram`` move the signature for hard cases (batch-1 decode of a small
+    model on a big GPU: few SMs busy, little DRAM traffic); the engine stays busy (GR 0.9).
+    """
+
+    kind: Literal["latency"]
+    sm: float = Field(0.28, ge=0.0, le=1.0, description="SM activity.")
+    tensor: float = Field(0.1, ge=0.0, le=0.97, description="Tensor-pipe activity.")
+    dram: float = Field(0.15, ge=0.0, le=0.9, description="DRAM activity.")
+
+    @model_validator(mode="after")
+    def _tensor_within_sm(self) -> "LatencyPhase":
+        if self.tensor > self.sm:
+            raise ValueError(f"tensor: {self.tensor} exceeds sm ({self.sm}); tensor pipes only run on active SMs")
+        return self
+
+
+class IdlePhase(_PhaseBase):
+    """Nothing running; ``held`` (or kind ``idle_held``) keeps a process holding memory."""
+
+    kind: Literal["idle", "idle_held"]
+    held: bool = False
+
+    @property
+    def holds_memory(self) -> bool:
+        return self.held or self.kind == "idle_held"
+
+
+Phase = Annotated[
+    Union[ComputePhase, MemoryPhase, InputStarvedPhase, CommJitterPhase, LatencyPhase, IdlePhase],
+    Field(discriminator="kind"),
+]
+PHASE_KINDS: tuple[str, ...] = tuple(KIND_CLASS)
+
+
+_GPU_REF = re.compile(r"^(\d+)(?:/(\d+))?$")
+
+
+def _gpu_ref(value: Any) -> Any:
+    """A GPU index (``3``, ``"3"``) or a MIG instance / AMD partition ``"<index>/<j>"``, canonicalised.
+
+    Indices stay ints (what scenarios always used); instances become ``"3/1"``, the trace
+    format's GPU id. Anything else is left for pydantic to reject with its usual message.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        return value
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError(f"GPU index must be >= 0, got {value}")
+        return value
+    match = _GPU_REF.match(value.strip())
+    if match is None:
+        raise ValueError(f"{value!r} is neither a GPU index nor a MIG instance or partition '<index>/<j>'")
+    if match.group(2) is None:
+        return int(match.group(1))
+    return f"{int(match.group(1))}/{int(match.group(2))}"  # the node checks the range (MIG from 1, partitions from 0)
+
+
+GpuRef = Annotated[Union[int, str], BeforeValidator(_gpu_ref)]
+"""What a workload or fault names: a whole GPU (int), a MIG instance or an AMD partition (``"i/j"``)."""
+
+
+def gpu_parent(ref: int | str) -> int:
+    """The physical GPU index of a reference (the GPU itself, or a MIG instance's or partition's parent)."""
+    return ref if isinstance(ref, int) else int(ref.split("/", 1)[0])
+
+
+class Workload(StrictModel):
+    """One job's share of a node: the GPUs (or MIG instances) it uses and the phases it cycles through."""
+
+    job: str = Field(min_length=1)
+    gpus: list[GpuRef] = Field(min_length=1)
+    dtype: Dtype = "bf16"
+    repeat: bool = True
+    process: str | None = Field(None, min_length=1, description="Process name (default by kind).")
+    pid: int | None = Field(None, ge=1, description="Host PID the driver reports for this job's process "
+                            "(default: a stable made-up one); lets a test attach a real process to a simulated GPU.")
+    phases: list[Phase] = Field(min_length=1)
+
+    @field_validator("gpus")
+    @classmethod
+    def _distinct(cls, gpus: list[int | str]) -> list[int | str]:
+        if len(set(gpus)) != len(gpus):
+            raise ValueError(f"GPU listed twice: {gpus}")
+        return gpus
