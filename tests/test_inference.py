@@ -1,28 +1,19 @@
-"""Inference-server scraping (agent.context.workload.inference.scraper) against a real HTTP server in a child process.
+"""Inference-server scraping (agent.context.workload.inference.scraper): what the reports say.
 
-The server serves the fixture expositions in tests/fixtures/inference in the order the URL
-names them, so PID discovery, timeouts and size limits are exercised for real. Expected values
-are computed here from the fixture text with a parser independent of the one under test.
+Against a real HTTP server in a child process (tests/inference_server.py): token and step rates of
+vLLM, SGLang and TGI, FLOPs per token configured or estimated by the server, the MFU and MBU they
+give through the roofline, and which GPUs a server's report belongs to (configured, or found from
+the listening process's PIDs). Expected values are computed here from the fixture text with a parser
+independent of the one under test. Scrape failures, limits and the thread: test_inference_scrape.py.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import itertools
 import math
 import re
-import selectors
-import socket
-import subprocess
-import sys
-import threading
-import time
-import urllib.request
-from pathlib import Path
 
 import psutil
 import pytest
-from pydantic import ValidationError
 
 from agent.classifier.features import window_features
 from agent.classifier.roofline import roofline
@@ -30,95 +21,8 @@ from agent.classifier.thresholds import Thresholds
 from agent.context.workload.inference.scraper import InferenceEndpoint, InferenceScraper
 from agent.model import GpuSample
 from agent.model.specs import spec_by_key
-
-FIXTURES = Path(__file__).parent / "fixtures" / "inference"
-T0, DT = 1_000.0, 5.0
-
-# /seq/<nonce>/<file,file,...>/metrics serves the files in turn (the last one again afterwards);
-# HANG accepts and never answers, 404 answers Not Found. /big/<n> serves n bytes of junk.
-# ?gzip=1 compresses, but only when the client asked for gzip; ?cl=0 leaves out Content-Length.
-SERVER = r'''
-import gzip, http.server, os, subprocess, sys, threading, time, urllib.parse
-root = sys.argv[1]
-child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
-hits, hung, lock = {}, [0], threading.Lock()
-
-class Handler(http.server.BaseHTTPRequestHandler):
-    def log_message(self, *args):
-        pass
-
-    def reply(self, code, body, query):
-        gz = query.get("gzip") == ["1"] and "gzip" in self.headers.get("Accept-Encoding", "")
-        if query.get("gzip") == ["1"] and not gz:
-            code, body = 406, b"gzip required"
-        if gz:
-            body = gzip.compress(body)
-        self.send_response(code)
-        self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-        if gz:
-            self.send_header("Content-Encoding", "gzip")
-        if query.get("cl") != ["0"]:
-            self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def do_GET(self):
-        url = urllib.parse.urlsplit(self.path)
-        query, parts = urllib.parse.parse_qs(url.query), url.path.strip("/").split("/")
-        if parts[0] == "hung":
-            return self.reply(200, str(hung[0]).encode(), {})
-        if parts[0] == "big":
-            return self.reply(200, b"x" * int(parts[1]), query)
-        with lock:
-            i = hits.get(url.path, 0)
-            hits[url.path] = i + 1
-        files = parts[2].split(",")
-        name = files[min(i, len(files) - 1)]
-        if name == "HANG":
-            with lock:
-                hung[0] += 1
-            time.sleep(3600)
-        elif name == "404":
-            self.reply(404, b"not found", {})
-        else:
-            with open(os.path.join(root, name), "rb") as f:
-                self.reply(200, f.read(), query)
-
-httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-httpd.daemon_threads = True
-print(httpd.server_address[1], child.pid, flush=True)
-httpd.serve_forever()
-'''
-
-
-@dataclasses.dataclass
-class Server:
-    pid: int
-    port: int
-    grandchild: int
-    nonce: itertools.count
-
-    def seq(self, *files: str, query: str = "") -> str:
-        """A fresh URL (its own position in the sequence) serving ``files`` in turn."""
-        return f"http://127.0.0.1:{self.port}/seq/{next(self.nonce)}/{','.join(files)}/metrics{query}"
-
-    def hung(self) -> int:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/hung", timeout=5) as r:
-            return int(r.read())
-
-
-@pytest.fixture(scope="module")
-def server():
-    proc = subprocess.Popen([sys.executable, "-c", SERVER, str(FIXTURES)], stdout=subprocess.PIPE, text=True)
-    try:
-        with selectors.DefaultSelector() as sel:
-            sel.register(proc.stdout, selectors.EVENT_READ)
-            assert sel.select(timeout=20), "fixture server did not start"
-        port, grandchild = map(int, proc.stdout.readline().split())
-        yield Server(proc.pid, port, grandchild, itertools.count())
-    finally:
-        proc.kill()
-        proc.wait(timeout=10)
+from tests.inference_server import DT, FIXTURES, T0, scraped
+from tests.inference_server import server  # noqa: F401 (a fixture)
 
 
 def _labels(text: str) -> dict[str, str]:
@@ -141,13 +45,6 @@ def fixture_sum(file: str, name: str) -> float:
 
 def delta(name: str, kind_prefix: str) -> float:
     return fixture_sum(f"{kind_prefix}-2.prom", name) - fixture_sum(f"{kind_prefix}-1.prom", name)
-
-
-def scraped(url: str, now: tuple[float, ...] = (T0, T0 + DT), **endpoint) -> InferenceScraper:
-    scraper = InferenceScraper([InferenceEndpoint(url=url, **endpoint)], clock=lambda: pytest.fail("clock used"))
-    for t in now:
-        scraper.scrape_once(now=t)
-    return scraper
 
 
 EIGHT = [str(i) for i in range(8)]
@@ -300,154 +197,3 @@ def test_params_report_through_roofline_gives_the_expected_mfu_and_mbu(server):
     assert r.mfu_workload == pytest.approx(tokens * 2 * 70e9 / (8 * spec.peak_flops["bf16"]))
     assert r.mbu_workload == pytest.approx(140e9 * steps / (8 * spec.mem_bandwidth_bytes_per_s))
     assert r.mfu_source == "workload" and r.dtype == "bf16" and not r.dtype_assumed
-
-
-def test_first_scrape_has_no_rate(server):
-    scraper = scraped(server.seq("vllm-1.prom", "vllm-2.prom"), now=(T0,), gpus=["0"])
-    (status,) = scraper.status()
-    assert status.up and not status.has_rate
-    assert scraper.report_for(gpu="0", uuid=None, pids=[], now=T0) is None
-
-
-def test_counter_reset_gives_no_rate_for_that_interval(server):
-    url = server.seq("vllm-1.prom", "vllm-2.prom", "vllm-1.prom", "vllm-2.prom")
-    scraper = scraped(url, now=(T0, T0 + DT, T0 + 2 * DT), gpus=["0"])
-    (status,) = scraper.status()
-    assert status.up and not status.has_rate and "reset" in status.error
-    assert scraper.report_for(gpu="0", uuid=None, pids=[], now=T0 + 2 * DT) is None
-    scraper.scrape_once(now=T0 + 3 * DT)
-    report = scraper.report_for(gpu="0", uuid=None, pids=[], now=T0 + 3 * DT)
-    assert report is not None and report.tokens_per_s > 0
-
-
-def test_stale_report_is_dropped(server):
-    scraper = scraped(server.seq("vllm-1.prom", "vllm-2.prom"), gpus=["0"])
-    limit = 3 * 5.0  # 3 x the default interval
-    assert scraper.report_for(gpu="0", uuid=None, pids=[], now=T0 + DT + limit - 0.1) is not None
-    assert scraper.report_for(gpu="0", uuid=None, pids=[], now=T0 + DT + limit + 0.1) is None
-
-
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def test_endpoint_down_gives_none_and_status_says_why(server):
-    scraper = scraped(f"http://127.0.0.1:{_closed_port()}/metrics", gpus=["0"])
-    (status,) = scraper.status()
-    assert not status.up and "refused" in status.error
-    assert (status.scrapes_total, status.failures_total, status.last_success_ts) == (2, 2, None)
-    assert scraper.report_for(gpu="0", uuid=None, pids=[], now=T0 + DT) is None
-
-    scraper = scraped(server.seq("vllm-1.prom", "vllm-2.prom", "404"), gpus=["0"])
-    assert scraper.report_for(gpu="0", uuid=None, pids=[], now=T0 + DT) is not None
-    scraper.scrape_once(now=T0 + 2 * DT)
-    (status,) = scraper.status()
-    assert not status.up and status.error.startswith("HTTP 404") and status.last_success_ts == T0 + DT
-    assert scraper.report_for(gpu="0", uuid=None, pids=[], now=T0 + 2 * DT) is None
-
-
-@pytest.mark.parametrize("query", ["", "?cl=0", "?gzip=1"])
-def test_oversize_response_is_rejected(server, query):
-    url = f"http://127.0.0.1:{server.port}/big/5000{query}"
-    scraper = InferenceScraper([InferenceEndpoint(url=url, gpus=["0"])], max_bytes=4096)
-    scraper.scrape_once(now=T0)
-    (status,) = scraper.status()
-    assert not status.up and "larger than 4096 bytes" in status.error
-
-
-def test_a_body_that_is_not_an_exposition_is_an_error(server):
-    scraper = scraped(f"http://127.0.0.1:{server.port}/big/100", gpus=["0"])
-    (status,) = scraper.status()
-    assert not status.up and "not a Prometheus text exposition" in status.error
-
-
-def test_gzip_responses_are_accepted(server):
-    plain = scraped(server.seq("vllm-1.prom", "vllm-2.prom"), gpus=["0"])
-    zipped = scraped(server.seq("vllm-1.prom", "vllm-2.prom", query="?gzip=1"), gpus=["0"])
-    assert zipped.status()[0].up, zipped.status()[0].error
-    ask = dict(gpu="0", uuid=None, pids=[], now=T0 + DT)
-    assert zipped.report_for(**ask) == plain.report_for(**ask) != None  # noqa: E711
-
-
-def test_slow_server_times_out_while_report_for_answers_at_once(server):
-    url = server.seq("vllm-1.prom", "vllm-2.prom", "HANG")
-    scraper = InferenceScraper([InferenceEndpoint(url=url, gpus=["0"])], timeout_s=2.0)
-    scraper.scrape_once(now=T0)
-    scraper.scrape_once(now=T0 + DT)
-    hung_before = server.hung()
-    stuck = threading.Thread(target=scraper.scrape_once, kwargs={"now": T0 + 2 * DT})
-    stuck.start()
-    deadline = time.monotonic() + 10
-    while server.hung() == hung_before:
-        assert time.monotonic() < deadline, "the scrape never reached the server"
-    report = scraper.report_for(gpu="0", uuid=None, pids=[], now=T0 + DT + 1)
-    assert stuck.is_alive()  # the answer came while the scrape was still waiting on the server
-    assert report is not None
-    stuck.join(timeout=10)
-    assert not stuck.is_alive()
-    (status,) = scraper.status()
-    assert not status.up and status.error == "timed out after 2 s" and status.failures_total == 1
-    assert scraper.report_for(gpu="0", uuid=None, pids=[], now=T0 + DT + 1) is None
-
-
-def test_background_thread_scrapes_until_closed(server):
-    scraper = InferenceScraper([InferenceEndpoint(url=server.seq("vllm-1.prom", "vllm-2.prom"), gpus=["0"])],
-                               interval_s=0.05)
-    scraper.start()
-    try:
-        deadline = time.monotonic() + 10
-        while not scraper.status()[0].has_rate:
-            assert time.monotonic() < deadline, scraper.status()
-            time.sleep(0.01)
-        report = scraper.report_for(gpu="0", uuid=None, pids=[], now=time.time())
-        assert report is not None and report.source == "vllm"
-    finally:
-        scraper.close()
-    assert not any(t.name == "roofwatch-inference" and t.is_alive() for t in threading.enumerate())
-
-
-def test_report_for_never_raises(server):
-    scraper = scraped(server.seq("vllm-1.prom", "vllm-2.prom"))
-    assert scraper.report_for(gpu="0", uuid=None, pids=[server.pid], now=T0 + DT) is not None
-    assert scraper.report_for(gpu="0", uuid=None, pids=None, now=T0 + DT) is None  # type: ignore[arg-type]
-
-
-def test_endpoint_validation_names_the_field():
-    e = InferenceEndpoint(url="http://localhost:8000", gpus=[0, 1, "GPU-ab", 1], params=7e9)
-    assert e.url == "http://localhost:8000/metrics" and e.gpus == ["0", "1", "GPU-ab"] and e.port == 8000
-    assert e.effective_flops_per_token == 14e9
-    assert InferenceEndpoint(url="http://h:1/m", params=7e9, flops_per_token=5.0).effective_flops_per_token == 5.0
-    assert InferenceEndpoint(url="https://h/metrics").port == 443
-    bad = [
-        ({"url": "ftp://host/metrics"}, "url", "http:// or https://"),
-        ({"url": "http://host:99999/metrics"}, "url", "port"),
-        ({"url": "http://user:pw@host/metrics"}, "url", "credentials"),
-        ({"url": "http://h/m", "params": -1}, "params", "greater than 0"),
-        ({"url": "http://h/m", "flops_per_token": 1e30}, "flops_per_token", "less than or equal"),
-        ({"url": "http://h/m", "world_size": 0}, "world_size", "greater than or equal to 1"),
-        ({"url": "http://h/m", "gpus": []}, "gpus", "at least 1"),
-        ({"url": "http://h/m", "gpus": ["0 1"]}, "gpus", "GPU indices or UUIDs"),
-        ({"url": "http://h/m", "dtype": "int4"}, "dtype", "fp8"),
-        ({"url": "http://h/m", "kind": "triton"}, "kind", "vllm"),
-        ({"url": "http://h/m", "modle_bytes": 1}, "modle_bytes", "Extra inputs are not permitted"),
-    ]
-    for kwargs, field, message in bad:
-        with pytest.raises(ValidationError) as info:
-            InferenceEndpoint(**kwargs)
-        (error,) = info.value.errors()
-        assert error["loc"][0] == field and message in str(info.value), (kwargs, str(info.value))
-
-
-def test_a_server_restart_is_a_reset_even_when_counters_grew_past_their_old_values():
-    from agent.context.workload.inference.parse import CounterReset, parse, rates, totals
-
-    before = (FIXTURES / "vllm-1.prom").read_text()
-    after = (FIXTURES / "vllm-2.prom").read_text()
-    restarted = after.replace("process_start_time_seconds 1.76000012e+09", "process_start_time_seconds 1.76000099e+09")
-    assert restarted != after
-    first = totals(parse(before), "vllm")
-    assert rates(first, totals(parse(after), "vllm"), DT).prompt_per_s > 0
-    with pytest.raises(CounterReset):
-        rates(first, totals(parse(restarted), "vllm"), DT)

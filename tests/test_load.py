@@ -1,14 +1,11 @@
 """Load, end to end: the reliability matrix's "50 concurrent scrapers for 60 s plus report traffic" row.
 
-The real agent process (the ``roofwatch demo`` fleet of 8 simulated GPUs) is hammered over its real
-HTTP port by client threads in this process, each with its own keep-alive connection, while report
-traffic flows into ``POST /api/v1/report``. Every status and latency is recorded; the assertions are
-about correctness and bounds (statuses, exceptions, parsable bodies, threads, memory), never about
-speed: latency and throughput are printed (``pytest -s``) for a person to read.
-
-The demo turns HTTP reports off (``agent.app.cli._report_store``: the simulated fleet reports for its own
-jobs), so the agent here is the demo started by a three-line launcher that gives it the report store
-a real backend gets. Everything else (settings, collector, HTTP server, exposition) is the real CLI path.
+The real agent process (the ``roofwatch demo`` fleet of 8 simulated GPUs with HTTP reports on,
+tests/reporting_demo.py) is hammered over its real HTTP port by client threads in this process, each
+with its own keep-alive connection, while report traffic flows into ``POST /api/v1/report``. Every
+status and latency is recorded; the assertions are about correctness and bounds (statuses, exceptions,
+parsable bodies, threads, memory), never about speed: latency and throughput are printed (``pytest -s``)
+for a person to read. What happens past the in-flight request cap is in test_load_concurrency_cap.py.
 """
 
 from __future__ import annotations
@@ -17,44 +14,41 @@ import gzip
 import http.client
 import json
 import os
-import select
-import socket
-import subprocess
-import sys
 import threading
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Iterator
 
 import psutil
 import pytest
-from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics_families
-from prometheus_client.parser import text_string_to_metric_families
 
-from tests.agent_process import URL_PATTERN, AgentProcess, clean_env, poll
+from tests.agent_process import poll
+from tests.reporting_demo import (
+    CLIENT_TIMEOUT_S,
+    GPUS,
+    JSON,
+    MAX_CONCURRENT,
+    ReportingDemo,
+    agent,  # noqa: F401 (a fixture)
+    gpu_up,
+    report,
+)
 
 pytestmark = pytest.mark.e2e
-
-REPO = Path(__file__).resolve().parents[1]
 
 LOAD_S = float(os.environ.get("ROOFWATCH_LOAD_S", "20"))
 """Seconds of load. 20 s in the test suite so CI stays fast; the issue's 60 s is
 ``ROOFWATCH_LOAD_S=60 pytest -s tests/test_load.py`` (the agent never sees it: clean_env drops ROOFWATCH_*)."""
 SCRAPERS = 50
 REPORTERS = 2
-MAX_CONCURRENT = 64
-"""``AgentHTTPServer``'s default in-flight request cap; the CLI does not change it."""
-GPUS = 8
-CLIENT_TIMEOUT_S = 30.0
-"""Socket timeout of every client: a hung agent shows up as a recorded error, never as a hung test."""
+
+
 THREAD_SLACK = 4
 """Threads the agent may run beyond baseline + MAX_CONCURRENT during the load. The server spawns one
 thread per *connection* (not per request), and this load holds SCRAPERS + REPORTERS = 52 connections,
 well under MAX_CONCURRENT. The slack covers connections that overlap briefly: a reporter whose oversized
 report is answered ``413 Connection: close`` reconnects while the old handler thread may still be
-lingering (``agent.context.workload.reports.linger``, up to 0.5 s), and the sampler's reading can land mid-handover."""
+lingering (``agent.context.workload.report_http.linger``, up to 0.5 s), and the sampler's reading can land mid-handover."""
 RSS_GROWTH_BOUND_MIB = 30
 """After the load (its connections closed) the agent's RSS may exceed the healthy baseline by this much.
 What the load legitimately leaves behind: the per-snapshot render caches (a few 100 kB exposition,
@@ -63,74 +57,9 @@ freed-but-kept memory of the allocator (pymalloc arenas and glibc per-thread are
 touched), and the collector's sample history filling up as it does on an idle agent (about 0.7 MiB a
 minute here, capped at history_len samples). Measured: +7 MiB after 20 s, +9 MiB after 60 s, for 4-15 x
 10^4 requests; a leak of even 100 bytes per request or a few kB per connection would show."""
-DRIBBLE_S = 0.25
-"""The slow clients of the 503 test send one byte of their body this often: the server's body read
-times out after 5 s without a byte (``BODY_READ_TIMEOUT_S``), so this keeps a request in flight as
-long as the test wants it, however slow the machine."""
 
-JSON = "application/json"
+
 OPENMETRICS = "application/openmetrics-text; version=1.0.0; charset=utf-8"
-
-LAUNCHER = """\
-import sys
-from agent.app import cli
-from agent.context.workload.reports import ReportStore
-cli._report_store = lambda settings: ReportStore(ttl_s=settings.report_ttl_s)
-sys.exit(cli.main(["demo", "--listen", "127.0.0.1:0"]))
-"""
-
-
-class ReportingDemo(AgentProcess):
-    """The demo agent with HTTP workload reports on (loopback clients, no token: the real default)."""
-
-    def __init__(self, stderr_path: Path) -> None:
-        self.stderr_path = stderr_path
-        with open(stderr_path, "w") as stderr:  # a file, not a pipe: a chatty agent can never block on it
-            self.proc = subprocess.Popen([sys.executable, "-c", LAUNCHER], stdout=subprocess.PIPE, stderr=stderr,
-                                         text=True, env=clean_env(), cwd=REPO)
-        line = self.proc.stdout.readline()
-        match = URL_PATTERN.search(line)
-        if not match:
-            self.kill()
-            raise AssertionError(f"agent printed no URL: {line!r}; stderr: {self.stderr_tail()}")
-        self.url = match.group(1)
-        host, port = self.url.removeprefix("http://").rstrip("/").rsplit(":", 1)
-        self.address = (host, int(port))
-        self.ps = psutil.Process(self.proc.pid)
-
-    def threads(self) -> int:
-        return self.ps.num_threads()
-
-    def settled_threads(self) -> int:
-        """The thread count once no client connection is open (a handler thread per connection is gone)."""
-        poll(lambda: all(c.status == psutil.CONN_LISTEN for c in self.ps.net_connections("tcp")), 30,
-             what="the agent to have no open client connection")
-        return self.threads()
-
-    def rss_mib(self) -> float:
-        return self.ps.memory_info().rss / 2**20
-
-    def client_ports(self) -> set[int]:
-        """The peer ports of the connections the agent has accepted."""
-        return {c.raddr.port for c in self.ps.net_connections("tcp") if c.raddr}
-
-    def stderr_tail(self) -> str:
-        return self.stderr_path.read_text(errors="replace")[-4000:]
-
-
-@pytest.fixture
-def agent(tmp_path) -> Iterator[ReportingDemo]:
-    agent = ReportingDemo(tmp_path / "agent.stderr")
-    try:
-        agent.wait_healthy()
-        # The collector's per-GPU workers start with it; wait for them so the baseline is the steady state.
-        poll(lambda: agent.threads() >= GPUS + 3, 10, what="main, HTTP, collector and one worker per GPU")
-        yield agent
-    finally:
-        agent.kill()
-
-
-# -- the load ----------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -149,11 +78,6 @@ KINDS = {  # scraper i plays MIX[i % 10]: 20 plain, 10 gzip, 5 OpenMetrics /metr
     "healthz": Kind("healthz", "/healthz"),
 }
 MIX = ["metrics"] * 4 + ["metrics-gzip"] * 2 + ["metrics-openmetrics", "status-page", "snapshot", "healthz"]
-
-
-def report(n: int, reporter: int) -> bytes:
-    return json.dumps({"step": n, "step_time_s": 0.5, "tokens": 4096.0, "flops_per_token": 1.4e10, "dtype": "bf16",
-                       "job": f"load-{reporter}", "rank": 0, "world_size": 1, "pid": 4000 + reporter}).encode()
 
 
 INVALID_REPORTS = [  # (what, body, content type, the status it must get); every 10th report is one of these
@@ -348,14 +272,6 @@ def print_latencies(title: str, latencies: dict[str, list[float]], elapsed: floa
                   f" {percentile(values, 0.99) * 1e3:8.1f} {max(values) * 1e3:8.1f}")
 
 
-def gpu_up(text: str, openmetrics: bool) -> dict[str, float]:
-    families = (openmetrics_families if openmetrics else text_string_to_metric_families)(text)
-    up = [s for f in families for s in f.samples if s.name == "roofwatch_gpu_up"]
-    values = {s.labels["gpu"]: s.value for s in up}
-    assert len(values) == len(up), "duplicate roofwatch_gpu_up series"
-    return values
-
-
 def check_body(kind: str, content_type: str, encoding: str, body: bytes) -> dict[str, float] | None:
     """Assert one distinct answer is what its kind promises; the ``roofwatch_gpu_up`` values of an exposition."""
     if kind.startswith("metrics"):
@@ -422,140 +338,3 @@ def test_fifty_scrapers_and_report_traffic_no_errors_bounded_threads_and_memory(
         print(f"  expositions with a GPU down (collector starved of CPU by the load): {dict(down)}")
     assert rss_after - baseline_rss < RSS_GROWTH_BOUND_MIB, \
         f"RSS grew {rss_after - baseline_rss:.1f} MiB over the load (baseline {baseline_rss:.1f} MiB)"
-
-
-# -- past the cap ------------------------------------------------------------------------------------
-
-HOLDERS = 80
-PAD = 4000
-"""Leading spaces before the JSON of a slow report (valid JSON whitespace): at one per DRIBBLE_S they
-last over 15 minutes, far longer than any hold in this test."""
-
-
-@dataclass
-class SlowAnswer:
-    status: int | None = None
-    body: bytes = b""
-    headers: dict[str, str] = field(default_factory=dict)
-    seconds: float = 0.0
-    completed_body: bool = False
-    error: str | None = None
-    port: int = 0
-    """The client's own port: how the agent's list of accepted connections names it."""
-    connected: threading.Event = field(default_factory=threading.Event)
-
-
-def slow_report(address: tuple[str, int], release: threading.Event, answer: SlowAnswer, answered: list[int]) -> None:
-    """One slow client: report headers at once, then the body a byte per DRIBBLE_S until ``release``.
-    The 503 is timed from the moment the client started connecting."""
-    body = b" " * PAD + report(1, 0)
-    head = (f"POST /api/v1/report HTTP/1.1\r\nHost: {address[0]}\r\nContent-Type: {JSON}\r\n"
-            f"Content-Length: {len(body)}\r\n\r\n").encode()
-    started = time.perf_counter()
-    try:
-        with socket.create_connection(address, timeout=CLIENT_TIMEOUT_S) as sock:
-            answer.port = sock.getsockname()[1]
-            sock.sendall(head)
-            answer.connected.set()
-            sent = 0
-            while not select.select([sock], [], [], DRIBBLE_S)[0]:  # nothing to read: still in flight
-                if release.is_set():
-                    sock.sendall(body[sent:])
-                    answer.completed_body = True
-                    break
-                if sent < PAD:
-                    sock.sendall(body[sent:sent + 1])
-                    sent += 1
-            response = http.client.HTTPResponse(sock)
-            response.begin()
-            answer.body = response.read()
-            answer.status, answer.headers = response.status, dict(response.headers)
-    except (OSError, http.client.HTTPException) as exc:
-        answer.error = f"{type(exc).__name__}: {exc}"
-    answer.seconds = time.perf_counter() - started
-    answer.connected.set()
-    answered.append(1)
-
-
-def test_requests_past_max_concurrent_get_503_at_once_and_the_agent_recovers(agent: ReportingDemo) -> None:
-    """The cap is on requests in flight (``exporters.http``: a slot per request, taken after the request
-    line and headers are read), not on connections: 80 idle keep-alive connections are all served, and
-    of 80 reports held open mid-body exactly 64 hold slots while the other 16, and any scrape meanwhile,
-    get 503 at once. Released, the 64 are stored (204) and the agent serves again."""
-    baseline_threads = agent.settled_threads()
-
-    # More connections than MAX_CONCURRENT are fine while their requests do not overlap.
-    idle = [http.client.HTTPConnection(*agent.address, timeout=CLIENT_TIMEOUT_S) for _ in range(HOLDERS)]
-    try:
-        for conn in idle:
-            conn.request("GET", "/healthz")
-            response = conn.getresponse()
-            assert (response.status, response.read()[:4]) == (200, b"ok: ")
-        threads_with_idle = agent.threads()  # printed: the server runs a thread per connection, idle or not
-    finally:
-        for conn in idle:
-            conn.close()
-    poll(lambda: agent.threads() <= baseline_threads, 30, what=f"the agent back to {baseline_threads} threads")
-
-    # 80 reports in flight at once: headers sent, body trickling.
-    release = threading.Event()
-    answers = [SlowAnswer() for _ in range(HOLDERS)]
-    answered: list[int] = []
-    clients = [threading.Thread(target=slow_report, args=(agent.address, release, a, answered), daemon=True)
-               for a in answers]
-    try:
-        # One connection at a time, each once the agent has accepted the previous one: its listen backlog
-        # is socketserver's default of 5, and a burst past it leaves clients whose connect() returned
-        # waiting seconds to tens of seconds to be accepted (a separate defect, see Load.run).
-        for client, answer in zip(clients, answers):
-            client.start()
-            answer.connected.wait(2 * CLIENT_TIMEOUT_S)
-            poll(lambda: answer.status is not None or answer.error or answer.port in agent.client_ports(), 30,
-                 what=f"the agent to accept connection {answer.port}")
-        excess = HOLDERS - MAX_CONCURRENT
-        poll(lambda: len(answered) >= excess, CLIENT_TIMEOUT_S, what=f"{excess} requests past the cap to be answered")
-        early = [a for a in answers if a.status is not None or a.error]
-        assert len(early) == excess and all(a.status == 503 for a in early), [(a.status, a.error) for a in early]
-        assert all(a.headers.get("Connection") == "close" and a.body == b"too many concurrent requests\n"
-                   for a in early)
-        # A 503 means all 64 slots were taken, by slow reports that keep them until released: a scrape now
-        # is refused too, at once, and keeps its connection.
-        threads_at_cap = agent.threads()
-        probe = http.client.HTTPConnection(*agent.address, timeout=CLIENT_TIMEOUT_S)
-        for path in ("/metrics", "/healthz"):
-            started = time.perf_counter()
-            probe.request("GET", path)
-            response = probe.getresponse()
-            assert (path, response.status, response.read()) == (path, 503, b"too many concurrent requests\n")
-            print(f"\n  GET {path} with every slot taken: 503 in {(time.perf_counter() - started) * 1e3:.1f} ms")
-        probe_sock = probe.sock
-        assert probe_sock is not None
-    finally:
-        release.set()
-        for client in clients:
-            client.join(2 * CLIENT_TIMEOUT_S)
-    assert not any(c.is_alive() for c in clients), "a slow client never got an answer"
-
-    assert not [a.error for a in answers if a.error], [a.error for a in answers if a.error]
-    statuses = Counter(a.status for a in answers)
-    assert statuses == {204: MAX_CONCURRENT, 503: HOLDERS - MAX_CONCURRENT}, statuses
-    assert all(a.completed_body for a in answers if a.status == 204)
-    refused = sorted(a.seconds for a in answers if a.status == 503)
-
-    # Recovered: the probe's own connection is served again, then threads go back to the baseline.
-    def metrics_served() -> str | None:
-        probe.request("GET", "/metrics")
-        response = probe.getresponse()
-        body = response.read()
-        return body.decode() if response.status == 200 else None
-
-    text = poll(metrics_served, 10, what="/metrics served again")
-    assert probe.sock is probe_sock, "the 503s closed the scraper's keep-alive connection"
-    probe.close()
-    assert gpu_up(text, openmetrics=False) == {str(i): 1.0 for i in range(GPUS)}
-    agent.wait_healthy(10)
-    poll(lambda: agent.threads() <= baseline_threads, 30, what=f"the agent back to {baseline_threads} threads")
-    print(f"  {HOLDERS - MAX_CONCURRENT} reports past the cap: 503 within {refused[0] * 1e3:.1f}-"
-          f"{refused[-1] * 1e3:.1f} ms of connecting; agent threads: baseline {baseline_threads}, "
-          f"{threads_with_idle} with {HOLDERS} idle keep-alive connections, {threads_at_cap} with "
-          f"{MAX_CONCURRENT} reports in flight, {agent.threads()} after")
