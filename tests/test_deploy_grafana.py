@@ -2,7 +2,7 @@
 Grafana sidecar, the kustomize overlay deploy/kubernetes/grafana-dashboards, and deploy/sync.py's
 copies of dashboards/*.json in the chart.
 
-Offline, with the same tools as tests/test_deploy_helm.py (helm_python, strict kubernetes-validate
+Offline, with the same tools as tests/test_deploy_helm.py (tests/helm_chart.py) (helm_python, strict kubernetes-validate
 for the oldest and newest Kubernetes we support, `kubectl kustomize`), whose helpers are reused.
 The dashboards themselves are tested in tests/test_dashboards.py; here they are payload.
 """
@@ -23,8 +23,8 @@ import helm_python as helm
 import pytest
 import yaml
 
-from tests.test_deploy_helm import (CHART, K8S_NEWEST, K8S_OLDEST, KUSTOMIZE, REPO, kustomize_build, render, sync,
-                                     validate_all)
+from tests.helm_chart import (CHART, K8S_NEWEST, K8S_OLDEST, KUSTOMIZE, REPO, kustomize_build, render, sync,
+                               validate_all)
 
 DASHBOARDS = sorted((REPO / sync.DASHBOARDS_SOURCE).glob("*.json"))
 PROVIDER = REPO / "deploy" / "grafana" / "provisioning" / "dashboards" / "roofwatch.yaml"

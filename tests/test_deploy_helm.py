@@ -24,7 +24,6 @@ import yaml
 from tests.helm_chart import (CHART, K8S_NEWEST, K8S_OLDEST, OPERATOR_KINDS, check_operator_object, env_of,
                               most_repeated_alert, only, promtool, render, sync, thresholds_in_file, validate_all)
 # tests/test_deploy_grafana.py imports these from here too:
-from tests.helm_chart import KUSTOMIZE, REPO, kustomize_build  # noqa: F401 - re-exported
 
 ALL_TOGGLES: dict[str, Any] = {
     "serviceMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
