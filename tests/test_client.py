@@ -6,11 +6,8 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
-import tempfile
 import threading
-from pathlib import Path
 
 import pytest
 
@@ -20,7 +17,7 @@ from agent.context.workload.report_socket import ReportSocketServer, _SocketHand
 from agent.context.workload.report_store import ReportStore
 from exporters.http import AgentHTTPServer
 from tests.agent_process import poll
-from tests.test_reports import UUID_A, UUID_B, _snapshot
+from tests.report_fixtures import UUID_A, UUID_B, empty_snapshot, short_dir  # noqa: F401 (fixtures)
 
 ENV_KEYS = ("ROOFWATCH_REPORT_SOCKET", "ROOFWATCH_REPORT_URL", "ROOFWATCH_REPORT_TOKEN", "ROOFWATCH_JOB", "SLURM_JOB_ID",
             "RANK", "WORLD_SIZE", "LOCAL_RANK", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES",
@@ -31,14 +28,6 @@ ENV_KEYS = ("ROOFWATCH_REPORT_SOCKET", "ROOFWATCH_REPORT_URL", "ROOFWATCH_REPORT
 def clean_environment(monkeypatch):
     for key in ENV_KEYS:
         monkeypatch.delenv(key, raising=False)
-
-
-@pytest.fixture
-def short_dir():
-    """Unix socket paths are limited to 107 bytes; pytest's tmp_path can be longer."""
-    path = Path(tempfile.mkdtemp(prefix="rwc-", dir="/tmp"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 class RecordingStore(ReportStore):
@@ -176,7 +165,7 @@ def test_explicit_arguments_override_the_environment_and_dtypes_translate(agent_
 
 def test_http_transport_from_environment_with_token_and_keep_alive(reporters, monkeypatch, short_dir):
     store = ReportStore(token="tok")
-    server = AgentHTTPServer(("127.0.0.1", 0), _snapshot, stale_after_s=10.0, reports=store)
+    server = AgentHTTPServer(("127.0.0.1", 0), empty_snapshot, stale_after_s=10.0, reports=store)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         monkeypatch.setenv("ROOFWATCH_REPORT_SOCKET", str(short_dir / "absent.sock"))  # missing: the URL is used

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from tests.agent_process import poll
-from tests.test_client import agent_socket, clean_environment, reporters, short_dir  # noqa: F401 (fixtures)
+from tests.report_fixtures import UUID_A, UUID_B, short_dir  # noqa: F401 (fixtures)
+from tests.test_client import agent_socket, clean_environment, reporters  # noqa: F401 (fixtures)
 from tests.test_client import settled
-from tests.test_reports import UUID_A, UUID_B
 
 REPO = Path(__file__).resolve().parents[1]
 

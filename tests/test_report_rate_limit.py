@@ -13,7 +13,7 @@ import pytest
 from agent.context.workload.rate_limit import RateLimiter
 from agent.context.workload.report_socket import ReportSocketServer
 from agent.context.workload.report_store import ReportStore
-from tests.test_reports import JSON, Clock, body, http_post, http_server_factory, short_dir, unix_post  # noqa: F401 (fixtures)
+from tests.report_fixtures import JSON, Clock, body, http_post, http_server_factory, short_dir, unix_post  # noqa: F401 (fixtures)
 
 
 def test_a_client_gets_its_burst_then_one_request_per_refill():
