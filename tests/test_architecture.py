@@ -199,3 +199,21 @@ def test_the_files_each_package_row_names_are_in_that_package() -> None:
         for name in re.findall(r"`([\w.]+\.py|[\w]+/)`", row.split("|")[2]):
             hits = list(package.rglob(name.rstrip("/")))
             assert hits, f"docs/architecture.md: {name} is not under {package.relative_to(REPO)}"
+
+
+TEST_REFERENCE = re.compile(r"\b(test_\w+\.py)(?:::(test_\w+))?")
+
+
+@pytest.mark.parametrize("doc", _markdown_docs())
+def test_docs_cite_only_tests_that_exist(doc: str) -> None:
+    """docs/reliability.md and others cite the test behind each promise: a moved test must be re-cited."""
+    text = (REPO / doc).read_text(encoding="utf-8")
+    tests = {p.name: p for p in (REPO / "tests").rglob("test_*.py")}
+    stale = []
+    for match in TEST_REFERENCE.finditer(text):
+        name, function = match.groups()
+        if name not in tests:
+            stale.append(name)
+        elif function and not re.search(rf"^(async )?def {function}\(", tests[name].read_text(encoding="utf-8"), re.M):
+            stale.append(f"{name}::{function}")
+    assert stale == [], f"{doc} cites tests that are not there"
