@@ -68,6 +68,8 @@ class AgentHTTPServer(ThreadingHTTPServer):
         self.clock = clock
         self.slots = threading.BoundedSemaphore(max_concurrent)
         self.max_concurrent = max_concurrent
+        self.draining = threading.Event()
+        """Set by :meth:`drain`: a request that finds no free slot is told the agent is stopping."""
         self.max_connections = max_connections if max_connections is not None else 2 * max_concurrent
         self._connections = 0
         self._connections_lock = threading.Lock()
@@ -125,6 +127,7 @@ class AgentHTTPServer(ThreadingHTTPServer):
         deadline. Handler threads are daemons, so without this the exit could kill one mid-write."""
         deadline = time.monotonic() + timeout_s
         taken = 0
+        self.draining.set()
         try:
             while taken < self.max_concurrent:
                 if not self.slots.acquire(timeout=max(0.0, deadline - time.monotonic())):
@@ -204,9 +207,19 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - stdlib signature
         log.debug("http %s", format % args)
 
+    def _no_slot(self) -> None:
+        """Answer a request that finds every slot taken: too many in flight, or the agent stopping
+        (:meth:`AgentHTTPServer.drain` holds the slots while the last answers finish). Stopping
+        says so and closes, so the client retries elsewhere instead of waiting on this connection."""
+        if self.server.draining.is_set():
+            self._send(HTTPStatus.SERVICE_UNAVAILABLE, b"shutting down\n", "text/plain; charset=utf-8",
+                       {"Connection": "close", "Retry-After": "1"})
+        else:
+            self._send(HTTPStatus.SERVICE_UNAVAILABLE, b"too many concurrent requests\n", "text/plain; charset=utf-8")
+
     def do_GET(self) -> None:  # noqa: N802 - stdlib naming
         if not self.server.slots.acquire(blocking=False):
-            self._send(HTTPStatus.SERVICE_UNAVAILABLE, b"too many concurrent requests\n", "text/plain; charset=utf-8")
+            self._no_slot()
             return
         try:
             if not self._authorised():

@@ -21,6 +21,13 @@ def _served(port: int) -> http.client.HTTPConnection:
     return connection
 
 
+def _every_slot_taken(server: AgentHTTPServer) -> bool:
+    if server.slots.acquire(blocking=False):
+        server.slots.release()
+        return False
+    return True
+
+
 def test_connections_past_the_cap_are_closed_and_threads_stay_bounded():
     settings = Settings(backend="virtual")
     collector = make_collector(settings, open_backend_or_fail(settings))
@@ -67,3 +74,35 @@ def test_a_burst_of_connections_waits_in_the_backlog_while_the_agent_is_busy():
     finally:
         collector.stop()
         server.server_close()
+
+
+def test_a_request_arriving_while_the_agent_drains_is_told_it_is_stopping():
+    """Stopping, the agent holds every request slot until the answers in flight finish. A request
+    that arrives on an open keep-alive connection meanwhile gets a whole 503 saying so, and the
+    connection closes: not "too many concurrent requests", and never half an answer."""
+    settings = Settings(backend="virtual")
+    collector = make_collector(settings, open_backend_or_fail(settings))
+    collector.collect_once()
+    server = AgentHTTPServer(("127.0.0.1", 0), lambda: collector.snapshot, stale_after_s=60.0, max_concurrent=2)
+    port = server.server_address[1]
+    try:
+        with serving(server):
+            keep_alive = _served(port)
+            assert server.slots.acquire(timeout=5)  # an answer still in flight
+            drained: list[bool] = []
+            drainer = threading.Thread(target=lambda: drained.append(server.drain(timeout_s=30.0)))
+            drainer.start()
+            poll(lambda: server.draining.is_set(), 10, what="the drain to start")
+            poll(lambda: _every_slot_taken(server), 10, what="the drain to hold the free slot")
+            keep_alive.request("GET", "/metrics")
+            response = keep_alive.getresponse()
+            body = response.read()
+            assert (response.status, body) == (503, b"shutting down\n")
+            assert response.headers["Connection"] == "close" and response.headers["Retry-After"] == "1"
+            assert drained == [], "the drain waits for the answer in flight"
+            server.slots.release()
+            drainer.join(timeout=10)
+            assert drained == [True]
+            keep_alive.close()
+    finally:
+        collector.stop()
