@@ -21,11 +21,14 @@ def _served(port: int) -> http.client.HTTPConnection:
     return connection
 
 
-def _every_slot_taken(server: AgentHTTPServer) -> bool:
-    if server.slots.acquire(blocking=False):
+def _free_slots(server: AgentHTTPServer) -> int:
+    """How many request slots nobody holds right now (taken and given straight back)."""
+    taken = 0
+    while taken < server.max_concurrent and server.slots.acquire(blocking=False):
+        taken += 1
+    for _ in range(taken):
         server.slots.release()
-        return False
-    return True
+    return taken
 
 
 def test_connections_past_the_cap_are_closed_and_threads_stay_bounded():
@@ -88,12 +91,15 @@ def test_a_request_arriving_while_the_agent_drains_is_told_it_is_stopping():
     try:
         with serving(server):
             keep_alive = _served(port)
+            # The handler gives its slot back just after answering: wait for that, so that below
+            # every slot is held either by this test or by the drain, never by a late handler.
+            poll(lambda: _free_slots(server) == 2, 10, what="the first answer's slot to come back")
             assert server.slots.acquire(timeout=5)  # an answer still in flight
             drained: list[bool] = []
             drainer = threading.Thread(target=lambda: drained.append(server.drain(timeout_s=30.0)))
             drainer.start()
             poll(lambda: server.draining.is_set(), 10, what="the drain to start")
-            poll(lambda: _every_slot_taken(server), 10, what="the drain to hold the free slot")
+            poll(lambda: _free_slots(server) == 0, 10, what="the drain to hold the free slot")
             keep_alive.request("GET", "/metrics")
             response = keep_alive.getresponse()
             body = response.read()
