@@ -16,9 +16,17 @@ FLOP/clk x 1.83 GHz, while NVML reports 1.98 GHz). Everything here follows
 
 from agent.model.specs.catalogue import CATALOGUE
 from agent.model.specs.lookup import estimate_spec, lookup, normalise_name, resolve_spec, spec_by_key
-from agent.model.specs.slices import MIG_COMPUTE_SLICES, mig_profile, mig_slice_spec, partition_slice_spec, scale_spec
+from agent.model.specs.slices import (
+    MIG_COMPUTE_SLICES,
+    mig_compute_slices,
+    mig_name_spec,
+    mig_profile,
+    mig_slice_spec,
+    partition_slice_spec,
+    scale_spec,
+)
 from agent.model.specs.throughput import achieved_flops, clock_factor
 
 __all__ = ["CATALOGUE", "MIG_COMPUTE_SLICES", "achieved_flops", "clock_factor", "estimate_spec", "lookup",
-           "mig_profile", "mig_slice_spec", "normalise_name", "partition_slice_spec", "resolve_spec", "scale_spec",
+           "mig_compute_slices", "mig_name_spec", "mig_profile", "mig_slice_spec", "normalise_name", "partition_slice_spec", "resolve_spec", "scale_spec",
            "spec_by_key"]

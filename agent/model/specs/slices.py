@@ -12,26 +12,67 @@ MIG_COMPUTE_SLICES = 7
 """Compute slices of a MIG-capable GPU (``7g`` is the whole GPU)."""
 
 
-_MIG_NAME = re.compile(r"^(?P<parent>.+?)\s+MIG\s+(?P<g>[1-7])g\.(?P<gb>\d+)gb$", re.IGNORECASE)
+_MIG_NAME = re.compile(
+    r"^(?P<parent>.+?)\s+MIG\s+(?:(?P<c>[1-7])c\.)?(?P<g>[1-7])g\.(?P<gb>\d+)gb(?P<extra>[+-][a-z0-9.+-]*)?$",
+    re.IGNORECASE)
+"""A MIG device name: ``<parent> MIG [<c>c.]<g>g.<N>gb[+me|-me|+gfx...]``.
+
+NVML names a MIG device (one compute instance) after its parent and the profile; a compute
+instance smaller than its GPU instance carries its own slice count first (``1c.3g.40gb``), and
+some profiles end in an attribute suffix (``1g.10gb+me``: with media engines)."""
+
+
+def _match(model: str) -> re.Match[str] | None:
+    match = _MIG_NAME.match(model.strip())
+    if match is None or (match.group("c") and int(match.group("c")) > int(match.group("g"))):
+        return None
+    return match
 
 
 def mig_profile(model: str) -> tuple[str, int, int] | None:
-    """(parent model, compute slices, memory GB) of a MIG device name, else None.
+    """(parent model, GPU-instance compute slices, memory GB) of a MIG device name, else None.
 
-    NVML names a MIG device after its parent plus the profile: ``NVIDIA H100 80GB HBM3 MIG 3g.40gb``.
+    NVML names a MIG device after its parent plus the profile: ``NVIDIA H100 80GB HBM3 MIG 3g.40gb``,
+    or ``... MIG 1c.3g.40gb`` for a compute instance of a split GPU instance (see
+    :func:`mig_compute_slices` for its own share).
     """
-    match = _MIG_NAME.match(model.strip())
+    match = _match(model)
     if not match:
         return None
     return match.group("parent"), int(match.group("g")), int(match.group("gb"))
 
 
-def mig_slice_spec(parent: GpuSpec, slices: int, gb: int) -> GpuSpec:
-    """Peaks of a ``<slices>g.<gb>gb`` instance: FLOP x slices/7, memory and bandwidth x its memory share."""
+def mig_compute_slices(model: str) -> int | None:
+    """The compute slices of a MIG device name: ``c`` of ``<c>c.<g>g``, else its GPU instance's ``g``."""
+    match = _match(model)
+    if not match:
+        return None
+    return int(match.group("c") or match.group("g"))
+
+
+def mig_slice_spec(parent: GpuSpec, slices: int, gb: int, compute_slices: int | None = None) -> GpuSpec:
+    """Peaks of a ``<slices>g.<gb>gb`` instance: FLOP x slices/7, memory and bandwidth x its memory share.
+
+    ``compute_slices`` (``c`` of a ``<c>c.<slices>g.<gb>gb`` compute instance) scales FLOPs and SMs
+    to the compute instance's share instead; memory and bandwidth stay the GPU instance's, which
+    all its compute instances share.
+    """
     mem_fraction = None
     if parent.memory_bytes:
         mem_fraction = min(1.0, gb * 2**30 / parent.memory_bytes)  # catalogue sizes are GiB
-    return scale_spec(parent, slices / MIG_COMPUTE_SLICES, suffix=f"-mig-{slices}g.{gb}gb", mem_fraction=mem_fraction)
+    c = slices if compute_slices is None else compute_slices
+    if not 1 <= c <= slices:
+        raise ValueError(f"compute slices must be 1..{slices}, got {compute_slices!r}")
+    suffix = f"-mig-{slices}g.{gb}gb" if c == slices else f"-mig-{c}c.{slices}g.{gb}gb"
+    return scale_spec(parent, c / MIG_COMPUTE_SLICES, suffix=suffix, mem_fraction=mem_fraction)
+
+
+def mig_name_spec(parent: GpuSpec, model: str) -> GpuSpec | None:
+    """The peaks of the MIG device NVML names ``model`` on a ``parent`` GPU, or None if it is no MIG name."""
+    profile = mig_profile(model)
+    if profile is None:
+        return None
+    return mig_slice_spec(parent, profile[1], profile[2], mig_compute_slices(model))
 
 
 def partition_slice_spec(parent: GpuSpec, count: int, mode: str) -> GpuSpec:
