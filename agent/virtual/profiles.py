@@ -17,6 +17,7 @@ from agent.virtual.workloads import StrictModel
 
 DriverVersion = Annotated[str, Field(pattern=r"^\d{3,4}\.\d{1,3}(\.\d{1,3})?$")]
 CSymbol = Annotated[str, Field(pattern=r"^nvml[A-Za-z0-9_]+$")]
+MigInstanceId = Annotated[str, Field(pattern=r"^\d+/\d+$")]
 
 
 class NvmlProfile(StrictModel):
@@ -27,10 +28,13 @@ class NvmlProfile(StrictModel):
     """
 
     driver_version: DriverVersion = Field(
-        "580.95.05", description="nvmlSystemGetDriverVersion; its major number gates which symbols exist "
-        "(< 510: no nvmlDeviceGetComputeRunningProcesses_v3; < 520: no nvmlGpm*; < 535: no "
+        "580.95.05", description="nvmlSystemGetDriverVersion; it gates which symbols and field ids exist, as each "
+        "release's nvml.h declares them (< 510: no nvmlDeviceGetComputeRunningProcesses_v3 nor "
+        "nvmlDeviceGetMemoryInfo_v2; < 520: no nvmlGpm*; < 525: no nvmlGpmMigSampleGet; < 535: no "
         "nvmlDeviceGetCurrentClocksEventReasons; < 550: no nvmlDeviceGetProcessesUtilizationInfo; < 565: no "
-        "nvmlDeviceGetTemperatureV; < 555: PCIe byte fields 197/198 not supported).")
+        "nvmlDeviceGetTemperatureV; < 555: PCIe byte fields 197/198 unknown; clocks-event time fields at 251-253 "
+        "from 575 to 580.76, at 269-271 from 580.82, absent before 575; a field id the driver does not know "
+        "fails with INVALID_ARGUMENT).")
     cuda_driver_version: int = Field(
         13000, ge=1000, description="nvmlSystemGetCudaDriverVersion (1000 x major + 10 x minor); its major "
         "is the first part of nvmlSystemGetNVMLVersion ('13.580.95.05').")
@@ -44,6 +48,17 @@ class NvmlProfile(StrictModel):
     failing_fields: list[int] = Field(
         default_factory=list, description="nvmlDeviceGetFieldValues field ids that fail with NOT_SUPPORTED "
         "inside an otherwise successful batch.")
+    privileged: bool = Field(
+        True, description="False: the agent runs unprivileged (the container image's uid 65534), and the "
+        "aggregate memory of a GPU in MIG mode (nvmlDeviceGetMemoryInfo/_v2 on the parent handle) answers "
+        "NO_PERMISSION, as nvml.h documents; MIG device handles still answer.")
+    pcie_counter_start: int = Field(
+        0, ge=0, lt=2**32, description="Where the PCIe byte counters (fields 197/198, 32 bits, wrapping) start; "
+        "close to 2**32 they wrap within the first intervals.")
+    mig_compute_instances: dict[MigInstanceId, list[Annotated[int, Field(ge=1, le=7)]]] = Field(
+        default_factory=dict, description="Split a MIG GPU instance (its id, e.g. '0/1') into compute instances "
+        "of these slice counts, e.g. {'0/1': [1, 2]} for a 3g instance: each is its own MIG device "
+        "('... MIG 1c.3g.40gb'), with the instance's memory and its share of the SMs.")
 
     @property
     def driver_major(self) -> int:

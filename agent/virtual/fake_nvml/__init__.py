@@ -12,7 +12,7 @@ NoPermission containers, unsupported fields, lost GPUs, hangs and XID events::
     handle = nvml.nvmlDeviceGetHandleByIndex(0)
 
 Modules: ``library`` (shared state, handles, faults, dispatch), ``api_system``, ``api_device``,
-``api_fields``, ``api_gpm``, ``api_events`` (the C functions by area), ``symbols`` (how a method
+``api_mig``, ``api_fields``, ``api_gpm``, ``api_events`` (the C functions by area), ``symbols`` (how a method
 becomes an exported symbol), ``device`` (cumulative counters), ``gpm`` (metric table), ``events``
 (XID schedule and delivery), ``profile`` (driver/model gates), ``ctypes_io`` (argument
 marshalling), ``codes`` (nvml.h constants), ``loader`` (private pynvml copies).

@@ -1,4 +1,4 @@
-"""Per-device C functions: identity, clocks, power, memory, utilisation, processes and MIG.
+"""Per-device C functions: identity, clocks, power, memory, utilisation and processes (MIG: api_mig).
 
 Identity comes from the virtual :class:`~agent.model.DeviceInfo` (so NVML discovery matches the
 virtual backend's); every reading comes from the last advance of the device's counters. What
@@ -12,7 +12,7 @@ from typing import Any
 
 from agent.model import GpuSample
 from agent.virtual.fake_nvml import codes
-from agent.virtual.fake_nvml.ctypes_io import Fail, is_null, set_value, target, value, write_pointer, write_string
+from agent.virtual.fake_nvml.ctypes_io import Fail, is_null, set_value, target, value, write_string
 from agent.virtual.fake_nvml.device import NvmlDevice
 from agent.virtual.fake_nvml.symbols import c_function
 
@@ -118,7 +118,7 @@ class DeviceFunctions:
         attrs.sharedJpegCount = g if hbm else 4
         attrs.sharedOfaCount = 1 if g == 7 else 0
         attrs.gpuInstanceSliceCount = g if (dev.is_mig or self.mig_capable) else 0
-        attrs.computeInstanceSliceCount = g if (dev.is_mig or self.mig_capable) else 0
+        attrs.computeInstanceSliceCount = (dev.ci_slices or g) if (dev.is_mig or self.mig_capable) else 0
         attrs.memorySizeMB = (dev.info.memory_total_bytes or 0) // MIB
 
     @c_function("nvmlDeviceGetPersistenceMode", handle=True)
@@ -204,6 +204,8 @@ class DeviceFunctions:
         v2 ``used``; the driver's own reservation is only in v1 ``used`` (as on real GPUs,
         where an idle GPU shows a few hundred MiB used in nvmlMemory_t and ~0 in v2).
         """
+        if dev.mig_enabled and not self.profile.privileged:
+            raise Fail(codes.ERROR_NO_PERMISSION)  # aggregate MIG memory needs privileges (nvml.h)
         samples = self._samples(dev)
         total = dev.info.memory_total_bytes or sum(s.mem_total_bytes or 0 for s in samples)
         used = min(total, sum(s.mem_used_bytes or 0 for s in samples))
@@ -321,9 +323,11 @@ class DeviceFunctions:
         rows: list[tuple[int, int, int, int]] = []
         for d in ([dev] if dev.counters is not None else dev.children):
             s = d.counters.latest if d.counters is not None else None
+            if d.is_mig and d.parent is not None and d is not d.parent.first_of_gi(d.gi):
+                continue  # the engine runs a GPU instance's processes: listed on its first compute instance
             for p in (s.processes or ()) if s is not None else ():
                 used = p.used_memory_bytes if p.used_memory_bytes is not None else codes.ULL_NOT_AVAILABLE
-                gi, ci = (d.gi, 0) if d.is_mig else (codes.UINT_MAX, codes.UINT_MAX)
+                gi, ci = (d.gi, d.ci) if d.is_mig else (codes.UINT_MAX, codes.UINT_MAX)
                 rows.append((p.pid, used, gi, ci))
         room = value(count)
         set_value(count, len(rows))
@@ -344,54 +348,3 @@ class DeviceFunctions:
         if target(count) is None:
             raise Fail(codes.ERROR_INVALID_ARGUMENT)
         set_value(count, 0)
-
-    # ------------------------------------------------------------------ MIG
-
-    @c_function("nvmlDeviceGetMigMode", handle=True)
-    def _c_mig_mode(self, dev: NvmlDevice, current: Any, pending: Any) -> None:
-        if not self.mig_capable:
-            raise Fail(codes.ERROR_NOT_SUPPORTED)
-        if dev.is_mig:
-            raise Fail(codes.ERROR_INVALID_ARGUMENT)
-        mode = 1 if dev.mig_enabled else 0
-        set_value(current, mode)
-        set_value(pending, mode)
-
-    @c_function("nvmlDeviceGetMaxMigDeviceCount", handle=True)
-    def _c_max_mig_count(self, dev: NvmlDevice, out: Any) -> None:
-        if dev.is_mig:
-            raise Fail(codes.ERROR_INVALID_ARGUMENT)
-        set_value(out, 7 if dev.mig_enabled else 0)  # "zero if MIG is not supported or enabled"
-
-    @c_function("nvmlDeviceGetMigDeviceHandleByIndex", handle=True)
-    def _c_mig_handle(self, dev: NvmlDevice, index: Any, out: Any) -> None:
-        if not self.mig_capable:
-            raise Fail(codes.ERROR_NOT_SUPPORTED)
-        i = value(index)
-        if dev.is_mig or not 0 <= i < 7 or target(out) is None:
-            raise Fail(codes.ERROR_INVALID_ARGUMENT)
-        if i >= len(dev.children):
-            raise Fail(codes.ERROR_NOT_FOUND)
-        write_pointer(out, self._handle_address(dev.children[i]))
-
-    @c_function("nvmlDeviceIsMigDeviceHandle", handle=True)
-    def _c_is_mig(self, dev: NvmlDevice, out: Any) -> None:
-        set_value(out, 1 if dev.is_mig else 0)
-
-    @c_function("nvmlDeviceGetGpuInstanceId", handle=True)
-    def _c_gpu_instance_id(self, dev: NvmlDevice, out: Any) -> None:
-        if not dev.is_mig:
-            raise Fail(codes.ERROR_NOT_SUPPORTED)
-        set_value(out, dev.gi)
-
-    @c_function("nvmlDeviceGetComputeInstanceId", handle=True)
-    def _c_compute_instance_id(self, dev: NvmlDevice, out: Any) -> None:
-        if not dev.is_mig:
-            raise Fail(codes.ERROR_NOT_SUPPORTED)
-        set_value(out, 0)
-
-    @c_function("nvmlDeviceGetDeviceHandleFromMigDeviceHandle", handle=True)
-    def _c_parent_handle(self, dev: NvmlDevice, out: Any) -> None:
-        if dev.parent is None or target(out) is None:
-            raise Fail(codes.ERROR_INVALID_ARGUMENT)
-        write_pointer(out, self._handle_address(dev.parent))

@@ -94,5 +94,5 @@ class EventFunctions:
             data.eventData = event.xid if kind == codes.EVENT_XID else 0
             mig = event.gi is not None
             data.gpuInstanceId = event.gi if mig else codes.UINT_MAX
-            data.computeInstanceId = 0 if mig else codes.UINT_MAX
+            data.computeInstanceId = codes.UINT_MAX  # events name a GPU instance, never one compute instance
             return

@@ -1,8 +1,10 @@
 """nvmlDeviceGetFieldValues: a batch of counters, each entry with its own return code.
 
-The batch call itself succeeds while single entries fail (unknown id, a field this driver or
-this device does not have, a ``failing_fields`` entry of the profile), which is exactly the case
-a backend reading energy, PCIe bytes and ECC in one call has to handle per field.
+The batch call itself succeeds while single entries fail, which is exactly the case a backend
+reading energy, PCIe bytes and ECC in one call has to handle per field: an id this driver's
+nvml.h does not declare fails with INVALID_ARGUMENT (the same id may be another counter on
+another driver, see :mod:`agent.virtual.fake_nvml.profile`); a field this device cannot read, or
+a ``failing_fields`` entry of the profile, fails with NOT_SUPPORTED.
 """
 
 from __future__ import annotations
@@ -13,16 +15,18 @@ from agent.virtual.fake_nvml import codes
 from agent.virtual.fake_nvml.ctypes_io import Fail, target, value
 from agent.virtual.fake_nvml.device import KEY_INDEX, NvmlDevice
 from agent.virtual.fake_nvml.events import EccState, ecc_state
-from agent.virtual.fake_nvml.profile import field_gated
+from agent.virtual.fake_nvml.profile import (
+    ARCH_BLACKWELL,
+    PCIE_COUNTER_WRAP,
+    clock_event_trio,
+    field_known,
+    power_smoothing_ids,
+)
 from agent.virtual.fake_nvml.symbols import c_function
 
 ULL, UINT = codes.VALUE_TYPE_UNSIGNED_LONG_LONG, codes.VALUE_TYPE_UNSIGNED_INT
-_REASON_FIELDS = {
-    codes.FI_CLOCKS_EVENT_SW_POWER_CAP: codes.REASON_SW_POWER_CAP,
-    codes.FI_CLOCKS_EVENT_SW_THERMAL: codes.REASON_SW_THERMAL,
-    codes.FI_CLOCKS_EVENT_HW_THERMAL: codes.REASON_HW_THERMAL,
-    codes.FI_CLOCKS_EVENT_HW_POWER_BRAKE: codes.REASON_HW_POWER_BRAKE,
-}
+_TRIO_REASONS = (codes.REASON_SW_THERMAL, codes.REASON_HW_THERMAL, codes.REASON_HW_POWER_BRAKE)
+"""What the driver's clocks-event time trio counts, in its order (ids vary by driver)."""
 _LATENCY_US = 3
 
 
@@ -66,8 +70,20 @@ class FieldFunctions:
 
     def _field(self, dev: NvmlDevice, field_id: int, scope: int, ecc: list[EccState]) -> tuple[int, int]:
         """(valueType, value) of one field, or raises _Unsupported."""
-        if field_id in self.profile.failing_fields or field_gated(self.profile, field_id):
+        if not field_known(self.profile, field_id):
+            raise _Unsupported(codes.ERROR_INVALID_ARGUMENT)
+        if field_id in self.profile.failing_fields:
             raise _Unsupported()
+        reason = self._reason_bit(field_id)
+        if reason is not None:
+            if dev.counters is None or dev.is_mig:
+                raise _Unsupported()
+            with dev.counters.lock:
+                return ULL, int(dev.counters.reason_ns[reason])
+        if field_id in power_smoothing_ids(self.profile):
+            if self.traits.architecture != ARCH_BLACKWELL or dev.is_mig:
+                raise _Unsupported()
+            return UINT, 1  # enabled / profile numbers: small integers, never nanoseconds
         if field_id in (codes.FI_POWER_AVERAGE, codes.FI_POWER_INSTANT):
             if scope != 0:  # 0 = GPU; module and memory power scopes are not modelled
                 raise _Unsupported()
@@ -76,7 +92,7 @@ class FieldFunctions:
             return ULL, round(self._reading(dev, "energy_j") * 1000.0)
         if field_id in (codes.FI_PCIE_TX_BYTES, codes.FI_PCIE_RX_BYTES):
             key = "pcie_tx_bytes_per_s" if field_id == codes.FI_PCIE_TX_BYTES else "pcie_rx_bytes_per_s"
-            return ULL, int(self._total(dev, key))
+            return ULL, (self.profile.pcie_counter_start + int(self._total(dev, key))) % PCIE_COUNTER_WRAP
         if field_id in (codes.FI_NVLINK_DATA_TX, codes.FI_NVLINK_DATA_RX):
             return ULL, self._nvlink_kib(dev, field_id, scope)
         if field_id == codes.FI_NVLINK_LINK_COUNT:
@@ -88,15 +104,19 @@ class FieldFunctions:
             if not self.traits.hbm:
                 raise _Unsupported()
             return UINT, round(self._reading(dev, "temperature_c") + 3.0)
-        if field_id in _REASON_FIELDS:
-            if dev.counters is None or dev.is_mig:
-                raise _Unsupported()
-            with dev.counters.lock:
-                return ULL, int(dev.counters.reason_ns[_REASON_FIELDS[field_id]])
         if field_id in (codes.FI_ECC_SBE_VOL_TOTAL, codes.FI_ECC_DBE_VOL_TOTAL, codes.FI_REMAPPED_COR,
                         codes.FI_REMAPPED_UNC, codes.FI_REMAPPED_PENDING, codes.FI_REMAPPED_FAILURE):
             return self._ecc_field(dev, field_id, ecc)
         raise _Unsupported()
+
+    def _reason_bit(self, field_id: int) -> int | None:
+        """The clocks-event reason a time field counts on this driver, else None."""
+        if field_id == codes.FI_CLOCKS_EVENT_SW_POWER_CAP:
+            return codes.REASON_SW_POWER_CAP
+        trio = clock_event_trio(self.profile)
+        if trio is not None and field_id in trio:
+            return _TRIO_REASONS[trio.index(field_id)]
+        return None
 
     def _reading(self, dev: NvmlDevice, field: str) -> float:
         if dev.counters is None or dev.hidden(field):

@@ -144,7 +144,10 @@ class NvmlDevice:
     """Anything with an NVML handle: a whole GPU, a GPU in MIG mode, or one MIG device.
 
     ``counters`` is None for a GPU in MIG mode: the virtual engine simulates only its instances,
-    so its readings are built from theirs (or are not supported).
+    so its readings are built from theirs (or are not supported). A MIG device is one *compute
+    instance*: a GPU instance split into several compute instances (the profile's
+    ``mig_compute_instances``) gives one device each, all sharing the GPU instance's counters,
+    memory and GPM sampling, as on a real GPU.
     """
 
     index: int
@@ -161,6 +164,16 @@ class NvmlDevice:
     """Compute slices of a MIG device (g of ``<g>g.<N>gb``); 7 for a whole GPU."""
     mem_share: float = 1.0
     """Share of the parent's memory (and bandwidth) a MIG device has."""
+    ci: int = 0
+    """Compute instance id within the GPU instance (0 when it is not split)."""
+    ci_slices: int | None = None
+    """Compute slices of a compute instance in a split GPU instance (c of ``<c>c.<g>g.<N>gb``); None
+    when the compute instance is the whole GPU instance."""
+
+    @property
+    def nvml_id(self) -> str:
+        """The id the NVML backend gives this device: ``3``, ``3/1``, or ``3/1/0`` for a split GI."""
+        return self.gpu if self.ci_slices is None else f"{self.gpu}/{self.ci}"
 
     @property
     def is_mig(self) -> bool:
@@ -186,7 +199,15 @@ class NvmlDevice:
             c.counters.advance(backend, now)
 
     def _sampled(self) -> list["NvmlDevice"]:
-        return [self] if self.counters is not None else self.children
+        """Devices with their own counters: this one, or a MIG parent's GPU instances (one per GI,
+        however many compute instances share it)."""
+        if self.counters is not None:
+            return [self]
+        return [c for c in self.children if c.ci_slices is None or c is self.first_of_gi(c.gi)]
+
+    def first_of_gi(self, gi: int) -> "NvmlDevice | None":
+        """A MIG parent's first device (compute instance) in GPU instance ``gi``."""
+        return next((c for c in self.children if c.gi == gi), None)
 
     def latest(self) -> list[GpuSample]:
         """The last virtual sample behind this device (a MIG parent: one per instance)."""
@@ -197,7 +218,7 @@ class NvmlDevice:
         if self.counters is not None:
             return self.counters.snapshot()
         totals = [0.0] * len(TOTAL_KEYS)
-        for child in self.children:
+        for child in self._sampled():
             assert child.counters is not None
             snap = child.counters.snapshot()
             for i, v in enumerate(snap.totals):

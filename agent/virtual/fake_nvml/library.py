@@ -5,20 +5,22 @@ backend then runs unchanged in tests and the demo. This module holds what every 
 shares: the init reference count, device handles, fault windows and per-symbol bookkeeping.
 The functions themselves live in the ``api_*`` mixins, one module per NVML area.
 
-Handles are fixed pointer values: ``0x1D000000 | generation << 16 | index << 8 | gi``. A
-``lost`` fault window bumps a device's generation when it ends, so the handle taken before it
-stays lost for good and a fresh nvmlDeviceGetHandleByIndex returns a new value, as after a reset.
+Handles are fixed pointer values: ``0x1D000000 | generation << 16 | index << 8 | ci << 4 | gi``
+(gi: GPU instance, ci: compute instance). A ``lost`` fault window bumps a device's generation
+when it ends, so the handle taken before it stays lost for good and a fresh
+nvmlDeviceGetHandleByIndex returns a new value, as after a reset.
 """
 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import threading
 from typing import Any
 
 from agent.backends.virtual import FaultWindow, VirtualBackend
-from agent.model import GpuSample
-from agent.model.specs import spec_by_key
+from agent.model import DeviceInfo, GpuSample
+from agent.model.specs import mig_slice_spec, spec_by_key
 from agent.virtual.devices import (
     HIDDEN_FIELDS,
     MIG_HIDDEN_FIELDS,
@@ -26,6 +28,7 @@ from agent.virtual.devices import (
     device_info,
     driver_view,
     mig_capable,
+    mig_uuid,
     parse_mig_profile,
 )
 from agent.virtual.fake_nvml import codes
@@ -33,6 +36,7 @@ from agent.virtual.fake_nvml.api_device import DeviceFunctions
 from agent.virtual.fake_nvml.api_events import EventFunctions
 from agent.virtual.fake_nvml.api_fields import FieldFunctions
 from agent.virtual.fake_nvml.api_gpm import GpmFunctions
+from agent.virtual.fake_nvml.api_mig import MigFunctions
 from agent.virtual.fake_nvml.api_system import SystemFunctions
 from agent.virtual.fake_nvml.ctypes_io import Fail, pointer_value
 from agent.virtual.fake_nvml.device import Counters, NvmlDevice
@@ -46,7 +50,7 @@ HANDLE_BASE = 0x1D000000
 _HANDLE_MASK = 0xFF000000
 
 
-class FakeNvmlLibrary(SystemFunctions, DeviceFunctions, FieldFunctions, GpmFunctions, EventFunctions):
+class FakeNvmlLibrary(SystemFunctions, DeviceFunctions, MigFunctions, FieldFunctions, GpmFunctions, EventFunctions):
     """The C functions of libnvidia-ml for one node of a :class:`VirtualBackend`.
 
     ``backend`` is owned by the fake from now on (its per-GPU sample spans must not be consumed
@@ -84,7 +88,8 @@ class FakeNvmlLibrary(SystemFunctions, DeviceFunctions, FieldFunctions, GpmFunct
         for dev in self.physical:
             self._by_gpu[dev.gpu] = dev
             for child in dev.children:
-                self._by_gpu[child.gpu] = child
+                self._by_gpu.setdefault(child.gpu, child)  # a split GPU instance: its first compute instance
+                self._by_gpu[child.nvml_id] = child
         self._by_uuid = {d.info.uuid: d for d in self._by_gpu.values()}
         self._gpm_samples: dict[int, Any] = {}
         self._event_sets: dict[int, Any] = {}
@@ -114,8 +119,8 @@ class FakeNvmlLibrary(SystemFunctions, DeviceFunctions, FieldFunctions, GpmFunct
     def latest_sample(self, gpu: int | str) -> GpuSample | None:
         """The last virtual sample behind ``gpu``'s counters (None before its first reading).
 
-        ``gpu`` is a virtual id (``3``, ``"3"``, ``"3/1"``); a GPU in MIG mode has none (its
-        instances do).
+        ``gpu`` is a virtual id (``3``, ``"3"``, ``"3/1"``) or a compute instance's (``"3/1/0"``: the
+        GPU instance's sample); a GPU in MIG mode has none (its instances do).
         """
         dev = self._by_gpu.get(str(gpu).strip())
         if dev is None:
@@ -174,21 +179,48 @@ class FakeNvmlLibrary(SystemFunctions, DeviceFunctions, FieldFunctions, GpmFunct
                 assert parsed is not None
                 gpu = f"{k}/{j}"
                 share = min(1.0, parsed[1] / parent_gb) if parent_gb else 1.0
-                parent.children.append(NvmlDevice(k, j, gpu, infos[gpu], Counters(gpu, mig_hidden), parent=parent,
-                                                  slices=parsed[0], mem_share=share))
+                counters = Counters(gpu, mig_hidden)
+                splits = self._compute_instances(gpu, parsed[0])
+                for ci, c in enumerate(splits or [None]):
+                    info = infos[gpu] if c is None else self._compute_instance_info(infos[gpu], profile, ci, c, parsed)
+                    parent.children.append(NvmlDevice(k, j, gpu, info, counters, parent=parent, slices=parsed[0],
+                                                      mem_share=share, ci=ci, ci_slices=c))
             out.append(parent)
+        unknown = set(self.profile.mig_compute_instances) - {c.gpu for d in out for c in d.children}
+        if unknown:
+            raise ValueError(f"nvml.mig_compute_instances: no MIG instance {sorted(unknown)[0]!r} on this node")
         return out
+
+    def _compute_instances(self, gpu: str, g: int) -> list[int]:
+        """The compute instances' slice counts the profile splits GPU instance ``gpu`` into ([] = not split)."""
+        splits = self.profile.mig_compute_instances.get(gpu, [])
+        if sum(splits) > g:
+            raise ValueError(f"nvml.mig_compute_instances[{gpu!r}]: {splits} needs more than the {g} slices "
+                             "of its GPU instance")
+        return splits
+
+    def _compute_instance_info(self, gi_info: DeviceInfo, profile: str, ci: int, c: int,
+                               parsed: tuple[int, int]) -> DeviceInfo:
+        """Compute instance ``ci`` (``c`` slices) of a GPU instance, as its MIG device handle describes it:
+        named ``<c>c.<profile>``, its own UUID and share of the SMs, the GPU instance's memory."""
+        g, gb = parsed
+        gpu = f"{gi_info.gpu}/{ci}"
+        sm = max(1, round(gi_info.sm_count * c / g)) if gi_info.sm_count else None
+        return dataclasses.replace(
+            gi_info, gpu=gpu, uuid=mig_uuid(self.backend.engine.scenario.seed, self.node.name, gpu),
+            model=gi_info.model.replace(f" MIG {profile}", f" MIG {c}c.{profile}"), sm_count=sm,
+            spec=mig_slice_spec(self.spec, g, gb, c))
 
     def _decode(self, address: int) -> tuple[NvmlDevice, int] | None:
         """(device, generation) of a handle value, or None if it is no handle of ours."""
         if address & _HANDLE_MASK != HANDLE_BASE:
             return None
-        gen, index, gi = (address >> 16) & 0xFF, (address >> 8) & 0xFF, address & 0xFF
+        gen, index, ci, gi = (address >> 16) & 0xFF, (address >> 8) & 0xFF, (address >> 4) & 0xF, address & 0xF
         if index >= len(self.physical):
             return None
         dev = self.physical[index]
         if gi:
-            dev = next((c for c in dev.children if c.gi == gi), None)  # type: ignore[assignment]
+            dev = next((c for c in dev.children if c.gi == gi and c.ci == ci), None)  # type: ignore[assignment]
             if dev is None:
                 return None
         return dev, gen
@@ -198,7 +230,7 @@ class FakeNvmlLibrary(SystemFunctions, DeviceFunctions, FieldFunctions, GpmFunct
         vt = self._vt()
         if self._lost_now(dev, vt):
             raise Fail(codes.ERROR_GPU_IS_LOST)
-        return HANDLE_BASE | (self._generation(dev, vt) << 16) | (dev.index << 8) | dev.gi
+        return HANDLE_BASE | (self._generation(dev, vt) << 16) | (dev.index << 8) | (dev.ci << 4) | dev.gi
 
     def _lost_windows(self, dev: NvmlDevice) -> list[FaultWindow]:
         return [w for w in self.backend.fault_windows() if w.kind == "lost" and w.covers(dev.gpu)]
@@ -266,7 +298,7 @@ class FakeNvmlLibrary(SystemFunctions, DeviceFunctions, FieldFunctions, GpmFunct
         for child in dev.children:  # a GPU in MIG mode: its instances, skipping failing ones
             assert child.counters is not None
             if self.backend.fault_at(child.gpu, now) is None:
-                child.counters.advance(self.backend, now)
+                child.counters.advance(self.backend, now)  # compute instances of one GI: advanced once
         return now
 
     def _sample(self, dev: NvmlDevice) -> GpuSample:
@@ -282,7 +314,7 @@ class FakeNvmlLibrary(SystemFunctions, DeviceFunctions, FieldFunctions, GpmFunct
 
     def _dispatch(self, fn: CFunction, args: tuple[Any, ...]) -> Any:
         ref = self._decode(pointer_value(args[0])) if fn.handle and args else None
-        gpu = ref[0].gpu if ref else None
+        gpu = ref[0].nvml_id if ref else None
         with self._lock:
             self.calls[(gpu, fn.name)] += 1
             forced = self._forced.get((fn.name, gpu)) or self._forced.get((fn.name, None)) if self._forced else None

@@ -1,17 +1,25 @@
-"""What a given driver and GPU model expose: symbols by driver version, architecture, clocks.
+"""What a given driver and GPU model expose: symbols and field ids by driver version, architecture, clocks.
 
 NVML grows with the driver: a backend written against today's pynvml meets hosts whose
 libnvidia-ml lacks newer symbols (pynvml then raises ``NVMLError_FunctionNotFound``) or newer
-field ids (the field fails with NOT_SUPPORTED). These gates are the ones the NVML backend has to
-survive in production; the scenario's :class:`~agent.virtual.profiles.NvmlProfile` picks the
-driver, this module says what that driver and the node's GPU model can do.
+field ids (the entry fails with INVALID_ARGUMENT inside a successful batch). These gates are the
+ones the NVML backend has to survive in production; the scenario's
+:class:`~agent.virtual.profiles.NvmlProfile` picks the driver, this module says what that driver
+and the node's GPU model can do.
+
+Every gate is taken from the ``nvml.h`` NVIDIA ships with each driver release (the
+``src/nvml.h`` of github.com/NVIDIA/nvidia-settings, tagged per release): the first release
+that declares a symbol, and each release's field-id table (``NVML_FI_MAX``). One renumbering
+matters: R575.51 to R580.76 declared the clocks-event time fields SW/HW thermal and power brake
+as 251-253 (moving the power-smoothing fields to 256-273); R580.82 moved them to 269-271 and
+put power smoothing back at 251-268, where R570 had it. So the same id means a different
+counter on different drivers, and the fake answers each id as that driver would.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agent.virtual.fake_nvml import codes
 from agent.virtual.profiles import NvmlProfile
 
 ARCH_AMPERE, ARCH_ADA, ARCH_HOPPER, ARCH_BLACKWELL = 7, 8, 9, 10
@@ -37,26 +45,52 @@ _MEMORY_CLOCK_MHZ: tuple[tuple[str, int], ...] = (
 """Maximum memory clock nvidia-smi shows per model (approximate; nothing derives from it)."""
 
 GPM_SYMBOLS = frozenset({
-    "nvmlGpmQueryDeviceSupport", "nvmlGpmSampleAlloc", "nvmlGpmSampleFree", "nvmlGpmSampleGet",
-    "nvmlGpmMigSampleGet", "nvmlGpmMetricsGet",
+    "nvmlGpmQueryDeviceSupport", "nvmlGpmSampleAlloc", "nvmlGpmSampleFree", "nvmlGpmSampleGet", "nvmlGpmMetricsGet",
 })
 GATES: tuple[tuple[int, frozenset[str]], ...] = (
     (450, frozenset({"nvmlDeviceGetComputeRunningProcesses_v2"})),
-    (510, frozenset({"nvmlDeviceGetComputeRunningProcesses_v3"})),
+    (510, frozenset({"nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetMemoryInfo_v2"})),
     (520, GPM_SYMBOLS),
+    (525, frozenset({"nvmlGpmMigSampleGet"})),
     (535, frozenset({"nvmlDeviceGetCurrentClocksEventReasons"})),
     (550, frozenset({"nvmlDeviceGetProcessesUtilizationInfo"})),
     (565, frozenset({"nvmlDeviceGetTemperatureV"})),
 )
-"""(first driver major that has them, symbols): older drivers do not export these.
+"""(first driver major whose nvml.h declares them, symbols): older drivers do not export these.
 
 The process-list and temperature gates are what users of pynvml meet in the field: pynvml's
 nvmlDeviceGetComputeRunningProcesses calls only ``_v3`` (FunctionNotFound on R470, use the
-``_v2`` wrapper there), and nvmlDeviceGetTemperatureV appeared with R565.
+``_v2`` symbol there), and nvmlDeviceGetTemperatureV appeared with R565.
 """
 
-PCIE_BYTES_FIELDS_SINCE = 555
-"""Fields 197/198 (PCIe TX/RX byte counters) read NOT_SUPPORTED on older drivers."""
+DriverVersion = tuple[int, ...]
+
+FIELD_ID_LIMITS: tuple[tuple[DriverVersion, int], ...] = (
+    ((0,), 161), ((520,), 167), ((525,), 197), ((550,), 200), ((555,), 223), ((560,), 230), ((565,), 231),
+    ((570,), 269), ((575,), 274), ((580, 119), 289), ((580, 142), 296), ((580, 159), 303), ((590,), 289),
+    ((610,), 303),
+)
+"""(first driver, NVML_FI_MAX): field ids at or above the limit are unknown to that driver.
+
+From each release's nvml.h. Later R535 and R550 releases declare 226-227 (reset status) while
+leaving 197-225 undeclared; the fake treats that gap as unknown before R555 (see
+:func:`field_known`).
+"""
+
+PCIE_BYTES_FIELDS_SINCE: DriverVersion = (555,)
+"""Fields 197/198 (PCIe TX/RX byte counters) are declared from R555 on."""
+CLOCK_EVENT_IDS_R575: DriverVersion = (575,)
+CLOCK_EVENT_IDS_R580_82: DriverVersion = (580, 82)
+"""Where the clocks-event time fields SW thermal / HW thermal / HW power brake live: 251-253 from
+R575 until R580.76, 269-271 from R580.82 on; no driver before R575 has them."""
+CLOCK_EVENT_TRIO_R575 = (251, 252, 253)
+CLOCK_EVENT_TRIO = (269, 270, 271)
+POWER_SMOOTHING_FIELDS = 18
+"""NVML_FI_PWR_SMOOTHING_*: 251-268 on R570 and from R580.82, 256-273 on R575 to R580.76."""
+PCIE_COUNTER_WRAP = 2**32
+"""Fields 197/198 are "PCIe transmit/receive bytes. Value can be wrapped." (nvml.h). nvml.h gives
+no width; the values reported in the field (nvidia-smi pci --getCounters) stay below 2**32, so
+the fake wraps them at 32 bits. Checking this on a GPU is listed in docs/nvidia.md."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +120,11 @@ def model_traits(key: str) -> ModelTraits:
     return ModelTraits(arch, cc, mem_clock, hbm)
 
 
+def driver_tuple(profile: NvmlProfile) -> DriverVersion:
+    """The driver version as numbers: ``"580.95.05"`` -> (580, 95, 5)."""
+    return tuple(int(part) for part in profile.driver_version.split("."))
+
+
 def missing_symbols(profile: NvmlProfile) -> frozenset[str]:
     """C symbols the profile's driver version does not export."""
     major = profile.driver_major
@@ -101,8 +140,36 @@ def nvml_version(profile: NvmlProfile) -> str:
     return f"{profile.cuda_driver_version // 1000}.{profile.driver_version}"
 
 
-def field_gated(profile: NvmlProfile, field_id: int) -> bool:
-    """True when this driver does not know ``field_id`` (it fails with NOT_SUPPORTED)."""
-    if field_id in (codes.FI_PCIE_TX_BYTES, codes.FI_PCIE_RX_BYTES):
-        return profile.driver_major < PCIE_BYTES_FIELDS_SINCE
-    return False
+def field_id_limit(profile: NvmlProfile) -> int:
+    """NVML_FI_MAX of the profile's driver."""
+    version = driver_tuple(profile)
+    return [limit for since, limit in FIELD_ID_LIMITS if version >= since][-1]
+
+
+def clock_event_trio(profile: NvmlProfile) -> tuple[int, int, int] | None:
+    """The ids this driver gives the SW thermal / HW thermal / HW power brake time fields, or None."""
+    version = driver_tuple(profile)
+    if version >= CLOCK_EVENT_IDS_R580_82:
+        return CLOCK_EVENT_TRIO
+    if version >= CLOCK_EVENT_IDS_R575:
+        return CLOCK_EVENT_TRIO_R575
+    return None
+
+
+def power_smoothing_ids(profile: NvmlProfile) -> range:
+    """The NVML_FI_PWR_SMOOTHING_* ids of this driver (empty before R570)."""
+    version = driver_tuple(profile)
+    if version < (570,):
+        return range(0)
+    first = 256 if CLOCK_EVENT_IDS_R575 <= version < CLOCK_EVENT_IDS_R580_82 else 251
+    return range(first, first + POWER_SMOOTHING_FIELDS)
+
+
+def field_known(profile: NvmlProfile, field_id: int) -> bool:
+    """Whether this driver's nvml.h declares ``field_id`` at all (unknown ids fail the entry with
+    INVALID_ARGUMENT; known ones the device cannot read fail with NOT_SUPPORTED)."""
+    if field_id < 0 or field_id >= field_id_limit(profile):
+        return False
+    if 197 <= field_id <= 225:
+        return driver_tuple(profile) >= PCIE_BYTES_FIELDS_SINCE
+    return True
