@@ -1,5 +1,6 @@
-"""The NVIDIA half of ``roofwatch doctor``: device files and container setup, and what each GPU can be read
-for, from the NVML backend's own probe (so doctor reports what the agent will actually read)."""
+"""The NVIDIA half of ``roofwatch doctor``: device files and container setup, the nvidia-ml-py release's
+gaps, and what each GPU can be read for, from the NVML backend's own probe (so doctor reports what the
+agent will actually read)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import os
 from pathlib import Path
 from typing import Any, Iterable
 
+from agent.backends.nvml.bindings import UPGRADE
 from agent.diagnostics.findings import Finding, package_version
 
 # What each NVML capability feeds, and how to get it back. Keys are DeviceInfo.capabilities names.
@@ -75,10 +77,13 @@ def check_device_nodes(root: Path = Path("/"), environ: dict[str, str] | None = 
 
 
 def nvml_findings(backend: Any) -> tuple[list[Finding], int]:
-    """Driver, per-GPU persistence, GPM and every capability, from a discovered NvmlBackend."""
+    """Driver, bindings, per-GPU persistence, GPM and every capability, from a discovered NvmlBackend."""
     nvml, module = backend.nvml, backend.module
+    bindings = getattr(backend, "bindings", None)
+    release = (bindings.version if bindings is not None else None) or package_version("nvidia-ml-py") or "(copy)"
     out = [Finding("NVIDIA driver", "ok", f"driver {backend.driver_version}, NVML {backend.nvml_version}, "
-                                         f"nvidia-ml-py {package_version('nvidia-ml-py') or '(copy)'}")]
+                                         f"nvidia-ml-py {release}")]
+    out.extend(binding_findings(bindings, release))
     devices = backend.devices
     parents_seen: set[str] = set()
     for gpu, device in devices.items():
@@ -94,6 +99,9 @@ def nvml_findings(backend: Any) -> tuple[list[Finding], int]:
         parent_key = gpu.split("/")[0]
         if parent_key not in parents_seen:
             parents_seen.add(parent_key)
+            if "parent_memory" in device.absent:
+                out.append(Finding("MIG", "info", f"whole-GPU memory: {device.absent['parent_memory']}",
+                                   fix="nothing needed; run the agent as root to read it", gpu=parent_key))
             handle = device.handles.parent if device.is_mig else device.handles.handle
             try:
                 persistence = nvml.nvmlDeviceGetPersistenceMode(handle)
@@ -114,7 +122,29 @@ def nvml_findings(backend: Any) -> tuple[list[Finding], int]:
     return out, len(devices)
 
 
+def binding_findings(bindings: Any, release: str) -> list[Finding]:
+    """What this nvidia-ml-py release lacks and what the agent does instead (agent.backends.nvml.bindings)."""
+    if bindings is None:
+        return []
+    lost = bindings.lost
+    out = []
+    for name, what in bindings.missing.items():
+        status = "warn" if name in lost else "info"
+        out.append(Finding("nvidia-ml-py", status, f"{release} has no {name}: {what}",
+                           what if name in lost else "", UPGRADE))
+    return out
+
+
+def _field_findings(device: Any) -> Iterable[Finding]:
+    """Field values switched off at the probe (unsupported, or an id this driver does not know)."""
+    off = {k.removeprefix("field:"): why for k, why in device.absent.items() if k.startswith("field:")}
+    if off:
+        listed = "; ".join(f"{key} ({why})" for key, why in sorted(off.items()))
+        yield Finding("field values", "info", f"not read: {listed}", gpu=device.gpu)
+
+
 def _capability_findings(device: Any) -> Iterable[Finding]:
+    yield from _field_findings(device)
     caps = set(device.info.capabilities)
     gpu = device.gpu
     gpm_reason = device.absent.get("gpm")

@@ -5,10 +5,13 @@ It takes the pynvml *module* as a parameter. In production that is the real ``py
 independent copy of the same real module over a fake driver library driven by the virtual
 fleet (:mod:`agent.virtual.fake_nvml`). Either way every line here runs unchanged.
 
-Start-up is the probe: devices and MIG instances are discovered once and their handles cached;
-each device is then read twice, at least 100 ms apart, so GPM gets a real two-sample read and
-every optional capability has been tried once. Whatever failed as unsupported is switched off
-and listed (``doctor``), and never asked for again.
+Start-up is the probe: what this nvidia-ml-py offers is detected once
+(:mod:`agent.backends.nvml.bindings`), the field ids to ask for are chosen for the driver that
+answers (:func:`agent.backends.nvml.fields.fields_for`), devices and MIG instances are discovered
+once and their handles cached; each device is then read twice, at least 100 ms apart, so GPM
+gets a real two-sample read and every optional capability has been tried once. Whatever failed
+as unsupported is switched off and listed (``doctor``), and never asked for again. Nothing a
+binding or driver lacks stops discovery: it costs a reading, never the agent.
 """
 
 from __future__ import annotations
@@ -20,11 +23,13 @@ import time
 from typing import Any, Callable, Sequence
 
 from agent.backends.base import BackendUnavailable, DeviceError, DeviceLostError
+from agent.backends.nvml.bindings import Bindings
 from agent.backends.nvml.calls import CountingNvml
 from agent.backends.nvml.device import Handles, NvmlDevice
 from agent.backends.nvml.discovery import Found, describe_gpu, discover
 from agent.backends.nvml.errors import Meaning, describe, meaning
 from agent.backends.nvml.events import XidWatcher
+from agent.backends.nvml.fields import fields_for
 from agent.backends.nvml.gpm import MIN_SPAN_S
 from agent.backends.readings import LibraryError
 from agent.context.local_host import LocalHost
@@ -73,6 +78,7 @@ class NvmlBackend:
         tests replace all three with a virtual clock."""
         self.module = nvml if nvml is not None else load_pynvml()
         self.node = node
+        self.bindings = Bindings.detect(self.module)
         self.nvml = CountingNvml(self.module)
         self._host = host if host is not None else LocalHost()
         self._clock = clock
@@ -93,6 +99,7 @@ class NvmlBackend:
             raise BackendUnavailable(init_message(self.module, exc)) from None
         self.driver_version = self._version(self.nvml.nvmlSystemGetDriverVersion)
         self.nvml_version = self._version(self.nvml.nvmlSystemGetNVMLVersion)
+        self.fields, self.skipped_fields = fields_for(self.driver_version)
 
     def _version(self, fn: Callable[[], Any]) -> str | None:
         try:
@@ -113,8 +120,11 @@ class NvmlBackend:
         xids = self._events.counts if self._events else None
         for f in found:
             self._found[f.info.gpu] = f
-            self._devices[f.info.gpu] = NvmlDevice(self.nvml, f.info, f.handles or Handles(None), self._host, xids=xids,
-                                                   clock=self._clock, node=self.node)
+            device = NvmlDevice(self.nvml, f.info, f.handles or Handles(None), self._host, xids=xids, clock=self._clock,
+                                node=self.node, bindings=self.bindings, fields=self.fields,
+                                skipped_fields=self.skipped_fields)
+            device.absent.update(f.absent)
+            self._devices[f.info.gpu] = device
             if f.unresolved:
                 self._stale.add(f.info.gpu)
         self._probe()
@@ -139,18 +149,21 @@ class NvmlBackend:
                     self._stale.add(gpu)
                 except DeviceError as exc:
                     log.warning("probe of GPU %s: %s", gpu, exc)
+                except (AttributeError, TypeError) as exc:  # a pynvml that differs from every release tested
+                    log.error("probe of GPU %s: nvidia-ml-py %s does not match what roofwatch expects (%s); "
+                              "the GPU is retried every interval", gpu, self.bindings.version or "(copy)", exc)
         for device in self._devices.values():
             device.info = dataclasses.replace(device.info, capabilities=device.capabilities())
 
     def _watch_all(self) -> None:
         assert self._events is not None
-        by_index: dict[int, tuple[Any, dict[int, str]]] = {}
+        by_index: dict[int, tuple[Any, dict[tuple[int, int], str]]] = {}
         for gpu, f in self._found.items():
             if f.handles is None:
                 continue  # watched once it is found (_reacquire)
             if f.handles.parent is not None:
                 entry = by_index.setdefault(f.index, (f.handles.parent, {}))
-                entry[1][f.handles.gpu_instance_id or 0] = gpu
+                entry[1][_instance_key(f.handles)] = gpu
             else:
                 by_index[f.index] = (f.handles.handle, {})
         for index, (handle, instances) in by_index.items():
@@ -212,8 +225,9 @@ class NvmlBackend:
                 parent = handles.handle
             else:
                 parent = nvml.nvmlDeviceGetHandleByIndex(f.index)
-                handles = Handles(self._find_instance(parent, f.handles.gpu_instance_id), parent=parent,
-                                  gpu_instance_id=f.handles.gpu_instance_id)
+                handles = Handles(self._find_instance(parent, f.handles), parent=parent,
+                                  gpu_instance_id=f.handles.gpu_instance_id,
+                                  compute_instance_id=f.handles.compute_instance_id)
         except self.module.NVMLError as exc:
             if meaning(exc) is Meaning.LIBRARY:
                 self._reinit()
@@ -223,8 +237,8 @@ class NvmlBackend:
         device.reset(handles)
         self._stale.discard(device.gpu)
         if self._events is not None:
-            instances = {g.handles.gpu_instance_id or 0: gpu for gpu, g in self._found.items()
-                         if g.index == f.index and g.handles.parent is not None}
+            instances = {_instance_key(g.handles): gpu for gpu, g in self._found.items()
+                         if g.index == f.index and g.handles is not None and g.handles.parent is not None}
             self._events.watch(parent, str(f.index), instances)
 
     def _resolve(self, device: NvmlDevice, f: Found) -> None:
@@ -252,15 +266,18 @@ class NvmlBackend:
         """The device's identity now: it changes when a GPU lost at start is found."""
         return self._devices[gpu].info
 
-    def _find_instance(self, parent: Any, gi: int | None) -> Any:
+    def _find_instance(self, parent: Any, handles: Handles) -> Any:
+        """The MIG device handle of the same GPU instance and compute instance as ``handles``."""
         nvml = self.nvml
         for slot in range(nvml.nvmlDeviceGetMaxMigDeviceCount(parent)):
             try:
                 mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(parent, slot)
+                if int(nvml.nvmlDeviceGetGpuInstanceId(mig)) != handles.gpu_instance_id:
+                    continue
+                if handles.compute_instance_id in (None, int(nvml.nvmlDeviceGetComputeInstanceId(mig))):
+                    return mig
             except self.module.NVMLError:
                 continue
-            if int(nvml.nvmlDeviceGetGpuInstanceId(mig)) == gi:
-                return mig
         raise self.module.NVMLError(self.module.NVML_ERROR_NOT_FOUND)
 
     def _reinit(self) -> None:
@@ -290,3 +307,8 @@ class NvmlBackend:
     @property
     def events(self) -> XidWatcher | None:
         return self._events
+
+
+def _instance_key(handles: Handles) -> tuple[int, int]:
+    """(GPU instance, compute instance) of a MIG device, as XID events name them."""
+    return handles.gpu_instance_id or 0, handles.compute_instance_id or 0

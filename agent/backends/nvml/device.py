@@ -14,7 +14,9 @@ into the agent's policy (:mod:`agent.backends.nvml.errors`):
 
 The first two reads at start are the probe: they run exactly this code, so what is probed is
 what runs. Fallbacks are ordered best first (GPM before utilization rates, instant power before
-the 1 s average, byte counters before GPM rates, clocks-event reasons before throttle reasons).
+the 1 s average, GPM's PCIe rate before the wrapping byte counters, clocks-event reasons before
+throttle reasons). Optional pynvml names are looked up by name (:meth:`NvmlDevice._opt`), so a
+release that lacks one loses that reading, never the device (agent.backends.nvml.bindings).
 """
 
 from __future__ import annotations
@@ -25,8 +27,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from agent.backends.nvml import gpm
-from agent.backends.nvml.errors import Meaning, describe, describe_code, meaning, meaning_of_code
-from agent.backends.nvml.fields import CLOCK_EVENT_FIELDS, FieldBatch
+from agent.backends.nvml.bindings import Bindings
+from agent.backends.nvml.counters import WrappingRate
+from agent.backends.nvml.errors import INVALID_ARGUMENT, Meaning, describe, describe_code, meaning, meaning_of_code
+from agent.backends.nvml.fields import CLOCK_EVENT_FIELDS, FIELDS, Field, FieldBatch
 from agent.backends.nvml.process_reads import ComputeProcesses, ProcessUtilization
 from agent.backends.readings import CounterRate, ReadingPolicy
 from agent.context.sources import HostFacts, HostSource
@@ -45,6 +49,8 @@ class Handles:
     parent: Any | None = None
     """The parent GPU's handle, for a MIG instance: GPM reads go through it."""
     gpu_instance_id: int | None = None
+    compute_instance_id: int | None = None
+    """The compute instance a MIG device handle stands for (several may share a GPU instance)."""
 
 
 @dataclass(slots=True)
@@ -52,8 +58,8 @@ class _State:
     """What survives between intervals; reset when the handle is re-acquired."""
 
     last_now: float | None = None
-    pcie_tx: CounterRate = field(default_factory=CounterRate)
-    pcie_rx: CounterRate = field(default_factory=CounterRate)
+    pcie_tx: WrappingRate = field(default_factory=WrappingRate)
+    pcie_rx: WrappingRate = field(default_factory=WrappingRate)
     link_tx: CounterRate = field(default_factory=CounterRate)
     link_rx: CounterRate = field(default_factory=CounterRate)
     process_util_ts: int = 0
@@ -66,7 +72,11 @@ class NvmlDevice:
 
     def __init__(self, nvml: Any, info: DeviceInfo, handles: Handles, host: HostSource,
                  xids: Callable[[str], tuple[XidCount, ...]] | None = None,
-                 clock: Callable[[], float] = time.monotonic, node: str = "local") -> None:
+                 clock: Callable[[], float] = time.monotonic, node: str = "local", *,
+                 bindings: Bindings | None = None, fields: tuple[Field, ...] = FIELDS,
+                 skipped_fields: dict[str, str] | None = None) -> None:
+        """``bindings``: what this pynvml has (detected once per backend); ``fields``/``skipped_fields``:
+        the field batch for this driver and the fields left out with why (agent.backends.nvml.fields)."""
         self.nvml = nvml
         self.node = node
         self.info = info
@@ -74,10 +84,14 @@ class NvmlDevice:
         self._host = host
         self._xids = xids
         self._clock = clock
+        self.bindings = bindings if bindings is not None else Bindings.detect(getattr(nvml, "module", nvml))
         self._policy = ReadingPolicy("NVML", lambda: self.info.gpu, lambda: self.info.uuid, meaning, describe)
-        self._fields = FieldBatch(nvml)
+        self._fields = FieldBatch(nvml, fields)
+        self.absent.update({f"field:{key}": why for key, why in (skipped_fields or {}).items()})
         count = getattr(nvml, "wrap", lambda fn: fn)  # CountingNvml counts the raw driver calls too
-        self._compute_processes = ComputeProcesses(nvml, count)
+        struct = self.bindings.process_struct
+        self._compute_processes = ComputeProcesses(nvml, count, struct=struct)
+        self._compute_processes_v2 = ComputeProcesses(nvml, count, version=2, struct=struct)
         self._process_utilization = ProcessUtilization(nvml, count)
         self._gpm: gpm.GpmReader | None = None
         self._gpm_checked = False
@@ -97,15 +111,23 @@ class NvmlDevice:
     def _error(self, what: str, exc: BaseException, *, core: bool = False) -> None:
         self._policy.error(what, exc, core=core)
 
-    def _opt(self, what: str, fn: Callable[..., Any], *args: Any, core: bool = False) -> Any:
+    def _opt(self, what: str, fn: Callable[..., Any] | str, *args: Any, core: bool = False) -> Any:
+        """``fn``: a callable, or the name of a pynvml function, looked up only while ``what`` is
+        not absent (a name this nvidia-ml-py lacks makes ``what`` absent, never an exception)."""
         if what in self.absent:
             return None
+        if isinstance(fn, str):
+            found = getattr(self.nvml, fn, None)
+            if found is None:
+                self.absent[what] = f"{fn} is not in nvidia-ml-py {self.bindings.version or '(this copy)'}"
+                return None
+            fn = found
         try:
             return fn(*args)
         except self.nvml.NVMLError as exc:
             self._error(what, exc, core=core)
             return None
-        except self.nvml.NVMLLibraryMismatchError:
+        except self.bindings.mismatch_error:
             # pynvml's unversioned wrappers turn a missing symbol into this (not an NVMLError):
             # the driver predates the version pynvml calls; the caller may try an older one.
             self.absent[what] = "function not found in this driver"
@@ -132,7 +154,7 @@ class NvmlDevice:
         if not self._gpm_checked:
             self._gpm_checked = True
             probe = self.handles.parent if self.is_mig else self.handles.handle
-            support = self._opt("gpm", self.nvml.nvmlGpmQueryDeviceSupport, probe)
+            support = self._opt("gpm", "nvmlGpmQueryDeviceSupport", probe)
             if support is None:
                 self.absent.setdefault("gpm", "support query failed")
                 return None
@@ -181,7 +203,7 @@ class NvmlDevice:
         self._policy.failed.clear()
         values: dict[str, Any] = self._read_gpm()
         if "gr_active" not in values or "dram_active" not in values:
-            util = self._opt("utilization", nvml.nvmlDeviceGetUtilizationRates, h, core=not values)
+            util = self._opt("utilization", "nvmlDeviceGetUtilizationRates", h, core=not values)
             if util is not None:
                 values.setdefault("gr_active", min(1.0, util.gpu / 100.0))
                 values.setdefault("dram_active", min(1.0, util.memory / 100.0))
@@ -189,10 +211,12 @@ class NvmlDevice:
         self._apply_fields(values, fields, now)
         self._apply_power(values, fields)
         self._apply_memory(values)
-        temp = self._opt("temperature", nvml.nvmlDeviceGetTemperatureV, h, nvml.NVML_TEMPERATURE_GPU)
-        if temp is None and "temperature" in self.absent and "temperature_legacy" not in self.absent:
-            temp = self._opt("temperature_legacy", nvml.nvmlDeviceGetTemperature, h, nvml.NVML_TEMPERATURE_GPU)
-        clock = self._opt("sm_clock", nvml.nvmlDeviceGetClockInfo, h, nvml.NVML_CLOCK_SM)
+        temp = None
+        if self.bindings.temperature_v:  # nvidia-ml-py 12.570+; the driver needs R565+
+            temp = self._opt("temperature", "nvmlDeviceGetTemperatureV", h, nvml.NVML_TEMPERATURE_GPU)
+        if temp is None and ("temperature" in self.absent or not self.bindings.temperature_v):
+            temp = self._opt("temperature_legacy", "nvmlDeviceGetTemperature", h, nvml.NVML_TEMPERATURE_GPU)
+        clock = self._opt("sm_clock", "nvmlDeviceGetClockInfo", h, nvml.NVML_CLOCK_SM)
         reasons = self._clock_reasons(h)
         pids_memory, sm_utils = self._processes(h)
         host = self._host_facts(pids_memory, now)
@@ -222,21 +246,27 @@ class NvmlDevice:
             self._error("fields", exc)
             return {}, {}
         for key in self._fields.drop_absent(failed):
-            self.absent[f"field:{key}"] = describe_code(failed[key])
+            self.absent[f"field:{key}"] = self._field_reason(key, failed[key])
         for key, code in failed.items():
             if f"field:{key}" not in self.absent:
                 self.failed[f"field:{key}"] = describe_code(code)
         return values, failed
 
+    def _field_reason(self, key: str, code: int) -> str:
+        if code == INVALID_ARGUMENT:
+            return f"field id {self._fields.field_id(key)} unknown to this driver"
+        return describe_code(code)
+
     def _apply_fields(self, values: dict[str, Any], f: dict[str, float | int], now: float) -> None:
         s = self._state
         if self._fields.has("pcie_tx_bytes") or self._fields.has("pcie_rx_bytes"):
-            # Exact byte counters win over GPM's rates; missing ones leave GPM's value in place.
+            # GPM's rate wins: these 32-bit counters cannot show two wraps between reads. They are
+            # still read every interval, so their rate is ready when GPM has none.
             for key, counter, field_name in (("pcie_tx_bytes", s.pcie_tx, "pcie_tx_bytes_per_s"),
                                              ("pcie_rx_bytes", s.pcie_rx, "pcie_rx_bytes_per_s")):
                 if key in f:
-                    rate = counter.rate(float(f[key]), now)
-                    if rate is not None or field_name not in values:
+                    rate = counter.rate(int(f[key]), now)
+                    if values.get(field_name) is None:
                         values[field_name] = rate
         if self._fields.has("nvlink_tx_kib") or self._fields.has("nvlink_rx_kib"):
             for key, counter, field_name in (("nvlink_tx_kib", s.link_tx, "link_tx_bytes_per_s"),
@@ -260,21 +290,21 @@ class NvmlDevice:
             values["clock_event_time_s"] = times
 
     def _apply_power(self, values: dict[str, Any], f: dict[str, float | int]) -> None:
-        nvml, h = self.nvml, self.handles.handle
+        h = self.handles.handle
         if "power_instant_mw" in f:
             values["power_w"] = f["power_instant_mw"] / 1000.0
         elif not self._fields.has("power_instant_mw") and not self.is_mig:
-            mw = self._opt("power_usage", nvml.nvmlDeviceGetPowerUsage, h)  # 1 s average on Ampere+
+            mw = self._opt("power_usage", "nvmlDeviceGetPowerUsage", h)  # 1 s average on Ampere+
             values["power_w"] = mw / 1000.0 if mw is not None else None
         if "energy_mj" in f:
             values["energy_j"] = f["energy_mj"] / 1000.0
         elif not self._fields.has("energy_mj") and not self.is_mig:
-            mj = self._opt("energy", nvml.nvmlDeviceGetTotalEnergyConsumption, h)
+            mj = self._opt("energy", "nvmlDeviceGetTotalEnergyConsumption", h)
             values["energy_j"] = mj / 1000.0 if mj is not None else None
         if not self.is_mig:
             s, now = self._state, self._clock()
             if now - s.power_limit_t >= POWER_LIMIT_REFRESH_S:
-                mw = self._opt("power_limit", nvml.nvmlDeviceGetEnforcedPowerLimit, h)
+                mw = self._opt("power_limit", "nvmlDeviceGetEnforcedPowerLimit", h)
                 s.power_limit_w, s.power_limit_t = (mw / 1000.0 if mw is not None else None), now
             values["power_limit_w"] = s.power_limit_w
 
@@ -282,28 +312,24 @@ class NvmlDevice:
         nvml, h = self.nvml, self.handles.handle
         mem = None
         if self.has("memory_v2"):
-            mem = self._opt("memory_v2", nvml.nvmlDeviceGetMemoryInfo, h, nvml.nvmlMemory_v2, core=True)
+            mem = self._opt("memory_v2", "nvmlDeviceGetMemoryInfo", h, nvml.nvmlMemory_v2, core=True)
         if mem is None and not self.has("memory_v2"):
-            mem = self._opt("memory", nvml.nvmlDeviceGetMemoryInfo, h, core=True)
+            mem = self._opt("memory", "nvmlDeviceGetMemoryInfo", h, core=True)
         if mem is not None:
             values["mem_used_bytes"] = int(mem.used)
             values["mem_total_bytes"] = int(mem.total)
 
     def _clock_reasons(self, h: Any) -> int | None:
-        nvml = self.nvml
-        reasons = self._opt("clock_event_reasons", nvml.nvmlDeviceGetCurrentClocksEventReasons, h)
+        reasons = self._opt("clock_event_reasons", "nvmlDeviceGetCurrentClocksEventReasons", h)
         if reasons is None and "clock_event_reasons" in self.absent:
             # Drivers before R535 only have the older name for the same mask.
-            reasons = self._opt("clock_throttle_reasons", nvml.nvmlDeviceGetCurrentClocksThrottleReasons, h)
+            reasons = self._opt("clock_throttle_reasons", "nvmlDeviceGetCurrentClocksThrottleReasons", h)
         return int(reasons) if reasons is not None else None
 
     def _processes(self, h: Any) -> tuple[dict[int, int | None] | None, dict[int, float]]:
-        nvml = self.nvml
         listed = self._opt("processes", self._compute_processes, h)
         if listed is None and "processes" in self.absent:  # drivers before R510 have only _v2
-            procs = self._opt("processes_v2", nvml.nvmlDeviceGetComputeRunningProcesses_v2, h)
-            if procs is not None:
-                listed = [(int(p.pid), int(p.usedGpuMemory) if p.usedGpuMemory is not None else None) for p in procs]
+            listed = self._opt("processes_v2", self._compute_processes_v2, h)
         if listed is None:
             return None, {}
         pids = dict(listed)

@@ -12,6 +12,7 @@ from agent.backends.base import Meaning
 # nvmlReturn_t codes (nvml.h); pynvml exposes the same numbers as NVML_ERROR_*.
 SUCCESS = 0
 UNINITIALIZED = 1
+INVALID_ARGUMENT = 2
 NOT_SUPPORTED = 3
 NO_PERMISSION = 4
 NOT_FOUND = 6
@@ -46,6 +47,7 @@ _NAMES = {
     GPU_IS_LOST: "GPU is lost", RESET_REQUIRED: "GPU requires a reset", UNINITIALIZED: "NVML not initialised",
     LIB_RM_VERSION_MISMATCH: "NVML/driver version mismatch (driver upgraded without a reboot?)",
     DRIVER_NOT_LOADED: "driver not loaded", LIBRARY_NOT_FOUND: "libnvidia-ml.so.1 not found", TIMEOUT: "timeout",
+    INVALID_ARGUMENT: "invalid argument",
 }
 
 

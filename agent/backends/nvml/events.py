@@ -43,17 +43,18 @@ class XidWatcher:
         self._clock = clock
         self._lock = threading.Lock()
         self._counts: dict[str, dict[int, list[float]]] = {}
-        self._targets: dict[int, tuple[str, dict[int, str]]] = {}
-        """Handle address -> (whole-GPU id, {GPU instance id: instance id}) for attribution."""
-        self._pending: list[tuple[Any, str, dict[int, str]]] = []
+        self._targets: dict[int, tuple[str, dict[tuple[int, int], str]]] = {}
+        """Handle address -> (whole-GPU id, {(GPU instance, compute instance): device id}) for attribution."""
+        self._pending: list[tuple[Any, str, dict[tuple[int, int], str]]] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.unavailable: str | None = None
         """Why events cannot be watched (None while they can)."""
         self.events_seen = 0
 
-    def watch(self, handle: Any, gpu: str, instances: dict[int, str] | None = None) -> None:
-        """Register (or, after a re-acquired handle, re-register) one physical GPU."""
+    def watch(self, handle: Any, gpu: str, instances: dict[tuple[int, int], str] | None = None) -> None:
+        """Register (or, after a re-acquired handle, re-register) one physical GPU; ``instances`` maps
+        its MIG devices' (GPU instance id, compute instance id) to their device ids."""
         with self._lock:
             self._pending.append((handle, gpu, dict(instances or {})))
 
@@ -144,12 +145,13 @@ class XidWatcher:
         gpu, instances = target
         now = self._clock()
         code = int(data.eventData)
-        gi = int(data.gpuInstanceId)
+        gi, ci = int(data.gpuInstanceId), int(data.computeInstanceId)
         log.warning("XID %d on GPU %s%s", code, gpu, f" (GPU instance {gi})" if gi != NO_INSTANCE else "")
         if not instances:
             self.record(gpu, code, now)
-        elif gi in instances:
-            self.record(instances[gi], code, now)
-        else:
-            for instance in instances.values():  # a whole-GPU error hits every instance on it
-                self.record(instance, code, now)
+        elif (gi, ci) in instances:
+            self.record(instances[(gi, ci)], code, now)
+        else:  # a GPU instance's error hits its compute instances; a whole-GPU error every instance
+            hit = [device for (g, _), device in instances.items() if g == gi] or list(instances.values())
+            for device in hit:
+                self.record(device, code, now)

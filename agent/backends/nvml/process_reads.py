@@ -9,7 +9,9 @@ driver once; when the list outgrew the buffer the driver says so (INSUFFICIENT_S
 count), the buffer grows and the call is repeated, exactly as pynvml would have done.
 
 They use pynvml's ``_nvmlGetFunctionPointer`` and struct types. Where a pynvml lacks them, the
-public wrapper is used instead (two calls), so nothing depends on them being there.
+public wrapper is used instead (two calls), so nothing depends on them being there. The same
+reader serves the ``_v2`` symbol of drivers before R510, which nvidia-ml-py 12.535 has no
+wrapper for (the struct is the same in both: pid, used memory, GPU and compute instance ids).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ class _SizedRead:
     def __init__(self, nvml: Any, symbol: str, struct_name: str, wrap: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
         self._nvml = nvml
         self._symbol = symbol
-        self._struct = getattr(nvml, struct_name, None)
+        self._struct = getattr(nvml, struct_name, None) if struct_name else None
         self._wrap = wrap
         self._fn: Callable[..., int] | None = None
         self._buffer: Any = None
@@ -42,7 +44,7 @@ class _SizedRead:
     @property
     def direct(self) -> bool:
         """Whether this pynvml lets us call the driver function ourselves."""
-        return self._struct is not None and hasattr(self._nvml, "_nvmlGetFunctionPointer")
+        return isinstance(self._struct, type) and callable(getattr(self._nvml, "_nvmlGetFunctionPointer", None))
 
     def _function(self) -> Callable[..., int]:
         if self._fn is None:
@@ -72,17 +74,23 @@ class _SizedRead:
 
 
 class ComputeProcesses:
-    """``nvmlDeviceGetComputeRunningProcesses`` (v3) as [(pid, used bytes)]."""
+    """``nvmlDeviceGetComputeRunningProcesses_v3`` (or ``_v2``) as [(pid, used bytes)]."""
 
-    def __init__(self, nvml: Any, wrap: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
+    def __init__(self, nvml: Any, wrap: Callable[[Callable[..., Any]], Callable[..., Any]], *, version: int = 3,
+                 struct: str | None = "c_nvmlProcessInfo_v3_t") -> None:
+        """``struct``: the pynvml struct to read into (:class:`~agent.backends.nvml.bindings.Bindings`
+        picks one this release has); ``version`` 2 reads the symbol of drivers before R510."""
         self._nvml = nvml
-        self._read = _SizedRead(nvml, "nvmlDeviceGetComputeRunningProcesses_v3", "c_nvmlProcessInfo_v3_t", wrap)
+        self._wrapper = f"nvmlDeviceGetComputeRunningProcesses{'_v2' if version == 2 else ''}"
+        self._read = _SizedRead(nvml, f"nvmlDeviceGetComputeRunningProcesses_v{version}", struct or "", wrap)
 
     def __call__(self, handle: Any) -> list[ProcessMemory]:
         nvml = self._nvml
         if not self._read.direct:
-            return [(int(p.pid), None if p.usedGpuMemory is None else int(p.usedGpuMemory))
-                    for p in nvml.nvmlDeviceGetComputeRunningProcesses(handle)]
+            wrapper = getattr(nvml, self._wrapper, None)
+            if wrapper is None:  # neither the wrapper nor the means to call the symbol: an absent reading
+                raise nvml.NVMLError(nvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+            return [(int(p.pid), None if p.usedGpuMemory is None else int(p.usedGpuMemory)) for p in wrapper(handle)]
         count = ctypes.c_uint(0)
         ret = self._read.call(lambda buffer, n: (handle, ctypes.byref(n), buffer), count)
         if ret != nvml.NVML_SUCCESS:
