@@ -1,4 +1,4 @@
-"""Commands about this node's GPUs: ``snapshot``, ``record``, ``doctor`` and ``top``."""
+"""Commands about this node's GPUs: ``snapshot``, ``record``, ``doctor``, ``selftest`` and ``top``."""
 
 from __future__ import annotations
 
@@ -44,6 +44,34 @@ def register(sub: argparse._SubParsersAction) -> dict[str, Callable[[argparse.Na
     doctor.add_argument("--virtual-node", metavar="NAME", help="scenario node for the virtual backends")
     doctor.add_argument("--json", action="store_true", help="print the findings as JSON")
 
+    selftest = sub.add_parser(
+        "selftest", help="run calibrated workloads on one GPU and check roofwatch's counters, verdicts and MFU",
+        description="Play short calibrated phases on one GPU (idle, bf16 and fp8 GEMM, device-to-device copy, tiny "
+                    "kernels, a loader-starved loop, a wait on another stream) with PyTorch or CuPy, sample the GPU "
+                    "through the agent's own backend meanwhile, and check each phase's counters, verdict and "
+                    "counter MFU against what the phase should show (docs/nvidia.md). Writes a labelled trace per "
+                    "phase and summary.json. Exit status: 0 every expectation holds, 3 some do not, 1 cannot run "
+                    "(no GPU, or neither torch nor cupy), 2 usage error.",
+    )
+    selftest.add_argument("--gpu", type=int, default=0, metavar="N", help="NVML index of the GPU to test (default 0)")
+    selftest.add_argument("--phase-seconds", type=float, default=12.0, metavar="SECONDS",
+                          help="steady time per phase (default 12; 45 or more for hardware fixtures)")
+    selftest.add_argument("--phases", metavar="LIST", help="comma-separated phases to run (default all)")
+    selftest.add_argument("--interval", dest="sample_interval_s", type=float, default=0.25, metavar="SECONDS",
+                          help="sampling interval (default 0.25; GPM needs 0.1 or more)")
+    selftest.add_argument("--out", metavar="DIR", help="new or empty directory for the traces and summary.json "
+                                                       "(default: roofwatch-selftest-HOST-TIME)")
+    selftest.add_argument("--backend", choices=["auto", "nvml", "nvml-virtual"],
+                          help="nvml (auto means the same) on a GPU node; nvml-virtual: the NVML code over a fake "
+                               "driver whose simulated GPU plays each phase (the virtual runner)")
+    selftest.add_argument("--runner", choices=["auto", "torch", "cupy"], default="auto",
+                          help="library that runs the phases on a real GPU (default: torch, then cupy)")
+    selftest.add_argument("--real-time", action="store_true",
+                          help="nvml-virtual: play the phases in wall-clock time, sampling from a thread as on a GPU")
+    selftest.add_argument("--scenario", metavar="NAME|FILE", help="nvml-virtual: the scenario whose node is simulated")
+    selftest.add_argument("--virtual-node", metavar="NAME", help="nvml-virtual: which node of the scenario")
+    selftest.add_argument("--config", metavar="FILE", help="YAML settings file (classifier thresholds, node name)")
+
     top = sub.add_parser(
         "top", help="live terminal view of a node's GPUs: class, MFU, SM/tensor/DRAM",
         description="Show what each GPU is doing and how much of its peak it uses, refreshed in place, from a "
@@ -56,7 +84,8 @@ def register(sub: argparse._SubParsersAction) -> dict[str, Callable[[argparse.Na
     top.add_argument("--sort", choices=["gpu", "mfu", "class", "power"], default="gpu",
                      help="initial sort order; mfu puts the least efficient GPUs first (default gpu)")
     top.add_argument("--once", action="store_true", help="print one frame and exit (no keys, no full screen)")
-    return {"snapshot": cmd_snapshot, "record": cmd_record, "doctor": cmd_doctor, "top": cmd_top}
+    return {"snapshot": cmd_snapshot, "record": cmd_record, "doctor": cmd_doctor, "selftest": cmd_selftest,
+            "top": cmd_top}
 
 
 def cmd_snapshot(args: argparse.Namespace) -> int:
@@ -125,6 +154,65 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     report = run_doctor(settings_from(args))
     print(json.dumps(report.to_json(), indent=2) if args.json else report.text())
     return report.exit_code
+
+
+def cmd_selftest(args: argparse.Namespace) -> int:
+    import socket
+    import sys
+    import time
+
+    from agent.diagnostics.selftest.phases import parse_phases
+    from agent.diagnostics.selftest.selftest import Options, SelftestError, run_selftest
+
+    logging.basicConfig(level=logging.ERROR)  # the report, not log lines
+    settings = settings_from(args)
+    virtual = settings.backend == "nvml-virtual"
+    if settings.backend not in ("auto", "nvml", "nvml-virtual"):
+        raise CliError(f"selftest runs on nvml (or auto) and nvml-virtual, not {settings.backend}", EXIT_USAGE)
+    if not 2.0 <= args.phase_seconds <= 600.0:
+        raise CliError("--phase-seconds: between 2 and 600", EXIT_USAGE)
+    if not 0.1 <= args.sample_interval_s <= args.phase_seconds / 4:
+        raise CliError("--interval: at least 0.1 s (GPM's shortest span) and at most a quarter of a phase", EXIT_USAGE)
+    if args.gpu < 0:
+        raise CliError("--gpu: a GPU index, 0 or more", EXIT_USAGE)
+    if virtual and args.runner != "auto":
+        raise CliError(f"--runner {args.runner} needs a real GPU; nvml-virtual plays the phases itself", EXIT_USAGE)
+    if not virtual and (args.real_time or args.scenario or args.virtual_node):
+        raise CliError("--real-time, --scenario and --virtual-node go with --backend nvml-virtual", EXIT_USAGE)
+    try:
+        phases = parse_phases(args.phases)
+    except ValueError as exc:
+        raise CliError(str(exc), EXIT_USAGE) from None
+    scenario = None
+    if virtual and "scenario" in settings.model_fields_set:
+        from agent.virtual.scenario import ScenarioError, resolve_scenario
+
+        try:
+            scenario = resolve_scenario(settings.scenario)
+        except ScenarioError as exc:
+            raise CliError(str(exc), EXIT_USAGE) from None
+    out = Path(args.out or f"roofwatch-selftest-{socket.gethostname()}-{time.strftime('%Y%m%d-%H%M%S')}")
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise CliError(f"--out {out}: exists and is not an empty directory; name a new one", EXIT_USAGE)
+    created = not out.exists()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CliError(f"cannot create {out}: {exc.strerror or exc}") from None
+    options = Options(gpu=args.gpu, phases=phases, phase_seconds=args.phase_seconds,
+                      interval_s=args.sample_interval_s, backend=settings.backend, runner=args.runner,
+                      real_time=args.real_time, thresholds=settings.classifier, settings=settings, scenario=scenario,
+                      virtual_node=settings.virtual_node, progress=lambda line: print(line, file=sys.stderr, flush=True))
+    try:
+        summary = run_selftest(options)
+    except SelftestError as exc:
+        if created and not any(out.iterdir()):
+            out.rmdir()  # made for this run, and nothing came of it
+        raise CliError(str(exc), exc.code) from None
+    written = summary.write(out)
+    print(summary.text())
+    print(f"wrote {len(written) - 2} trace(s), classifier.yaml and summary.json to {out}")
+    return summary.exit_code
 
 
 def cmd_top(args: argparse.Namespace) -> int:
