@@ -130,6 +130,10 @@ class Summary:
         if failed:
             lines.append(f"result: {len(failed)} expectation(s) do not hold (exit {EXIT_DIFFERS}):")
             lines += [f"  {c.describe()}" for c in failed]
+            unknown = sum(c.status == "unknown" for c in failed)
+            if unknown:
+                lines.append(f"  ({unknown} of them could not be checked: the counter is unknown on this node; "
+                             "see the findings at the top)")
         else:
             lines.append(f"result: every expectation holds (exit {EXIT_HOLDS})")
         return "\n".join(lines)
@@ -210,4 +214,4 @@ def _unit(x: float | None, unit: str) -> str:
 
 
 def _tera(x: float | None) -> str:
-    return "n/a" if x is None else f"{x / 1e12:.1f} T"
+    return "n/a " if x is None else f"{x / 1e12:.1f} T"

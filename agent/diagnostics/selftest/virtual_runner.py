@@ -29,6 +29,8 @@ from agent.virtual.clock import ManualClock
 from agent.virtual.scenario import Scenario, ScenarioError, parse_scenario
 
 DEFAULT_MODEL = "h100-sxm"
+DEFAULT_GPUS = 8
+"""Without ``--scenario``: one HGX H100 node, as ``roofwatch demo`` simulates."""
 LEAD_S = 1.0
 """Idle before each phase's slot: the backend's probe, and a gap so no sample straddles two phases."""
 HELD_GIB = 0.5
@@ -119,21 +121,21 @@ def selftest_scenario(base: Scenario | None, node: str | None, gpu: int, phases:
                       seconds: float) -> tuple[Scenario, dict[str, float]]:
     """The node to simulate, with the selftest's job on ``gpu``; and each phase's start in virtual time.
 
-    Without ``base``, one H100 SXM node. Otherwise the named (or first) node of ``base``, its
+    Without ``base``, an 8-GPU H100 SXM node with nothing else running. Otherwise the named (or first) node of ``base``, its
     other GPUs keeping their jobs when they still validate without the one under test.
     """
     if base is None:
-        found: dict[str, Any] = {"name": "selftest-node", "model": DEFAULT_MODEL, "gpus": gpu + 1}
+        found: dict[str, Any] = {"name": "selftest-node", "model": DEFAULT_MODEL, "gpus": DEFAULT_GPUS}
         name, seed = "selftest", 0
     else:
         chosen = base.node(node) if node else base.nodes[0]
         found = chosen.model_dump()
         name, seed = base.name, base.seed
-        if gpu >= chosen.gpus:
-            raise GpuNotFound(f"no GPU {gpu}: scenario node {chosen.name!r} has GPUs 0-{chosen.gpus - 1}")
         if gpu in chosen.mig:
             raise RunnerUnavailable(f"GPU {gpu} of scenario node {chosen.name!r} is in MIG mode; "
                                     "the selftest needs a whole GPU")
+    if gpu >= found["gpus"]:
+        raise GpuNotFound(f"--gpu {gpu}: no such GPU; simulated node {found['name']!r} has GPUs 0-{found['gpus'] - 1}")
     gap = {"kind": "idle_held", "duration_s": LEAD_S, "mem_used_gib": HELD_GIB}
     timeline: list[dict[str, Any]] = []
     starts: dict[str, float] = {}
