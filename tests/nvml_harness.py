@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from agent.backends.nvml import NvmlBackend
@@ -10,8 +11,16 @@ from agent.backends.virtual import VirtualBackend
 from agent.virtual.clock import ManualClock as _ManualClock
 from agent.virtual.fake_nvml import FakeNvmlLibrary, load_pynvml
 from agent.virtual.scenario import parse_scenario
+from tests.wheels import NVIDIA_ML_PY, module_file
+
+__all__ = ["NVIDIA_ML_PY", "ManualClock", "Rig", "T0", "release_pynvml", "scenario"]
 
 T0 = 1_800_000_000.0
+
+
+def release_pynvml(version: str) -> Path:
+    """The pynvml.py of nvidia-ml-py ``version`` (downloaded once; a failure to download fails the test)."""
+    return module_file("nvidia-ml-py", version, "pynvml.py")
 
 
 class ManualClock(_ManualClock):
@@ -34,11 +43,13 @@ def scenario(model: str = "h100-sxm", gpus: int = 2, **node: Any) -> Any:
 class Rig:
     """The pieces of one fake node: the simulation, the fake driver, the pynvml copy, the backend."""
 
-    def __init__(self, scen: Any, *, events: bool = False, start_offset_s: float = 100.0) -> None:
+    def __init__(self, scen: Any, *, events: bool = False, start_offset_s: float = 100.0,
+                 pynvml: str | Path | None = None) -> None:
+        """``pynvml``: the pynvml.py of the nvidia-ml-py release to run (default the installed one)."""
         self.clock = ManualClock()
         self.virtual = VirtualBackend(scen, clock=self.clock, start_time=self.clock() - start_offset_s)
         self.library = FakeNvmlLibrary(self.virtual)
-        self.nvml = load_pynvml(self.library)
+        self.nvml = load_pynvml(self.library, pynvml)
         self.events = events
         self._backend: NvmlBackend | None = None
 

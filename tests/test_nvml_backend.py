@@ -1,4 +1,7 @@
-"""The NVML backend, run unchanged over the fake NVIDIA driver (real pynvml, fake libnvidia-ml)."""
+"""The NVML backend, run unchanged over the fake NVIDIA driver (real pynvml, fake libnvidia-ml).
+
+Every test runs once per nvidia-ml-py release we accept (tests/wheels.py NVIDIA_ML_PY): the
+binding code differs between them, the backend must not."""
 
 from __future__ import annotations
 
@@ -9,7 +12,7 @@ import pytest
 from agent.backends.base import BackendUnavailable, DeviceError, DeviceLostError
 from agent.backends.nvml import NvmlBackend
 from agent.virtual.fake_nvml import load_pynvml
-from tests.nvml_harness import Rig, scenario
+from tests.nvml_harness import NVIDIA_ML_PY, Rig, release_pynvml, scenario
 from tests.agent_process import poll
 
 RATIO_FIELDS = ("gr_active", "sm_active", "sm_occupancy", "tensor_active", "fp64_active", "fp32_active",
@@ -17,12 +20,13 @@ RATIO_FIELDS = ("gr_active", "sm_active", "sm_occupancy", "tensor_active", "fp64
 RATE_FIELDS = ("pcie_tx_bytes_per_s", "pcie_rx_bytes_per_s", "link_tx_bytes_per_s", "link_rx_bytes_per_s")
 
 
-@pytest.fixture
-def rig():
+@pytest.fixture(params=NVIDIA_ML_PY)
+def rig(request):
+    path = release_pynvml(request.param)
     made = []
 
     def make(scen=None, **kwargs):
-        r = Rig(scen if scen is not None else scenario(), **kwargs)
+        r = Rig(scen if scen is not None else scenario(), pynvml=path, **kwargs)
         made.append(r)
         return r
 

@@ -3,7 +3,7 @@
 Each case is a way libnvidia-ml behaves on real nodes (docs/nvidia.md, "What the fake used to
 assume"): PCIe byte counters that wrap, GPU instances split into compute instances, MIG as an
 unprivileged user, field ids an older driver does not know, and field ids that changed meaning
-between driver releases.
+between driver releases. Each runs under every nvidia-ml-py release we accept.
 """
 
 from __future__ import annotations
@@ -15,19 +15,21 @@ import pytest
 from agent.diagnostics.nvidia import nvml_findings
 from agent.model.specs import spec_by_key
 from agent.virtual.fake_nvml.profile import PCIE_COUNTER_WRAP
-from tests.nvml_harness import Rig, scenario
+from tests.nvml_harness import NVIDIA_ML_PY, Rig, release_pynvml, scenario
 
 COMPUTE = [{"job": "a", "gpus": [0], "phases": [{"kind": "compute", "mfu": 0.5, "duration_s": 3600}]}]
 HOT = [{"job": "a", "gpus": [0], "phases": [{"kind": "compute", "mfu": 0.5, "duration_s": 3600, "thermal": True}]}]
 """A GPU held back by temperature: the SW thermal time counter runs."""
 
 
-@pytest.fixture
-def rig():
+@pytest.fixture(params=NVIDIA_ML_PY)
+def rig(request):
+    """A fake node under each nvidia-ml-py release we accept."""
+    path = release_pynvml(request.param)
     made = []
 
     def make(scen, **kwargs):
-        r = Rig(scen, **kwargs)
+        r = Rig(scen, pynvml=path, **kwargs)
         made.append(r)
         return r
 

@@ -49,6 +49,8 @@ class Bindings:
     """pynvml's NVMLLibraryMismatchError (raised instead of NVMLError by some unversioned wrappers)."""
     missing: dict[str, str] = field(default_factory=dict)
     """Name -> what the agent does without it (for doctor)."""
+    lost: frozenset[str] = frozenset()
+    """Missing names with no replacement: a reading is unknown because of them."""
 
     @classmethod
     def detect(cls, module: Any) -> "Bindings":
@@ -61,24 +63,24 @@ class Bindings:
         if struct != "c_nvmlProcessInfo_v3_t":
             missing["c_nvmlProcessInfo_v3_t"] = f"processes are read into {struct or 'pynvml objects'} (same fields)"
         function_pointer = callable(getattr(module, "_nvmlGetFunctionPointer", None))
+        lost: set[str] = set()
         if not callable(getattr(module, "nvmlDeviceGetComputeRunningProcesses_v2", None)):
+            direct = function_pointer and struct is not None
             missing["nvmlDeviceGetComputeRunningProcesses_v2"] = (
-                "on drivers before R510 the process list is read through the C symbol directly"
-                if function_pointer and struct else "on drivers before R510 processes are unknown")
+                "on drivers before R510 the process list is read through the C symbol directly" if direct
+                else "on drivers before R510 processes are unknown")
+            if not direct:
+                lost.add("nvmlDeviceGetComputeRunningProcesses_v2")
         mismatch = getattr(module, "NVMLLibraryMismatchError", None)
         if not isinstance(mismatch, type):
             missing["NVMLLibraryMismatchError"] = "not needed: this release raises NVMLError for a missing symbol"
         value_type = getattr(module, "c_nvmlValue_t", None)
         if value_type is not None and not hasattr(value_type, "usVal"):
-            missing["c_nvmlValue_t.usVal"] = "a field value of type unsigned short would be unknown (none is read now)"
+            missing["c_nvmlValue_t.usVal"] = "no field roofwatch reads has that value type (it would read as unknown)"
         return cls(version=_version_of(module), temperature_v=temperature_v, process_struct=struct,
                    function_pointer=function_pointer,
-                   mismatch_error=(mismatch,) if isinstance(mismatch, type) else (), missing=missing)
-
-    @property
-    def lost(self) -> dict[str, str]:
-        """Missing names with no replacement: something is unknown because of them."""
-        return {name: what for name, what in self.missing.items() if "unknown" in what}
+                   mismatch_error=(mismatch,) if isinstance(mismatch, type) else (), missing=missing,
+                   lost=frozenset(lost))
 
 
 def _version_of(module: Any) -> str | None:
