@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 import statistics
+from pathlib import Path
 
 import pytest
 
@@ -111,3 +113,16 @@ def test_in_real_time_the_sampler_thread_reads_every_interval_inside_each_phase(
         stamps = [s.ts for s in result.samples]
         assert len(stamps) >= 8
         assert 0.2 <= statistics.median(b - a for a, b in zip(stamps, stamps[1:])) <= 0.35
+
+
+def test_the_table_in_docs_nvidia_md_is_the_table_in_the_code():
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "nvidia.md").read_text(encoding="utf-8")
+    section = doc[doc.index("### Expectations"):doc.index("### Report, files and exit status")]
+    documented = set()
+    for row in re.findall(r"^\| (.+?) \| `([^`]+)` \| .+ \| \[([^\]]+)\] \|$", section, re.M):
+        phases, check, source = row
+        for name in re.findall(r"`(\w+)`", phases) or [{"every phase": "*", "all phases": "all"}[phases]]:
+            documented.add((name, check, source))
+    in_code = {(e.phase, e.check, e.source) for e in EXPECTATIONS if e.metric != "verdict"}
+    in_code |= {("*", "verdict = <its class>", "classifier")}
+    assert documented == in_code

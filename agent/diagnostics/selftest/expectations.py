@@ -97,8 +97,8 @@ def _table() -> tuple[Expectation, ...]:
                            "busy level is 0.8)", source="classifier"),
         Expectation("tiny_kernels", "tensor_active", high=0.05, reason="elementwise kernels do no matrix math",
                     source="NVML-GPM"),
-        Expectation("tiny_kernels", "dram_active", high=0.30, reason="a small working set stays in L2: far from the "
-                                                                     "memory roof", source="DCGM-FO"),
+        Expectation("tiny_kernels", "dram_active", high=0.30, reason="a small working set stays in L2: below the "
+                    "classifier's memory roof (DRAM ~0.36)", source="classifier"),
         Expectation("starved", "gr_active", high=0.80,
                     reason="the GPU waits for the loader between batches: 20% or more of the time has no kernel "
                            "(the classifier's starvation level)", source="classifier"),

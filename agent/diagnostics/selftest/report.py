@@ -165,7 +165,7 @@ def _measured(r: PhaseResult) -> str:
     parts = []
     if m.flops:
         parts.append(f"{_tera(m.rate(m.flops))}FLOP/s ({m.source}: {m.detail}); counters "
-                     f"{_tera(e.get('tensor_flops_per_s'))}FLOP/s (tensor x {e.get('dtype')} peak "
+                     f"{_tera(e.get('tensor_flops_per_s'))}FLOP/s (tensor x clock ratio x {e.get('dtype')} peak "
                      f"{_tera(e.get('peak_flops'))}FLOP/s), MFU {_shown(e.get('mfu_counters'))}")
     if m.bytes:
         parts.append(f"{_tera(m.rate(m.bytes))}B/s ({m.source}: {m.detail}); counters {_tera(e.get('bytes_per_s'))}B/s "
