@@ -12,9 +12,11 @@ import logging
 
 import pytest
 
+from agent.backends.base import DeviceLostError
 from agent.diagnostics.nvidia import nvml_findings
 from agent.model.specs import spec_by_key
 from agent.virtual.fake_nvml.profile import PCIE_COUNTER_WRAP
+from tests.agent_process import poll
 from tests.nvml_harness import NVIDIA_ML_PY, Rig, release_pynvml, scenario
 
 COMPUTE = [{"job": "a", "gpus": [0], "phases": [{"kind": "compute", "mfu": 0.5, "duration_s": 3600}]}]
@@ -83,11 +85,13 @@ def test_gpm_pcie_rate_wins_over_the_byte_counters(rig):
 # ----------------------------------------------------------------------------- MIG compute instances
 
 
+SPLIT = {"mig": {0: ["3g.40gb", "4g.40gb"]}, "nvml": {"mig_compute_instances": {"0/1": [1, 2]}},
+         "workloads": [{"job": "a", "gpus": ["0/1"], "phases": [{"kind": "compute", "mfu": 0.5, "duration_s": 3600}]}]}
+"""One H100 whose 3g GPU instance is split into a 1-slice and a 2-slice compute instance."""
+
+
 def test_compute_instances_of_one_gpu_instance_are_separate_devices_with_their_share_of_the_peaks(rig):
-    r = rig(scenario("h100-sxm", gpus=1, mig={0: ["3g.40gb", "4g.40gb"]},
-                     nvml={"mig_compute_instances": {"0/1": [1, 2]}},
-                     workloads=[{"job": "a", "gpus": ["0/1"], "phases": [
-                         {"kind": "compute", "mfu": 0.5, "duration_s": 3600}]}]))
+    r = rig(scenario("h100-sxm", gpus=1, **SPLIT))
     backend = r.backend()
     devices = {d.gpu: d for d in backend.discover()}
     assert list(devices) == ["0/1/0", "0/1/1", "0/2"]  # index/gi/ci where a GI is split; index/gi otherwise
@@ -107,6 +111,36 @@ def test_compute_instances_of_one_gpu_instance_are_separate_devices_with_their_s
         assert samples[gpu].tensor_active == pytest.approx(truth.tensor_active, abs=1e-6)
         assert samples[gpu].mem_total_bytes == devices[gpu].memory_total_bytes
     assert [p.pid for p in samples["0/1/0"].processes] == [p.pid for p in truth.processes]
+
+
+def test_a_lost_split_gpu_instance_comes_back_with_each_compute_instance_on_its_own_handle(rig):
+    r = rig(scenario("h100-sxm", gpus=1, **SPLIT))
+    backend = r.backend()
+    backend.discover()
+    backend.sample("0/1/1", r.step())
+    r.virtual.inject_fault("0/1", "lost", duration_s=3.0)
+    now = r.step()
+    for gpu in ("0/1/0", "0/1/1"):
+        with pytest.raises(DeviceLostError):
+            backend.sample(gpu, now)
+    assert backend.sample("0/2", now).tensor_active is not None  # the other GPU instance keeps going
+    r.step(5.0)
+    now = r.step()
+    nvml = r.nvml
+    for gpu, ci in (("0/1/0", 0), ("0/1/1", 1)):
+        assert backend.sample(gpu, now).mem_total_bytes is not None
+        handle = backend.devices[gpu].handles.handle
+        assert (nvml.nvmlDeviceGetGpuInstanceId(handle), nvml.nvmlDeviceGetComputeInstanceId(handle)) == (1, ci)
+
+
+def test_an_xid_on_a_split_gpu_instance_counts_on_each_of_its_compute_instances(rig):
+    r = rig(scenario("h100-sxm", gpus=1, **SPLIT), events=True)
+    backend = r.backend()
+    backend.discover()
+    r.library.inject_xid("0/1", 31)
+    poll(lambda: all(backend.device_events(g) for g in ("0/1/0", "0/1/1")), timeout=10, what="XID 31 on both")
+    assert [(x.xid, x.count) for x in backend.device_events("0/1/1")] == [(31, 1)]
+    assert backend.device_events("0/2") == ()
 
 
 # ----------------------------------------------------------------------------- MIG as non-root

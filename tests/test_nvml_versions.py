@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 
 import pytest
@@ -21,7 +22,7 @@ from agent.virtual.fake_nvml import load_pynvml
 from agent.virtual.fake_nvml.api_device import DRIVER_RESERVED_BYTES
 from tests.agent_process import AgentProcess, clean_env, gauge_values, poll, roofwatch_cmd
 from tests.nvml_harness import NVIDIA_ML_PY, Rig, release_pynvml, scenario
-from tests.wheels import unpacked
+from tests.wheels import REPO, unpacked
 
 OLDEST, NEWEST = NVIDIA_ML_PY[0], NVIDIA_ML_PY[-1]
 
@@ -44,6 +45,32 @@ def test_each_release_is_detected_for_what_it_has(release):
     assert set(bindings.missing) == MISSING.get(release, set())
     assert not bindings.lost  # every gap has a replacement: nothing becomes unknown
     assert bindings.process_struct is not None and bindings.function_pointer
+
+
+NVIDIA_SOURCES = (*sorted((REPO / "agent/backends/nvml").glob("*.py")), REPO / "agent/diagnostics/nvidia.py")
+NOT_PYNVML = {"nvmlReturn", "nvml_version"}
+"""Matches of the name pattern that are no pynvml names: a struct field, an attribute of ours."""
+BUILT_NAMES = {"nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetComputeRunningProcesses_v3"}
+"""pynvml functions the process reader names with an f-string (agent/backends/nvml/process_reads.py)."""
+
+
+def pynvml_names_used() -> set[str]:
+    """Every pynvml name the NVIDIA backend and doctor use: attributes, and getattr / _opt strings."""
+    names = set(BUILT_NAMES)
+    for path in NVIDIA_SOURCES:
+        text = path.read_text()
+        names |= set(re.findall(r"\.((?:nvml|NVML|c_nvml|_nvml)\w+)", text))
+        names |= set(re.findall(r"[\"']((?:nvml|NVML|c_nvml|_nvml)\w+)[\"']", text))
+    return names - NOT_PYNVML
+
+
+@pytest.mark.parametrize("release", NVIDIA_ML_PY)
+def test_every_pynvml_name_the_backend_uses_is_in_the_release_or_has_a_fallback(release):
+    module = load_pynvml(None, release_pynvml(release))
+    used = pynvml_names_used()
+    assert {"nvmlDeviceGetTemperatureV", "nvmlGpmMigSampleGet", "c_nvmlProcessInfo_v3_t"} <= used  # the scan works
+    absent = {name for name in used if not hasattr(module, name)}
+    assert absent == MISSING.get(release, set()) - {"c_nvmlValue_t.usVal"}, absent
 
 
 @pytest.mark.parametrize("driver", DRIVERS)
