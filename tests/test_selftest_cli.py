@@ -74,6 +74,8 @@ def test_a_node_whose_gpm_is_refused_exits_3_naming_the_checks_it_could_not_make
     (["--backend", "nvml-virtual", "--runner", "torch"], "--runner torch needs a real GPU"),
     (["--backend", "nvml-virtual", "--phase-seconds", "1"], "--phase-seconds"),
     (["--backend", "nvml-virtual", "--interval", "0.05"], "GPM's shortest span"),
+    (["--backend", "nvml-virtual", "--scenario", "demo", "--virtual-node", "nope"],
+     "--virtual-node nope: scenario 'demo' has node(s) demo-node"),
     (["--real-time"], "go with --backend nvml-virtual"),
     (["--backend", "nvml-virtual", "--out", "taken"], "not an empty directory"),
 ])

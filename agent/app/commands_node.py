@@ -209,8 +209,13 @@ def cmd_selftest(args: argparse.Namespace) -> int:
         if created and not any(out.iterdir()):
             out.rmdir()  # made for this run, and nothing came of it
         raise CliError(str(exc), exc.code) from None
-    written = summary.write(out)
+    from agent.trace import TraceWriteError
+
     print(summary.text())
+    try:
+        written = summary.write(out)
+    except (OSError, TraceWriteError) as exc:
+        raise CliError(f"cannot write the results to {out}: {exc}") from None
     print(f"wrote {len(written) - 2} trace(s), classifier.yaml and summary.json to {out}")
     return summary.exit_code
 

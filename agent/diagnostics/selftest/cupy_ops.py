@@ -127,8 +127,10 @@ class CupyOps:
             self._streams = (cp.cuda.Stream(non_blocking=True), self.stream)
         peer, compute = self._streams
         start, end, arrived = cp.cuda.Event(), cp.cuda.Event(), cp.cuda.Event(disable_timing=True)
+        cycles = cp.int64(int(lateness_s * self._cycles_per_s()))
         start.record(compute)
-        self._spin_kernel()((1,), (1,), (cp.int64(int(lateness_s * self._cycles_per_s())),), stream=peer)
+        with peer:  # a RawKernel launches on the current stream
+            self._spin_kernel()((1,), (1,), (cycles,))
         arrived.record(peer)
         for _ in range(calls):
             work.call()
@@ -160,7 +162,8 @@ class CupyOps:
         if self._spin_rate is None:
             cycles = 50_000_000
             start = self.record()
-            self._spin_kernel()((1,), (1,), (self.cp.int64(cycles),), stream=self.stream)
+            with self.stream:
+                self._spin_kernel()((1,), (1,), (self.cp.int64(cycles),))
             end = self.record()
             self._spin_rate = cycles / max(1e-6, self.elapsed(start, end))
         return self._spin_rate

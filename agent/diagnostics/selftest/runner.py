@@ -26,8 +26,8 @@ class RunnerUnavailable(Exception):
     """No runner can play phases here; the message says what is missing and how to get it."""
 
 
-class GpuNotFound(Exception):
-    """``--gpu`` names no GPU of this node (a usage error: the message lists the GPUs there are)."""
+class UsageError(Exception):
+    """``--gpu`` or ``--virtual-node`` names nothing there is (the message lists what there is)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,7 @@ from agent.classifier.thresholds import DEFAULT_THRESHOLDS, Thresholds
 from agent.diagnostics.selftest.judge import PhaseResult, fit_thresholds, judge_phase, run_checks, skipped
 from agent.diagnostics.selftest.phases import PHASES, Phase
 from agent.diagnostics.selftest.report import Summary
-from agent.diagnostics.selftest.runner import GpuNotFound, Library, PhaseRunner, RunnerUnavailable, load_library
+from agent.diagnostics.selftest.runner import UsageError, Library, PhaseRunner, RunnerUnavailable, load_library
 from agent.diagnostics.selftest.sampler import PhaseReports, Sampler, Window
 from agent.model import DeviceInfo
 
@@ -174,7 +174,7 @@ def _open_virtual(options: Options, reports: PhaseReports) -> _Rig:
         backend, runner, clock, advance = open_virtual_rig(
             options.scenario, options.virtual_node, options.gpu, options.phases, options.phase_seconds,
             options.interval_s, reports, real_time=options.real_time)
-    except GpuNotFound as exc:
+    except UsageError as exc:
         raise SelftestError(str(exc), EXIT_USAGE) from None
     except (RunnerUnavailable, BackendUnavailable, KeyError, ValueError) as exc:
         raise SelftestError(f"cannot run the virtual selftest: {exc}") from None

@@ -21,7 +21,7 @@ from typing import Any, Callable, Sequence
 from agent.backends.nvml_virtual import SimulatedHost, VirtualNvmlBackend
 from agent.backends.virtual import VirtualBackend
 from agent.diagnostics.selftest.phases import STARVED_BURST_S, STARVED_LOADER_S, STREAM_WAIT_COMPUTE_S, Phase, lateness
-from agent.diagnostics.selftest.runner import GpuNotFound, Measured, PhaseWindow, RunnerUnavailable
+from agent.diagnostics.selftest.runner import UsageError, Measured, PhaseWindow, RunnerUnavailable
 from agent.diagnostics.selftest.sampler import PhaseReports, ReportingHost
 from agent.model import GpuSpec
 from agent.model.specs import spec_by_key
@@ -117,6 +117,14 @@ def virtual_skip_reason(phase: Phase, spec: GpuSpec) -> str | None:
     return None
 
 
+def scenario_node(base: Scenario, node: str | None) -> Any:
+    """The scenario node to simulate: the one named, else the first."""
+    names = [n.name for n in base.nodes]
+    if node is not None and node not in names:
+        raise UsageError(f"--virtual-node {node}: scenario {base.name!r} has node(s) {', '.join(names)}")
+    return base.node(node) if node else base.nodes[0]
+
+
 def selftest_scenario(base: Scenario | None, node: str | None, gpu: int, phases: Sequence[Phase],
                       seconds: float) -> tuple[Scenario, dict[str, float]]:
     """The node to simulate, with the selftest's job on ``gpu``; and each phase's start in virtual time.
@@ -128,14 +136,14 @@ def selftest_scenario(base: Scenario | None, node: str | None, gpu: int, phases:
         found: dict[str, Any] = {"name": "selftest-node", "model": DEFAULT_MODEL, "gpus": DEFAULT_GPUS}
         name, seed = "selftest", 0
     else:
-        chosen = base.node(node) if node else base.nodes[0]
+        chosen = scenario_node(base, node)
         found = chosen.model_dump()
         name, seed = base.name, base.seed
         if gpu in chosen.mig:
             raise RunnerUnavailable(f"GPU {gpu} of scenario node {chosen.name!r} is in MIG mode; "
                                     "the selftest needs a whole GPU")
     if gpu >= found["gpus"]:
-        raise GpuNotFound(f"--gpu {gpu}: no such GPU; simulated node {found['name']!r} has GPUs 0-{found['gpus'] - 1}")
+        raise UsageError(f"--gpu {gpu}: no such GPU; simulated node {found['name']!r} has GPUs 0-{found['gpus'] - 1}")
     gap = {"kind": "idle_held", "duration_s": LEAD_S, "mem_used_gib": HELD_GIB}
     timeline: list[dict[str, Any]] = []
     starts: dict[str, float] = {}
@@ -165,7 +173,7 @@ def open_virtual_rig(base: Scenario | None, node: str | None, gpu: int, phases: 
 
     ``advance`` is None in wall-clock mode (sample from a thread); otherwise it moves the manual clock.
     """
-    model = (base.node(node) if node else base.nodes[0]).model if base is not None else DEFAULT_MODEL
+    model = scenario_node(base, node).model if base is not None else DEFAULT_MODEL
     spec = spec_by_key(model)
     runnable = [p for p in phases if virtual_skip_reason(p, spec) is None]
     scenario, starts = selftest_scenario(base, node, gpu, runnable, seconds)
