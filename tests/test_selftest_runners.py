@@ -165,3 +165,45 @@ def test_fp8_skips_with_the_libraries_reason_and_a_failing_phase_still_releases_
     with pytest.raises(RuntimeError, match="out of memory"):
         runner.run(phase("copy"), 0.1, Window())
     assert ops.released == 1
+
+
+def test_on_a_gpu_node_the_backend_the_library_and_the_runner_are_wired_to_the_gpu_asked_for(monkeypatch):
+    """The real path with its two outside pieces stood in: NVML by the fake driver, torch by FakeOps."""
+    from agent.backends import registry
+    from agent.backends.nvml_virtual import VirtualNvmlBackend
+    from agent.backends.virtual import VirtualBackend
+    from agent.diagnostics.selftest import selftest as selftest_module
+    from agent.diagnostics.selftest.phases import parse_phases
+    from agent.diagnostics.selftest.runner import Library
+
+    opened: dict[str, Any] = {}
+
+    def open_nvml(settings: Any, reports: Any) -> Any:
+        opened["reports"] = reports
+        return VirtualNvmlBackend(VirtualBackend("demo"))  # GPU 6 of the demo node: an idle notebook
+
+    def open_runner(library: Library, device: DeviceInfo) -> CudaRunner:
+        opened["device"] = device.gpu
+        return CudaRunner(library.name, FakeOps())
+
+    monkeypatch.setattr(registry, "open_nvml", open_nvml)
+    monkeypatch.setattr(selftest_module, "load_library", lambda choice: Library("torch", object()))
+    monkeypatch.setattr(selftest_module, "open_cuda_runner", open_runner)
+    summary = selftest_module.run_selftest(selftest_module.Options(gpu=6, phases=parse_phases("idle"), phase_seconds=4.0))
+    assert opened["device"] == "6" and opened["reports"].gpu == "6"
+    assert summary.runner == "torch" and summary.device.gpu == "6" and not summary.virtual
+    assert summary.results[0].verdict == "idle" and summary.exit_code == 0, summary.text()
+
+
+def test_the_stream_wait_report_reaches_a_real_nodes_host_as_a_workload_source():
+    from agent.context.local_host import LocalHost
+    from agent.diagnostics.selftest.sampler import PhaseReports
+
+    reports = PhaseReports("0")
+    host = LocalHost(workloads=[reports])
+    assert host.facts("0", [], time.time()).workload is None
+    reports.step(4, 1.2)
+    workload = host.facts("0", [], time.time()).workload
+    assert (workload.job, workload.rank, workload.world_size, workload.step, workload.step_time_s) == \
+        ("roofwatch-selftest", 0, 2, 4, 1.2)
+    assert host.facts("1", [], time.time()).workload is None  # only the GPU under test reports
