@@ -174,7 +174,8 @@ def test_field_ids_an_older_driver_does_not_know_are_switched_off_for_good(rig, 
     backend = r.backend()
     backend.discover()
     device = backend.devices["0"]
-    assert "field:pcie_tx_bytes" in device.absent and "field:pcie_rx_bytes" in device.absent
+    assert device.absent["field:pcie_tx_bytes"] == "field id 197 unknown to this driver"
+    assert device.absent["field:pcie_rx_bytes"] == "field id 198 unknown to this driver"
     caplog.set_level(logging.DEBUG)
     for _ in range(3):
         sample = backend.sample("0", r.step())
@@ -182,7 +183,7 @@ def test_field_ids_an_older_driver_does_not_know_are_switched_off_for_good(rig, 
         assert sample.pcie_rx_bytes_per_s is not None  # GPM still gives the rate
     assert not [rec for rec in caplog.records if "pcie" in rec.getMessage()]
     findings, _ = nvml_findings(backend)
-    assert any("pcie_tx_bytes" in f.detail for f in findings if f.gpu == "0")
+    assert any("pcie_tx_bytes (field id 197 unknown to this driver)" in f.detail for f in findings if f.gpu == "0")
 
 
 @pytest.mark.parametrize("driver, ids", [("575.64.05", (251, 252, 253)), ("580.76.05", (251, 252, 253)),

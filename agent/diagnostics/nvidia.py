@@ -131,13 +131,15 @@ def binding_findings(bindings: Any, release: str) -> list[Finding]:
     for name, what in bindings.missing.items():
         status = "warn" if name in lost else "info"
         out.append(Finding("nvidia-ml-py", status, f"{release} has no {name}: {what}",
-                           what if name in lost else "", UPGRADE))
+                           what if name in lost else "", "" if name in bindings.harmless else UPGRADE))
     return out
 
 
 def _field_findings(device: Any) -> Iterable[Finding]:
-    """Field values switched off at the probe (unsupported, or an id this driver does not know)."""
-    off = {k.removeprefix("field:"): why for k, why in device.absent.items() if k.startswith("field:")}
+    """Field values switched off at the probe (unsupported, or an id this driver does not know). On a
+    MIG instance the unsupported ones are the whole-GPU fields the MIG line already names."""
+    off = {k.removeprefix("field:"): why for k, why in device.absent.items()
+           if k.startswith("field:") and not (device.is_mig and why == "not supported")}
     if off:
         listed = "; ".join(f"{key} ({why})" for key, why in sorted(off.items()))
         yield Finding("field values", "info", f"not read: {listed}", gpu=device.gpu)

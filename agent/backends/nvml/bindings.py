@@ -51,6 +51,8 @@ class Bindings:
     """Name -> what the agent does without it (for doctor)."""
     lost: frozenset[str] = frozenset()
     """Missing names with no replacement: a reading is unknown because of them."""
+    harmless: frozenset[str] = frozenset()
+    """Missing names whose absence changes nothing the agent reads (nothing to fix)."""
 
     @classmethod
     def detect(cls, module: Any) -> "Bindings":
@@ -80,7 +82,7 @@ class Bindings:
         return cls(version=_version_of(module), temperature_v=temperature_v, process_struct=struct,
                    function_pointer=function_pointer,
                    mismatch_error=(mismatch,) if isinstance(mismatch, type) else (), missing=missing,
-                   lost=frozenset(lost))
+                   lost=frozenset(lost), harmless=frozenset(missing) & {"NVMLLibraryMismatchError", "c_nvmlValue_t.usVal"})
 
 
 def _version_of(module: Any) -> str | None:

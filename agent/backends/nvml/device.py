@@ -245,17 +245,13 @@ class NvmlDevice:
         except self.nvml.NVMLError as exc:
             self._error("fields", exc)
             return {}, {}
+        ids = {f.key: f.field_id for f in self._fields.fields}
         for key in self._fields.drop_absent(failed):
-            self.absent[f"field:{key}"] = self._field_reason(key, failed[key])
+            self.absent[f"field:{key}"] = _field_reason(ids[key], failed[key])
         for key, code in failed.items():
             if f"field:{key}" not in self.absent:
                 self.failed[f"field:{key}"] = describe_code(code)
         return values, failed
-
-    def _field_reason(self, key: str, code: int) -> str:
-        if code == INVALID_ARGUMENT:
-            return f"field id {self._fields.field_id(key)} unknown to this driver"
-        return describe_code(code)
 
     def _apply_fields(self, values: dict[str, Any], f: dict[str, float | int], now: float) -> None:
         s = self._state
@@ -401,6 +397,11 @@ class NvmlDevice:
 
     def close(self) -> None:
         self._drop_gpm()
+
+
+def _field_reason(field_id: int, code: int) -> str:
+    """Why a field was switched off: an id the driver does not know, or the field's own error."""
+    return f"field id {field_id} unknown to this driver" if code == INVALID_ARGUMENT else describe_code(code)
 
 
 def _processes(pids: dict[int, int | None] | None, utils: dict[int, float], host: HostFacts

@@ -140,5 +140,3 @@ class FieldBatch:
     def has(self, key: str) -> bool:
         return any(f.key == key for f in self.fields)
 
-    def field_id(self, key: str) -> int | None:
-        return next((f.field_id for f in self.fields if f.key == key), None)
