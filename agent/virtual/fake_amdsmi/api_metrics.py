@@ -3,6 +3,13 @@
 The real library reads the driver's gpu_metrics file for these, so they report socket values on
 every partition (activity is the mean over all XCCs; per-partition activity is only in
 ``xcp_stats[p].gfx_busy_inst``), and what the table leaves at all ones they report as unknown.
+
+More of libamd_smi is computed from that table than its names say: amdsmi_get_gpu_activity,
+amdsmi_get_clock_info, amdsmi_get_pcie_info, amdsmi_get_link_metrics and (through rocm_smi's
+rsmi_dev_energy_count_get) amdsmi_get_energy_count each call amdsmi_get_gpu_metrics_info first
+and return its failure (src/amd_smi/amd_smi.cc and rocm_smi/src/rocm_smi.cc, ROCm 6.2 and 6.3);
+amdsmi_get_power_info leaves its socket-power fields unknown. :meth:`MetricsFunctions._derived`
+is that inner call: where the firmware has no table, none of them can stand in for it.
 """
 
 from __future__ import annotations
@@ -12,7 +19,7 @@ from typing import Any
 
 from agent.virtual.fake_amdsmi import codes
 from agent.virtual.fake_amdsmi.device import AmdDevice
-from agent.virtual.fake_amdsmi.arguments import Fail, out_struct
+from agent.virtual.fake_amdsmi.arguments import Fail, has_field, out_struct, put
 from agent.virtual.fake_amdsmi.metrics_table import TICKS_PER_S, Table, write_table
 from agent.virtual.fake_nvml.symbols import c_function
 
@@ -32,8 +39,22 @@ def _active(percent: int) -> int:
     return codes.UINT8_MAX if percent == codes.UINT64_MAX else int(percent > 0)
 
 
+TABLE_SYMBOL = "amdsmi_get_gpu_metrics_info"
+
+
 class MetricsFunctions:
     """Mixin of :class:`~agent.virtual.fake_amdsmi.library.FakeAmdSmiLibrary`: uses its state and helpers."""
+
+    def _derived(self, dev: AmdDevice) -> Table:
+        """The table as libamd_smi's own amdsmi_get_gpu_metrics_info call inside another function gets
+        it: that function fails with the table's NOT_SUPPORTED / NO_PERM (a forced status only fails
+        the one function it was forced on)."""
+        if TABLE_SYMBOL in self.profile.not_supported:
+            raise Fail(codes.STATUS_NOT_SUPPORTED)
+        if TABLE_SYMBOL in self.profile.no_permission:
+            raise Fail(codes.STATUS_NO_PERM)
+        self._fresh(dev)
+        return self._table(dev)
 
     @c_function("amdsmi_get_gpu_metrics_info", handle=True)
     def _c_gpu_metrics(self, dev: AmdDevice, out: Any) -> None:
@@ -44,8 +65,7 @@ class MetricsFunctions:
     @c_function("amdsmi_get_gpu_activity", handle=True)
     def _c_activity(self, dev: AmdDevice, out: Any) -> None:
         usage = out_struct(out)
-        self._fresh(dev)
-        table = self._table(dev)
+        table = self._derived(dev)
         usage.gfx_activity = _or(table, "average_gfx_activity", codes.UINT16_MAX)
         usage.umc_activity = _or(table, "average_umc_activity", codes.UINT16_MAX)
         usage.mm_activity = _or(table, "average_mm_activity", codes.UINT16_MAX)
@@ -59,8 +79,8 @@ class MetricsFunctions:
         interval as the other readings.
         """
         status = out_struct(out)
-        now = self._fresh(dev)
-        table = self._table(dev)
+        table = self._derived(dev)
+        now = self._now()
         if not self.traits.accumulators or table.get("accumulation_counter") is None:
             raise Fail(codes.STATUS_NOT_SUPPORTED)
         ctypes.memset(ctypes.addressof(status), 0xFF, ctypes.sizeof(status))
@@ -91,7 +111,7 @@ class MetricsFunctions:
         mine = xcps[dev.partition] if dev.partition < len(xcps) else {}
         below = mine.get("gfx_below_host_limit_acc") or [None]
         if below[0] is not None:
-            status.acc_gfx_clk_below_host_limit = below[0]
+            put(status, "acc_gfx_clk_below_host_limit", below[0])  # amdsmi 6.4+
         for p, (xcp, part) in enumerate(zip(xcps, socket.devices)):
             s = part.latest
             if s is None:
@@ -109,7 +129,7 @@ class MetricsFunctions:
             }
             for (acc_f, per_f, active_f), (table_f, delta) in rows.items():
                 values = xcp.get(table_f)
-                if values is None or delta is None:
+                if values is None or delta is None or not has_field(status, acc_f):  # per-XCC arrays: 7.0+
                     continue
                 percent = _percent(delta, span.dt)
                 for j, v in enumerate(values[:codes.MAX_NUM_XCC]):

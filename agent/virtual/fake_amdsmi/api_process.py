@@ -13,10 +13,8 @@ from typing import Any
 from agent.virtual.fake_amdsmi import codes
 from agent.virtual.fake_amdsmi.api_memory import GTT_PER_PROCESS_BYTES
 from agent.virtual.fake_amdsmi.device import AmdDevice
-from agent.virtual.fake_amdsmi.arguments import Fail, is_null, out_struct, target
+from agent.virtual.fake_amdsmi.arguments import Fail, is_null, out_struct, put, target
 from agent.virtual.fake_nvml.symbols import c_function
-
-NAME_BYTES = 255
 
 
 class ProcessFunctions:
@@ -36,7 +34,7 @@ class ProcessFunctions:
         capacity = min(room.value, len(entries)) if hasattr(entries, "__len__") else room.value
         for i, p in enumerate(procs[:capacity]):
             e = entries[i]
-            e.name = (p.name or "").encode()[:NAME_BYTES]
+            put(e, "name", p.name or "")  # 32 bytes until amdsmi 6.4, 256 after
             e.pid = p.pid
             e.mem = p.used_memory_bytes or 0
             e.engine_usage.gfx = int(dev.process_gfx_ns.get(p.pid, 0.0))
@@ -44,9 +42,9 @@ class ProcessFunctions:
             e.memory_usage.gtt_mem = GTT_PER_PROCESS_BYTES
             e.memory_usage.cpu_mem = p.rss_bytes or 0
             e.memory_usage.vram_mem = p.used_memory_bytes or 0
-            e.container_name = b""
+            put(e, "container_name", "")
             cus = getattr(p, "compute_units", None)
-            e.cu_occupancy = codes.UINT32_MAX if cus is None else cus
+            put(e, "cu_occupancy", codes.UINT32_MAX if cus is None else cus)  # amdsmi 6.4.2+
         written = min(capacity, len(procs))
         room.value = written if written == len(procs) else len(procs)
         return codes.STATUS_OUT_OF_RESOURCES if written < len(procs) else None

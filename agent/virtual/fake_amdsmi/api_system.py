@@ -1,9 +1,13 @@
 """Library-level C functions: init/shut_down reference counting, versions, status strings, enumeration.
 
-amdsmi counts amdsmi_init calls and tears down only on the matching last amdsmi_shut_down;
-everything else returns AMDSMI_STATUS_NOT_INIT outside that. Enumeration is two-level: one
+From 6.4 amdsmi counts amdsmi_init calls and tears down only on the matching last
+amdsmi_shut_down (its documentation: "requires the same number of inits as shutdowns"); 6.2 and 6.3
+keep one flag instead (amd_smi.cc at rocm-6.2.2 and on the 6.3 branch): a second init does nothing,
+the first shut_down tears down, and a shut_down without init succeeds. Everything else returns
+AMDSMI_STATUS_NOT_INIT outside an init. Enumeration is two-level: one
 socket per physical GPU, and under it one processor per compute partition (a single one in
-SPX). A GPU inside a ``lost`` window is missing from its socket's processor list.
+SPX). The processor list is the one the first amdsmi_init took (:mod:`.handles`): a GPU lost
+since is still listed, one lost at that init is not.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from typing import Any
 from agent.virtual.fake_amdsmi import codes
 from agent.virtual.fake_amdsmi.arguments import (
     Fail,
+    has_field,
     out_struct,
     pointer_value,
     set_value,
@@ -25,15 +30,21 @@ from agent.virtual.fake_amdsmi.arguments import (
 )
 from agent.virtual.fake_nvml.symbols import c_function
 
-_LIB_VERSIONS = {(6, 3): (25, 1), (6, 4): (25, 3), (7, 0): (26, 0), (7, 1): (26, 1)}
-"""ROCm release -> amdsmi library (major, minor) as amd-smi version prints them."""
+_LIB_VERSIONS = {(6, 2): (24, 6, 3), (6, 3): (24, 7, 1), (6, 4): (25, 3, 0), (7, 0): (26, 0, None),
+                 (7, 1): (26, 1, None)}
+"""ROCm release -> libamd_smi (year, major, minor) as amd-smi version prints it. 6.2: amdsmi.h at tag
+rocm-6.2.2 (24.6.3); 6.3: 24.7 (the ROCm 6.3 branch); 6.4 dropped the year from the version
+(CHANGELOG 6.4.0) and 7.0 prints 26.0.x (CHANGELOG 7.0.0); None: the ROCm patch release."""
 
 
-def lib_version(rocm_version: str) -> tuple[int, int, int]:
-    """amdsmi_version_t (major, minor, release) of the libamd_smi shipped with ``rocm_version``."""
-    parts = [int(p) for p in rocm_version.split(".")] + [0, 0]
-    major, minor = _LIB_VERSIONS.get((parts[0], parts[1]), (parts[0] + 19, parts[1]))
-    return major, minor, parts[2]
+def lib_version(rocm_version: str | tuple[int, ...]) -> tuple[int, int, int]:
+    """amdsmi_version_t (year or major, major or minor, release) of the libamd_smi of ``rocm_version``."""
+    parts = [int(p) for p in (rocm_version.split(".") if isinstance(rocm_version, str) else rocm_version)] + [0, 0]
+    known = _LIB_VERSIONS.get((parts[0], parts[1]))
+    if known is None:
+        return parts[0] + 19, parts[1], parts[2]
+    first, second, third = known
+    return first, second, parts[2] if third is None else third
 
 
 class SystemFunctions:
@@ -43,16 +54,21 @@ class SystemFunctions:
     def _c_init(self, flags: Any = codes.INIT_AMD_GPUS) -> int | None:
         if not self.is_amd:
             return codes.STATUS_DRIVER_NOT_LOADED  # no amdgpu on this node
+        counted = self.release.at_least(6, 4)
         with self._lock:
-            self._refcount += 1
+            first = self._refcount == 0
+            self._refcount = self._refcount + 1 if counted else 1
+        if first:
+            self.handles.initialise(self._vt())
         return None
 
     @c_function("amdsmi_shut_down", needs_init=False)
     def _c_shut_down(self) -> int | None:
+        counted = self.release.at_least(6, 4)
         with self._lock:
             if self._refcount == 0:
-                return codes.STATUS_NOT_INIT
-            self._refcount -= 1
+                return codes.STATUS_NOT_INIT if counted else None
+            self._refcount = self._refcount - 1 if counted else 0
         return None
 
     @c_function("amdsmi_status_code_to_string", needs_init=False)
@@ -60,11 +76,20 @@ class SystemFunctions:
         text = codes.STATUS_STRINGS.get(value(status), b"An unknown error occurred")
         write_pointer(out, ctypes.addressof(self._static_string(text)))
 
-    @c_function("amdsmi_get_lib_version")
+    @c_function("amdsmi_get_lib_version", needs_init=False)
     def _c_lib_version(self, out: Any) -> None:
+        """Until 6.4 the struct leads with a ``year`` (24.6.3.0) and amdsmi must be initialised; from
+        6.4 it is major.minor.release and answers before amdsmi_init (CHANGELOG 6.4.0)."""
+        if not self.release.at_least(6, 4) and not self._initialised():
+            raise Fail(codes.STATUS_NOT_INIT)
         version = out_struct(out)
-        version.major, version.minor, version.release = lib_version(self.profile.rocm_version)
-        build = ".".join(str(v) for v in lib_version(self.profile.rocm_version)).encode()
+        rocm = self.release.version or self.profile.rocm_version
+        numbers = lib_version(rocm)
+        if has_field(version, "year"):
+            version.year, version.major, version.minor, version.release = (*numbers, 0)
+        else:
+            version.major, version.minor, version.release = numbers
+        build = ".".join(str(v) for v in numbers).encode()
         write_pointer_field(version, "build", ctypes.addressof(self._static_string(build)))
 
     @c_function("amdsmi_get_socket_handles")
@@ -76,8 +101,7 @@ class SystemFunctions:
         sock = self._decode_socket(pointer_value(socket))
         if sock is None:
             raise Fail(codes.STATUS_INVAL)
-        vt = self._vt()
-        write_handles(count, handles, [self._handle_address(d, vt) for d in sock.devices if not self._lost_now(d, vt)])
+        write_handles(count, handles, self.handles.listed(sock))
 
     @c_function("amdsmi_get_socket_info")
     def _c_socket_info(self, socket: Any, length: Any, buffer: Any) -> None:

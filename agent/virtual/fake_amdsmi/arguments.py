@@ -15,7 +15,7 @@ from agent.virtual.fake_nvml import ctypes_io
 from agent.virtual.fake_nvml.ctypes_io import Fail, pointer_value, target, value
 
 __all__ = ["Fail", "pointer_value", "target", "value", "out_struct", "set_value", "write_string",
-           "write_pointer_field", "write_pointer", "is_null", "write_handles"]
+           "write_pointer_field", "write_pointer", "is_null", "write_handles", "has_field", "put"]
 
 _NVML_TO_AMDSMI = {2: codes.STATUS_INVAL, 7: codes.STATUS_INSUFFICIENT_SIZE}
 
@@ -72,3 +72,31 @@ def write_handles(count: Any, handles: Any, addresses: list[int]) -> None:
     for i in range(k):
         out[i] = addresses[i]
     n.value = k
+
+
+def has_field(struct: Any, name: str) -> bool:
+    """Whether this release's structure has field ``name`` (older wrappers define fewer)."""
+    return any(f[0] == name for f in getattr(type(struct), "_fields_", ()))
+
+
+def put(struct: Any, name: str, data: Any) -> bool:
+    """``struct.name = data`` if the structure has that field; False when it has not.
+
+    The fake serves the wrappers of several releases, each with its own layout of the same
+    structure (amdsmi 6.2's amdsmi_asic_info_t has no num_of_compute_units, 7.0's strings are 256
+    bytes, 6.x's 32 or 64). Text goes into a char array cut to its size, NUL included; a number
+    into a number field; a value of the other kind is not written (returns False).
+    """
+    if not has_field(struct, name):
+        return False
+    current = getattr(struct, name)
+    if isinstance(data, str):
+        if not isinstance(current, bytes):
+            return False
+        size = getattr(type(struct), name).size
+        setattr(struct, name, data.encode()[:size - 1])
+        return True
+    if isinstance(current, bytes):
+        return False
+    setattr(struct, name, data)
+    return True

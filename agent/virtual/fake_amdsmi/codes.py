@@ -18,6 +18,8 @@ STATUS_NOT_FOUND = 31
 STATUS_NOT_INIT = 32
 STATUS_DRIVER_NOT_LOADED = 34
 STATUS_INSUFFICIENT_SIZE = 41
+STATUS_UNEXPECTED_SIZE = 42
+"""What rocm_smi makes of EIO (ErrnoToRsmiStatus): a sysfs read of a GPU in reset."""
 
 STATUS_STRINGS: dict[int, bytes] = {
     STATUS_SUCCESS: b"AMDSMI_STATUS_SUCCESS: Call succeeded",
@@ -31,6 +33,7 @@ STATUS_STRINGS: dict[int, bytes] = {
     STATUS_NOT_INIT: b"AMDSMI_STATUS_NOT_INIT: Device not initialized",
     STATUS_DRIVER_NOT_LOADED: b"AMDSMI_STATUS_DRIVER_NOT_LOADED: Driver not loaded",
     STATUS_INSUFFICIENT_SIZE: b"AMDSMI_STATUS_INSUFFICIENT_SIZE: Insufficient size for operation",
+    STATUS_UNEXPECTED_SIZE: b"AMDSMI_STATUS_UNEXPECTED_SIZE: An unexpected amount of data was read",
 }
 """What amdsmi_status_code_to_string hands back (other codes: an unknown-error text)."""
 

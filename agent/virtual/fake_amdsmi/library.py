@@ -10,10 +10,14 @@ AMDSMI_STATUS_NOT_SUPPORTED for everything else the wrapper binds. Names in the 
 ``missing_symbols`` raise AttributeError "undefined symbol", as ctypes does for a libamd_smi.so
 older than the wrapper.
 
-Processor handles are ``0x7A000000 | generation << 16 | gpu << 8 | partition``; a ``lost`` fault
-window bumps the generation when it ends, so a handle taken before stays invalid (NOT_FOUND) and
-a fresh enumeration returns a new value, as after a reset. Socket handles are
+Processor handles and what a lost GPU does to them follow the real library
+(:mod:`agent.virtual.fake_amdsmi.handles`): the list is taken at amdsmi_init and kept, a lost GPU
+keeps its handle and its reads fail with UNEXPECTED_SIZE / NOT_SUPPORTED. Socket handles are
 ``0x50000000 | gpu << 8`` and never change.
+
+The library plays one amdsmi release (:mod:`agent.virtual.fake_amdsmi.release`), set by
+:func:`~agent.virtual.fake_amdsmi.load_amdsmi` from the wrapper it loads: it exports exactly the C
+symbols that release's libamd_smi.so had, and fills the structures that release's wrapper defines.
 
 :meth:`FakeAmdSmiLibrary.force_error` makes one function fail with a chosen amdsmi_status_t, on
 one GPU or all: the C function returns that status and the real package raises for it exactly as
@@ -28,7 +32,7 @@ import ctypes
 import threading
 from typing import Any
 
-from agent.backends.virtual import FaultWindow, VirtualBackend
+from agent.backends.virtual import VirtualBackend
 from agent.model import GpuSample
 from agent.model.specs import spec_by_key
 from agent.virtual.devices import HIDDEN_FIELDS, default_counters, driver_view
@@ -43,11 +47,12 @@ from agent.virtual.fake_amdsmi.api_system import SystemFunctions
 from agent.virtual.fake_amdsmi.asic import asic_traits
 from agent.virtual.fake_amdsmi.device import AmdDevice, AmdSocket
 from agent.virtual.fake_amdsmi.arguments import Fail, pointer_value
+from agent.virtual.fake_amdsmi.handles import CACHED_AT_INIT, Handles
 from agent.virtual.fake_amdsmi.metrics_table import UPTIME_AT_START_S, Table, TableContext, build_table, validate_na
+from agent.virtual.fake_amdsmi.release import NEWEST, Release
 from agent.virtual.fake_nvml.symbols import CFunction, collect
 from agent.virtual.profiles import AmdProfile
 
-HANDLE_BASE = 0x7A000000
 SOCKET_BASE = 0x50000000
 _BASE_MASK = 0xFF000000
 SOCKET_SYMBOLS = frozenset({"amdsmi_get_processor_handles", "amdsmi_get_socket_info"})
@@ -81,6 +86,7 @@ class FakeAmdSmiLibrary(SystemFunctions, IdentityFunctions, MetricsFunctions, Po
 
         self._lock = threading.Lock()
         self._refcount = 0
+        """amdsmi_init calls not yet shut down (before 6.4: 0 or 1, a flag)."""
         self._closed = threading.Event()
         self._hung = 0
         self._strings: dict[bytes, Any] = {}
@@ -88,12 +94,32 @@ class FakeAmdSmiLibrary(SystemFunctions, IdentityFunctions, MetricsFunctions, Po
         self.sockets: list[AmdSocket] = self._build_sockets(frozenset(HIDDEN_FIELDS[preset]))
         self.devices: list[AmdDevice] = [d for s in self.sockets for d in s.devices]
         self._by_gpu = {d.gpu: d for d in self.devices}
+        self.handles = Handles(self.sockets, self.backend.fault_windows)
+        self.release: Release = NEWEST
+        self._export()
 
+    def _export(self) -> None:
+        """The C functions this library offers: the release's symbols, less the profile's missing ones."""
+        exported = self.release.symbols
         self._missing = frozenset(self.profile.missing_symbols)
         self._functions: dict[str, CFunction] = {
             name: CFunction(self, name, impl, handle=handle, needs_init=needs_init)
-            for name, (impl, handle, needs_init) in collect(self).items() if name not in self._missing}
+            for name, (impl, handle, needs_init) in collect(self).items()
+            if name not in self._missing and (exported is None or name in exported)}
         self._implemented = frozenset(self._functions)
+
+    def play(self, release: Release) -> None:
+        """Be the libamd_smi.so of ``release`` (called by the loader with the wrapper's release).
+
+        One library is one .so: a second wrapper of another release over it is refused.
+        """
+        if release == self.release:
+            return
+        if self.release != NEWEST:
+            raise ValueError(f"this fake libamd_smi already plays amdsmi {self.release.text}, "
+                             f"not {release.text}")
+        self.release = release
+        self._export()
 
     # ------------------------------------------------------------------ public API
 
@@ -107,14 +133,15 @@ class FakeAmdSmiLibrary(SystemFunctions, IdentityFunctions, MetricsFunctions, Po
         fn = functions.get(name)
         if fn is not None:
             return fn
-        if name in state["_missing"] or not name.startswith("amdsmi_"):
+        exported = state["release"].symbols
+        if name in state["_missing"] or not name.startswith("amdsmi_") or (exported is not None and name not in exported):
             raise AttributeError(f"{state['path']}: undefined symbol: {name}")
         with state["_lock"]:
             return functions.setdefault(name, CFunction(self, name, _not_supported, handle=False, needs_init=True))
 
     @property
     def symbols(self) -> list[str]:
-        """The C symbols this fake implements (every other ``amdsmi_*`` name returns NOT_SUPPORTED)."""
+        """The C symbols this fake implements for its release (the release's others return NOT_SUPPORTED)."""
         return sorted(self._implemented)
 
     @property
@@ -143,8 +170,10 @@ class FakeAmdSmiLibrary(SystemFunctions, IdentityFunctions, MetricsFunctions, Po
         """
         if not isinstance(symbol, str) or not symbol.startswith("amdsmi_"):
             raise ValueError(f"not an amdsmi function: {symbol!r}")
-        if symbol in self._missing:
-            raise ValueError(f"{symbol} is missing from this library (profile missing_symbols)")
+        exported = self.release.symbols
+        if symbol in self._missing or (exported is not None and symbol not in exported):
+            raise ValueError(f"{symbol} is missing from this library (amdsmi {self.release.text}, "
+                             "or the profile's missing_symbols)")
         code = int(status) & 0xFFFFFFFF
         if code == codes.STATUS_SUCCESS:
             raise ValueError("force_error needs a failing status, not AMDSMI_STATUS_SUCCESS")
@@ -164,7 +193,7 @@ class FakeAmdSmiLibrary(SystemFunctions, IdentityFunctions, MetricsFunctions, Po
                 return key
         else:
             try:
-                ref = self._decode(pointer_value(gpu))
+                ref = self.handles.decode(pointer_value(gpu))
             except (TypeError, ctypes.ArgumentError):
                 ref = None
             if ref is not None:
@@ -198,15 +227,6 @@ class FakeAmdSmiLibrary(SystemFunctions, IdentityFunctions, MetricsFunctions, Po
     def _socket_of(self, dev: AmdDevice) -> AmdSocket:
         return next(s for s in self.sockets if s.index == dev.index)
 
-    def _decode(self, address: int) -> tuple[AmdDevice, int] | None:
-        """(device, generation) of a processor handle value, or None if it is no handle of ours."""
-        if address & _BASE_MASK != HANDLE_BASE:
-            return None
-        gen, index, part = (address >> 16) & 0xFF, (address >> 8) & 0xFF, address & 0xFF
-        socket = next((s for s in self.sockets if s.index == index), None)
-        dev = next((d for d in socket.devices if d.partition == part), None) if socket else None
-        return (dev, gen) if dev is not None else None
-
     def _decode_socket(self, address: int) -> AmdSocket | None:
         if address & _BASE_MASK != SOCKET_BASE or address & 0xFF:
             return None
@@ -216,24 +236,6 @@ class FakeAmdSmiLibrary(SystemFunctions, IdentityFunctions, MetricsFunctions, Po
     @staticmethod
     def _socket_address(socket: AmdSocket) -> int:
         return SOCKET_BASE | socket.index << 8
-
-    def _handle_address(self, dev: AmdDevice, vt: float) -> int:
-        return HANDLE_BASE | (self._generation(dev, vt) << 16) | (dev.index << 8) | dev.partition
-
-    def _lost_windows(self, dev: AmdDevice) -> list[FaultWindow]:
-        return [w for w in self.backend.fault_windows() if w.kind == "lost" and w.covers(dev.gpu)]
-
-    def _lost_now(self, dev: AmdDevice, vt: float) -> bool:
-        return any(w.active(vt) for w in self._lost_windows(dev))
-
-    def _generation(self, dev: AmdDevice, vt: float) -> int:
-        """Resets so far: lost windows over ``dev`` that have ended by virtual time ``vt``."""
-        return sum(1 for w in self._lost_windows(dev) if w.start_s + w.duration_s <= vt) & 0xFF
-
-    def _check_alive(self, dev: AmdDevice, gen: int) -> None:
-        vt = self._vt()
-        if self._lost_now(dev, vt) or gen != self._generation(dev, vt):
-            raise Fail(codes.STATUS_NOT_FOUND)
 
     def _ordinal(self, dev: AmdDevice) -> int:
         """Position in the flat processor list (the HIP / DRM index of the device)."""
@@ -253,12 +255,13 @@ class FakeAmdSmiLibrary(SystemFunctions, IdentityFunctions, MetricsFunctions, Po
         return self.backend.clock() - self.backend.start_time
 
     def _apply_fault(self, gpu: str, now: float) -> None:
-        """A reading call on ``gpu`` inside a fault window: API_FAILED, NOT_FOUND, or a hang then TIMEOUT."""
+        """A reading call on ``gpu`` inside a fault window: API_FAILED, the lost status, or a hang then TIMEOUT."""
         window = self.backend.fault_at(gpu, now)
         if window is None:
             return
         if window.kind == "lost":
-            raise Fail(codes.STATUS_NOT_FOUND)
+            status = self.handles.lost_status(self._by_gpu[gpu], now - self.backend.start_time)
+            raise Fail(status if status is not None else codes.STATUS_NOT_SUPPORTED)
         if window.kind == "hang":
             with self._lock:
                 self._hung += 1
@@ -310,7 +313,7 @@ class FakeAmdSmiLibrary(SystemFunctions, IdentityFunctions, MetricsFunctions, Po
         ref: tuple[AmdDevice, int] | None = None
         key: str | None = None
         if fn.handle and args:
-            ref = self._decode(pointer_value(args[0]))
+            ref = self.handles.decode(pointer_value(args[0]))
             key = ref[0].gpu if ref else None
         elif fn.name in SOCKET_SYMBOLS and args:
             socket = self._decode_socket(pointer_value(args[0]))
@@ -330,7 +333,7 @@ class FakeAmdSmiLibrary(SystemFunctions, IdentityFunctions, MetricsFunctions, Po
             if fn.handle:
                 if ref is None:
                     raise Fail(codes.STATUS_INVAL)
-                self._check_alive(*ref)
+                self.handles.check(*ref, self._vt(), cached=fn.name in CACHED_AT_INIT)
             if fn.name in self.profile.not_supported:
                 raise Fail(codes.STATUS_NOT_SUPPORTED)
             if fn.name in self.profile.no_permission:

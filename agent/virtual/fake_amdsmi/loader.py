@@ -2,10 +2,15 @@
 
 amdsmi binds every C symbol at import time: amdsmi_wrapper.py calls ``ctypes.CDLL`` on the
 first libamd_smi.so it finds and fetches each function from it. The copy (package
-``amdsmi_fake_<n>``, executed from the installed files, unchanged) runs its wrapper with a
+``amdsmi_fake_<n>``, executed from the package's own files, unchanged) runs its wrapper with a
 ``ctypes`` whose ``CDLL`` returns the fake instead, so every symbol the wrapper binds comes from
 the fake; everything else in that ``ctypes`` is the real module. Each copy has its own wrapper,
 interface and exception classes, so one process can hold many fakes at once.
+
+The package is the importable ``amdsmi`` (the installed one, or the first on ``PYTHONPATH``) or
+any other release's, given by directory (an unpacked wheel, ROCm's ``/opt/rocm/share/amd_smi``).
+Before the wrapper runs, the fake library is told which release it is serving
+(:mod:`agent.virtual.fake_amdsmi.release`), so it offers that release's C symbols and no others.
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ import threading
 import types
 from pathlib import Path
 from typing import Any
+
+from agent.virtual.fake_amdsmi.release import release_of
 
 _counter = itertools.count(1)
 _lock = threading.Lock()
@@ -70,17 +77,24 @@ def _module(name: str, path: Path, *, package: Path | None = None) -> tuple[type
     return importlib.util.module_from_spec(spec), spec.loader
 
 
-def load_amdsmi(library: Any | None) -> types.ModuleType:
-    """A fresh, independent copy of the installed amdsmi package whose libamd_smi.so is ``library``.
+def load_amdsmi(library: Any | None, package_dir: Path | str | None = None) -> types.ModuleType:
+    """A fresh, independent copy of an amdsmi package whose libamd_smi.so is ``library``.
 
-    ``None`` (or a library whose profile says it is not installed) behaves like a machine
-    without ROCm: the wrapper prints why it found no libamd_smi.so and the import fails with
-    KeyError('libamd_smi.so'). A library lacking a symbol the wrapper binds fails the import with
-    ctypes' AttributeError "undefined symbol: <name>".
+    ``package_dir`` is the ``amdsmi`` package directory (holding ``amdsmi_wrapper.py``) of the
+    release to load; by default the importable one. ``None`` as library (or a library whose
+    profile says it is not installed) behaves like a machine without ROCm: the wrapper prints why
+    it found no libamd_smi.so and the import fails with KeyError('libamd_smi.so'). A library
+    lacking a symbol the wrapper binds fails the import with ctypes' AttributeError "undefined
+    symbol: <name>".
     """
     with _lock:
         name = f"amdsmi_fake_{next(_counter)}"
-    root = amdsmi_dir()
+    root = Path(package_dir) if package_dir is not None else amdsmi_dir()
+    if not (root / "amdsmi_wrapper.py").exists():
+        raise ImportError(f"{root} is not an amdsmi package (no amdsmi_wrapper.py)")
+    play = getattr(library, "play", None)
+    if play is not None:
+        play(release_of(root))
     package, package_loader = _module(name, root / "__init__.py", package=root)
     wrapper, wrapper_loader = _module(f"{name}.amdsmi_wrapper", root / "amdsmi_wrapper.py")
     wrapper.__builtins__ = _builtins_with_ctypes(_Ctypes(library))  # type: ignore[attr-defined]

@@ -6,7 +6,8 @@ amdsmi copy has its own structure class. Other calls that the real library answe
 same table (activity, power, energy, violation status) read the dict, so they agree with it.
 
 Units are the driver's: °C, W, MHz, %, energy in 15.259 µJ ticks, XGMI data in KB (1024 bytes)
-per link, PCIe bandwidth in GB/s, system_clock_counter in ns since boot, firmware_timestamp in
+per link, PCIe bandwidth in GB/s (``pcie_bandwidth_inst``, which amdsmi_get_pcie_info copies into its
+"Mb/s" pcie_bandwidth as is), system_clock_counter in ns since boot, firmware_timestamp in
 10 ns. Accumulators (``*_acc``, ``accumulation_counter``) count PMFW ticks of 1 ms: a
 residency / busy accumulator grows by 1 (resp. by the busy %) per tick, so the real formula
 ``Δacc * 100 / Δaccumulation_counter`` (resp. ``Δbusy_acc / Δaccumulation_counter``) gives the
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from agent.virtual.fake_amdsmi import codes
+from agent.virtual.fake_amdsmi.arguments import has_field
 from agent.virtual.fake_amdsmi.asic import AsicTraits
 from agent.virtual.fake_amdsmi.device import (
     HBM_THERMAL_BITS,
@@ -281,8 +283,12 @@ def _apply_na(t: Table, names: Iterable[str]) -> None:
 
 
 def _store(obj: Any, name: str, value: Any) -> None:
-    """Set a scalar or array field; values are masked to the field's width, never to all ones."""
-    if value is None:
+    """Set a scalar or array field; values are masked to the field's width, never to all ones.
+
+    A field the caller's structure does not have (an older release's amdsmi_gpu_metrics_t) is
+    skipped: that release's library had nowhere to put it either.
+    """
+    if value is None or not has_field(obj, name):
         return
     if isinstance(value, list):
         arr = getattr(obj, name)
@@ -302,7 +308,11 @@ def _fit(value: int, bits: int) -> int:
 
 
 def write_table(struct: Any, table: Table) -> None:
-    """Copy ``table`` into an amdsmi_gpu_metrics_t: everything not in the table stays all ones (N/A)."""
+    """Copy ``table`` into an amdsmi_gpu_metrics_t: everything not in the table stays all ones (N/A).
+
+    The structure is the one the calling wrapper defines, so amdsmi 6.2's (no accumulators, no
+    ``xcp_stats``) gets only the fields it has, as it did from that release's library.
+    """
     ctypes.memset(ctypes.addressof(struct), 0xFF, ctypes.sizeof(struct))
     header = struct.common_header
     header.structure_size = ctypes.sizeof(struct) & 0xFFFF
@@ -312,6 +322,8 @@ def write_table(struct: Any, table: Table) -> None:
         if name.startswith("_"):
             continue
         if name == "xcp_stats":
+            if not has_field(struct, "xcp_stats"):
+                continue
             for p, xcp in enumerate(value[:len(struct.xcp_stats)]):
                 for field, vals in xcp.items():
                     _store(struct.xcp_stats[p], field, vals)
