@@ -25,6 +25,20 @@ def test_percent_is_a_ratio_and_out_of_range_is_unknown(raw, expected):
     assert v.percent(raw) == expected
 
 
+@pytest.mark.parametrize("reader, raw, expected", [
+    # all ones at every width, as some wrappers pass them through, and out-of-range readings
+    (v.watts, 750, 750.0), (v.watts, 255, 255.0), (v.watts, 0xFFFF, None), (v.watts, 0xFFFE, None),
+    (v.watts, 0xFFFFFFFF, None), (v.watts, 0xFFFFFFFFFFFFFFFF, None), (v.watts, -5, None), (v.watts, "N/A", None),
+    (v.celsius, 45, 45.0), (v.celsius, 0xFF, None), (v.celsius, 0xFFFF, None), (v.celsius, -300, None),
+    (v.mhz, 2100, 2100.0), (v.mhz, 0, None), (v.mhz, 0xFFFF, None), (v.mhz, 0xFFFFFFFF, None),
+    (v.counter, 123, 123.0), (v.counter, 255, 255.0), (v.counter, 0xFFFF, 65535.0), (v.counter, 0xFFFFFFFF, None),
+    (v.counter, 0xFFFFFFFFFFFFFFFF, None), (v.counter, -1, None), (v.counter, "N/A", None),
+    (v.nbytes, 8 << 30, float(8 << 30)), (v.nbytes, 0xFFFFFFFFFFFFFFFF, None),
+])
+def test_sentinels_and_absurd_values_are_unknown(reader, raw, expected):
+    assert reader(raw) == expected
+
+
 def test_mean_percent_skips_unreadable_xccs_and_is_unknown_when_none_is_readable():
     assert v.mean_percent([50, "N/A", 100]) == pytest.approx(0.75)
     assert v.mean_percent(["N/A", "N/A"]) is None
@@ -67,6 +81,8 @@ def test_import_messages_name_the_cause_and_the_fix():
     skew = import_error_message(AttributeError("/opt/rocm/lib/libamd_smi.so: undefined symbol: amdsmi_get_cpu_affinity_with_scope"))
     assert "newer than the installed ROCm" in skew and "amdsmi_get_cpu_affinity_with_scope" in skew
     assert "/opt/rocm/share/amd_smi" in skew
+    rocm_path = import_error_message(KeyError("ROCM_PATH"))  # the 6.2.0-6.2.2 wrappers, without ROCM_PATH
+    assert "ROCM_PATH=/opt/rocm" in rocm_path and "libamd_smi.so not found" not in rocm_path
 
 
 def test_the_real_amdsmi_import_without_rocm_is_one_clear_line(capsys):

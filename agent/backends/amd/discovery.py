@@ -5,6 +5,12 @@ its PCI domain, bus and device (the function number carries the partition) and i
 in CPX mode is therefore eight devices ``"<gpu>/<partition id>"``, each held to 1/8 of the GPU's
 peaks; in SPX it is one device ``"<gpu>"``. MI250X is two GCDs, which amdsmi already lists as two
 devices with their own bus addresses; the catalogue's MI250X entry is per GCD.
+
+Only UUID, PCI address, ASIC info and VRAM size are required; everything else is optional and
+may be missing from an older amdsmi (:mod:`agent.backends.amd.bindings`): without
+``amdsmi_get_gpu_kfd_info`` (amdsmi 6.2) a partition's id is its PCI function number, which is
+how amdgpu numbers a GPU's partitions; without ``num_compute_units`` (6.2) the spec is matched
+without it.
 """
 
 from __future__ import annotations
@@ -13,7 +19,9 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from agent.backends.amd.values import num, parent_bdf, partition_count
+from agent.backends.amd import values as v
+from agent.backends.amd.bindings import Bindings
+from agent.backends.amd.values import parent_bdf, partition_count
 from agent.model import DeviceInfo, GpuSpec
 from agent.model.specs import partition_slice_spec, resolve_spec
 
@@ -33,10 +41,22 @@ class Found:
     partitions: int
 
 
-def _optional(amdsmi: Any, fn: Callable[..., Any], *args: Any) -> Any:
+def _optional(amdsmi: Any, bindings: Bindings, name: str, *args: Any) -> Any:
+    """``amdsmi.<name>(*args)``, or None when this amdsmi lacks it or the call fails."""
+    fn: Callable[..., Any] | None = getattr(amdsmi, name, None) if bindings.has(name) else None
+    if fn is None:
+        return None
     try:
         return fn(*args)
     except amdsmi.AmdSmiException:
+        return None
+
+
+def pci_function(bdf: str) -> int | None:
+    """``0000:18:00.3`` -> 3: the partition's id when KFD cannot be asked."""
+    try:
+        return int(bdf.rsplit(".", 1)[1], 16) if "." in bdf else None
+    except ValueError:
         return None
 
 
@@ -56,26 +76,30 @@ def _device_id(value: Any) -> int | None:
     return None
 
 
-def describe_handle(amdsmi: Any, handle: Any) -> dict[str, Any]:
+def describe_handle(amdsmi: Any, handle: Any, bindings: Bindings | None = None) -> dict[str, Any]:
     """Everything discovery needs about one processor handle (raises on the required calls)."""
+    b = bindings if bindings is not None else Bindings()
     asic = amdsmi.amdsmi_get_gpu_asic_info(handle)
-    kfd = _optional(amdsmi, amdsmi.amdsmi_get_gpu_kfd_info, handle) or {}
-    mode = _optional(amdsmi, amdsmi.amdsmi_get_gpu_compute_partition, handle)
-    memory_mode = _optional(amdsmi, amdsmi.amdsmi_get_gpu_memory_partition, handle)
-    clock = _optional(amdsmi, amdsmi.amdsmi_get_clock_info, handle, amdsmi.AmdSmiClkType.GFX) or {}
-    vram = _optional(amdsmi, amdsmi.amdsmi_get_gpu_vram_info, handle) or {}
+    kfd = _optional(amdsmi, b, "amdsmi_get_gpu_kfd_info", handle) or {}
+    mode = _optional(amdsmi, b, "amdsmi_get_gpu_compute_partition", handle)
+    memory_mode = _optional(amdsmi, b, "amdsmi_get_gpu_memory_partition", handle)
+    gfx = getattr(getattr(amdsmi, "AmdSmiClkType", None), "GFX", None)
+    clock = _optional(amdsmi, b, "amdsmi_get_clock_info", handle, gfx) if gfx is not None else None
+    vram = _optional(amdsmi, b, "amdsmi_get_gpu_vram_info", handle) or {}
+    bdf = amdsmi.amdsmi_get_gpu_device_bdf(handle)
+    partition_id = v.bounded(kfd.get("current_partition_id"), 0, 63)
     return {
         "uuid": amdsmi.amdsmi_get_gpu_device_uuid(handle),
-        "bdf": amdsmi.amdsmi_get_gpu_device_bdf(handle),
+        "bdf": bdf,
         "name": _text(asic.get("market_name")) or "AMD GPU",
         "device_id": _device_id(asic.get("device_id")),
-        "cus": num(asic.get("num_compute_units")),
-        "memory": num(amdsmi.amdsmi_get_gpu_memory_total(handle, amdsmi.AmdSmiMemoryType.VRAM)),
-        "partition_id": num(kfd.get("current_partition_id")),
+        "cus": v.bounded(asic.get("num_compute_units"), 1, v.MAX_COMPUTE_UNITS),  # amdsmi 6.3+
+        "memory": v.bounded(amdsmi.amdsmi_get_gpu_memory_total(handle, amdsmi.AmdSmiMemoryType.VRAM), 1, v.MAX_BYTES),
+        "partition_id": partition_id if partition_id is not None else pci_function(bdf),
         "mode": _text(mode),
         "memory_mode": _text(memory_mode),
-        "max_clock": num(clock.get("max_clk")),
-        "vram_bandwidth": num(vram.get("vram_max_bandwidth")),
+        "max_clock": v.mhz((clock or {}).get("max_clk")),
+        "vram_bandwidth": v.bounded(vram.get("vram_max_bandwidth"), 1, 100_000),  # GB/s, amdsmi 6.4+
     }
 
 
@@ -91,10 +115,10 @@ def gpu_spec(d: dict[str, Any], partitions: int) -> GpuSpec | None:
     return partition_slice_spec(spec, partitions, d["mode"] or f"{partitions}x")
 
 
-def discover(amdsmi: Any) -> list[Found]:
+def discover(amdsmi: Any, bindings: Bindings | None = None) -> list[Found]:
     """Every device to read, grouped into physical GPUs in PCI order. Raises amdsmi's exception
     when a required call fails."""
-    described = [(h, describe_handle(amdsmi, h)) for h in amdsmi.amdsmi_get_processor_handles()]
+    described = [(h, describe_handle(amdsmi, h, bindings)) for h in amdsmi.amdsmi_get_processor_handles()]
     sockets = sorted({parent_bdf(d["bdf"]) for _, d in described})
     found: list[Found] = []
     for index, socket in enumerate(sockets):

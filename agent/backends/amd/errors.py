@@ -29,6 +29,10 @@ NOT_FOUND = 31
 NOT_INIT = 32
 DRIVER_NOT_LOADED = 34
 NO_DATA = 40
+UNEXPECTED_SIZE = 42
+"""rocm_smi maps EIO to it: a sysfs read of a GPU whose reset is under way."""
+UNEXPECTED_DATA = 43
+"""rocm_smi maps ENXIO ("no such device or address") to it."""
 AMDGPU_RESTART_ERR = 54
 
 _MEANINGS = {
@@ -47,12 +51,18 @@ _MEANINGS = {
     INIT_ERROR: Meaning.LIBRARY,
 }
 
+LOST_WHEN_CORE = frozenset({NOT_SUPPORTED, UNEXPECTED_SIZE, UNEXPECTED_DATA})
+"""How a lost or resetting GPU answers through amdsmi, whose handles outlive the GPU: its sysfs files
+are gone (ENOENT: NOT_SUPPORTED) or fail (EIO: UNEXPECTED_SIZE). On an optional reading these
+mean "not here" or "not now"; on the core reading, which every GPU supports, they mean the GPU."""
+
 _NAMES = {
     INVAL: "invalid argument", NOT_SUPPORTED: "not supported", NOT_YET_IMPLEMENTED: "not implemented in this ROCm",
     FAIL_LOAD_SYMBOL: "symbol missing in libamd_smi", DRM_ERROR: "DRM error", API_FAILED: "API call failed",
     TIMEOUT: "timeout", RETRY: "device busy, retry", NO_PERM: "no permission", IO: "I/O error",
     FILE_ERROR: "sysfs file error", INIT_ERROR: "initialisation error", BUSY: "busy", NOT_FOUND: "device not found",
     NOT_INIT: "amdsmi not initialised", DRIVER_NOT_LOADED: "amdgpu driver not loaded", NO_DATA: "no data",
+    UNEXPECTED_SIZE: "I/O error reading sysfs (GPU in reset?)", UNEXPECTED_DATA: "no such device",
     AMDGPU_RESTART_ERR: "amdgpu restart failed",
 }
 

@@ -5,9 +5,11 @@ The ``amdsmi`` wrapper binds every C symbol of ``libamd_smi.so`` when it is impo
 * without ROCm the library is missing: the wrapper prints a hint and the import raises
   ``KeyError: 'libamd_smi.so'``;
 * with a wrapper newer than the installed ROCm a symbol is missing: ``AttributeError ...
-  undefined symbol: amdsmi_...`` (the PyPI wheel is newer than most installed ROCm releases).
+  undefined symbol: amdsmi_...`` (the PyPI wheel is newer than most installed ROCm releases);
+* the 6.2.0, 6.2.1 and 6.2.2 wrappers read ``os.environ["ROCM_PATH"]`` unconditionally, so without
+  that variable the import raises ``KeyError: 'ROCM_PATH'`` (6.2.4 defaults it to /opt/rocm).
 
-Both become :class:`BackendUnavailable` with the fix, never a traceback.
+Each becomes :class:`BackendUnavailable` with the fix, never a traceback.
 """
 
 from __future__ import annotations
@@ -26,6 +28,9 @@ MATCH_ROCM = ("install the amdsmi wrapper that ships with your ROCm: pip install
 def import_error_message(exc: BaseException) -> str:
     """What to tell a person when ``import amdsmi`` failed with ``exc``."""
     text = str(exc)
+    if isinstance(exc, KeyError) and exc.args == ("ROCM_PATH",):
+        return ("AMD: this amdsmi wrapper (ROCm 6.2.0 to 6.2.2) needs the ROCM_PATH environment variable: "
+                "set ROCM_PATH=/opt/rocm (where ROCm is installed), or use amdsmi 6.2.4 or newer")
     if isinstance(exc, KeyError) or "libamd_smi" in text and "undefined symbol" not in text:
         return ("AMD: libamd_smi.so not found: ROCm (package amd-smi-lib) is not installed here, or ROCM_PATH "
                 "does not point at it; in a container, mount /opt/rocm or use a ROCm base image")
