@@ -1,12 +1,15 @@
 """``roofwatch demo --backend amd-virtual``: a virtual 8 x MI300X node through the real amdsmi code path.
 
 The agent runs as a real process; it reaches the simulation only through the real amdsmi package
-and the fake libamd_smi, and must serve MI300X metrics and a verdict per GPU.
+and the fake libamd_smi, and must serve MI300X metrics and a verdict per GPU. It does so with the
+installed amdsmi, and with the oldest and the newest release we support first on PYTHONPATH (the
+fake then plays that release's libamd_smi).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 
@@ -14,6 +17,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.agent_process import AgentProcess, clean_env, poll, roofwatch_cmd
+from tests.amdsmi_releases import NEWEST, OLDEST
+from tests.wheels import unpacked
 
 pytestmark = pytest.mark.e2e
 
@@ -90,3 +95,31 @@ def test_doctor_amd_without_rocm_says_how_to_fix_it():
     assert result.returncode == 1
     assert "libamd_smi.so not found" in result.stdout and "/dev/kfd" in result.stdout
     assert "Traceback" not in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("version", [OLDEST, NEWEST])
+def test_the_agent_serves_every_gpu_with_a_verdict_on_the_oldest_and_newest_amdsmi(version):
+    env = clean_env(PYTHONPATH=os.pathsep.join([str(unpacked("amdsmi", version)), os.getcwd()]))
+    proc = AgentProcess("demo", "--listen", "127.0.0.1:0", "--backend", "amd-virtual", env=env)
+    try:
+        proc.wait_healthy()
+
+        def classified() -> str | None:
+            text = proc.metrics()
+            verdicts = [s for s in samples(text, "roofwatch_gpu_workload_class") if s.value == 1.0]
+            return text if len({s.labels["gpu"] for s in verdicts}) == 8 else None
+
+        text = poll(classified, 30, what=f"a verdict for all 8 GPUs over amdsmi {version}")
+        info = samples(text, "roofwatch_gpu_info")
+        assert len(info) == 8 and {s.labels["model"] for s in info} == {"AMD Instinct MI300X"}
+        assert len(samples(text, "roofwatch_gpu_power_watts")) == 8
+        assert len(samples(text, "roofwatch_gpu_engine_active_ratio")) == 8
+        links = {(s.labels["gpu"], s.labels["link"]) for s in samples(text, "roofwatch_gpu_fabric_link_bytes_total")}
+        assert len(links) == 8 * 7
+    finally:
+        proc.kill()
+    doctor = subprocess.run(roofwatch_cmd("doctor", "--backend", "amd-virtual", "--json"), capture_output=True,
+                            text=True, timeout=60, env=env)
+    report = json.loads(doctor.stdout)
+    package = next(f for f in report["findings"] if f["check"] == "amdsmi package")
+    assert version in package["detail"], package  # that release, not the installed one, was loaded

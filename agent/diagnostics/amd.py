@@ -1,5 +1,9 @@
 """The AMD half of ``roofwatch doctor``: device files, ROCm and amdsmi versions, partitions and
-what each device can be read for, from the AMD backend's own probe."""
+what each device can be read for, from the AMD backend's own probe.
+
+The amdsmi package a node has decides part of what can be read (docs/amd.md, "Versions"): the
+backend finds once which functions it lacks (:mod:`agent.backends.amd.bindings`) and each device
+which fields its metrics table lacks; both are reported here with what they cost."""
 
 from __future__ import annotations
 
@@ -7,18 +11,21 @@ import os
 from pathlib import Path
 from typing import Any, Iterable
 
+from agent.backends.amd.bindings import MINIMUM, NEWEST_TESTED
 from agent.diagnostics.findings import Finding, package_version
 
 AMD_CAPABILITY_IMPACT: dict[str, tuple[str, str, str]] = {
     "gr_active": ("fail", "roofwatch_gpu_engine_active_ratio and every workload class (the GPU reads unknown)",
-                  "the metrics table and amdsmi_get_gpu_activity both failed: check /dev/kfd and /dev/dri access"),
+                  "amdsmi computes activity from the gpu_metrics table only: check /dev/kfd and /dev/dri access "
+                  "and the GPU firmware; a compute partition's own activity needs amdsmi 6.3+"),
     "power": ("warn", "roofwatch_gpu_power_watts; the power proxy that separates compute- from latency-bound "
-              "(AMD has no tensor counter)", "socket power needs MI200 or newer firmware and partition 0"),
+              "(AMD has no tensor counter)", "socket power comes from the gpu_metrics table: it needs MI200 or "
+              "newer firmware and partition 0"),
     "energy": ("warn", "roofwatch_gpu_energy_joules_total and energy recording rules", "update the GPU firmware / ROCm"),
     "pcie": ("info", "roofwatch_gpu_pcie_bandwidth_bytes_per_second and roofwatch_gpu_pcie_replays_total",
-             "needs gpu_metrics v1.4+ (MI300) or amdsmi_get_pcie_info"),
+             "needs the PCIe fields of the gpu_metrics table (v1.4+, MI300)"),
     "clock_event_reasons": ("warn", "roofwatch_gpu_clock_event_active and the throttled flag",
-                            "needs the gpu_metrics residency counters (MI300, ROCm 6.3+)"),
+                            "needs the gpu_metrics residency counters (MI300, amdsmi 6.3+)"),
     "processes": ("warn", "roofwatch_gpu_processes, per-process VRAM and compute units",
                   "run with the host PID namespace and read access to /sys/kernel/debug (KFD process list)"),
     "ecc": ("info", "ECC error counters (the ECC alert)", "RAS is disabled or unsupported on this GPU"),
@@ -53,9 +60,11 @@ def check_amd_device_nodes(root: Path = Path("/"), *, required: bool = True) -> 
 
 def amd_findings(backend: Any) -> tuple[list[Finding], int]:
     """Library, driver and ROCm versions, partitions and every capability, from a discovered AmdBackend."""
+    bindings = backend.bindings
     out = [Finding("AMD driver", "ok", f"amdgpu {backend.driver_version or 'unknown'}, libamd_smi "
-                                      f"{backend.library_version or 'unknown'}, amdsmi package "
-                                      f"{package_version('amdsmi') or '(copy)'}")]
+                                      f"{backend.library_version or 'unknown'}, ROCm {backend.rocm_version or 'unknown'}"
+                                      f", amdsmi package {bindings.package or package_version('amdsmi') or 'unknown'}"),
+           amdsmi_package_finding(bindings)]
     devices = backend.devices
     modes_seen: set[str] = set()
     for gpu, device in devices.items():
@@ -77,11 +86,34 @@ def amd_findings(backend: Any) -> tuple[list[Finding], int]:
     return out, len(devices)
 
 
+def amdsmi_package_finding(bindings: Any) -> Finding:
+    """Whether this amdsmi release is one roofwatch is tested with, and what the functions it lacks cost."""
+    version = bindings.version
+    tested = f"{'.'.join(map(str, MINIMUM))} to {'.'.join(map(str, NEWEST_TESTED))}"
+    lacking = "; ".join(f"no {name}: {note}" for name, note in bindings.notes.items())
+    fix = ("install the amdsmi wrapper of your ROCm (pip install /opt/rocm/share/amd_smi); a newer ROCm's "
+           "wrapper has these functions")
+    if version is not None and version[:2] < MINIMUM:
+        return Finding("amdsmi package", "warn", f"amdsmi {bindings.package} is older than any tested ({tested})"
+                       + (f"; {lacking}" if lacking else ""), "readings this release lacks are unknown",
+                       f"upgrade ROCm to {'.'.join(map(str, MINIMUM))} or newer and {fix}")
+    if lacking:
+        return Finding("amdsmi package", "info", f"amdsmi {bindings.package or '(unknown version)'}: {lacking}",
+                       "the readings named are unknown or taken another way", fix)
+    if version is None:
+        return Finding("amdsmi package", "info", f"amdsmi version unknown (tested: {tested}); every function "
+                       "roofwatch uses is present")
+    newer = " (newer than any tested)" if version[:2] > NEWEST_TESTED else ""
+    return Finding("amdsmi package", "ok", f"amdsmi {bindings.package}{newer}: every function roofwatch uses is present")
+
+
 def _capability_findings(device: Any) -> Iterable[Finding]:
     caps = set(device.info.capabilities)
     for cap in AMD_EXPECTED:
         if cap in caps or (not device.primary and cap in PRIMARY_ONLY):
             continue
         status, impact, fix = AMD_CAPABILITY_IMPACT[cap]
-        reasons = "; ".join(f"{k} {r}" for k, r in device.absent.items())
+        absent = device.absent
+        own = absent.get(cap)  # the capability's own reason (a table field this amdsmi lacks), else every one
+        reasons = own or "; ".join(f"{k} {r}" for k, r in absent.items())
         yield Finding(cap, status, f"unavailable{': ' + reasons if reasons else ''}", impact, fix, gpu=device.gpu)
