@@ -13,6 +13,7 @@ import logging
 import pytest
 
 from agent.backends.base import DeviceLostError
+from agent.classifier.peaks import spec_for_sample
 from agent.diagnostics.nvidia import nvml_findings
 from agent.model.specs import spec_by_key
 from agent.virtual.fake_nvml.profile import PCIE_COUNTER_WRAP
@@ -111,6 +112,8 @@ def test_compute_instances_of_one_gpu_instance_are_separate_devices_with_their_s
         assert samples[gpu].tensor_active == pytest.approx(truth.tensor_active, abs=1e-6)
         assert samples[gpu].mem_total_bytes == devices[gpu].memory_total_bytes
     assert [p.pid for p in samples["0/1/0"].processes] == [p.pid for p in truth.processes]
+    for gpu in devices:  # roofwatch classify resolves a trace line's peaks from its name: the same ones
+        assert spec_for_sample(samples[gpu]).key == devices[gpu].spec.key, gpu
 
 
 def test_a_lost_split_gpu_instance_comes_back_with_each_compute_instance_on_its_own_handle(rig):

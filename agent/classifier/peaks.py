@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 
 from agent.model import GpuSample, GpuSpec
-from agent.model.specs import lookup, mig_profile, mig_slice_spec
+from agent.model.specs import lookup, mig_name_spec, mig_profile
 
 
 @functools.lru_cache(maxsize=256)
@@ -20,11 +20,10 @@ def _resolve(vendor: str | None, model: str | None, memory_bytes: int | None) ->
     mig = mig_profile(model)
     if mig is None:
         return lookup(vendor=vendor, name=model, memory_bytes=memory_bytes)
-    parent_name, slices, gb = mig
-    parent = lookup(vendor=vendor, name=parent_name)
+    parent = lookup(vendor=vendor, name=mig[0])
     if parent is None:
         return None
-    return mig_slice_spec(parent, slices, gb)
+    return mig_name_spec(parent, model)  # a compute instance (``1c.3g.40gb``) gets its own share
 
 
 def spec_for_sample(sample: GpuSample) -> GpuSpec | None:
