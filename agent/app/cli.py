@@ -1,7 +1,7 @@
 """The ``roofwatch`` command: one parser whose subcommands come from three groups.
 
 * agent.app.commands_agent: ``run`` and ``demo``, the agent itself;
-* agent.app.commands_node: ``snapshot``, ``record``, ``doctor``, ``top``, about this node's GPUs;
+* agent.app.commands_node: ``snapshot``, ``record``, ``doctor``, ``selftest``, ``top``, about this node's GPUs;
 * agent.app.commands_offline: ``classify``, ``report``, ``specs``, which need no GPU.
 
 Exit statuses and the one-line error are shared (agent.app.cli_base).
