@@ -187,9 +187,9 @@ STUB_TABLE = {
 
 
 class StubAmdsmi:
-    """The amdsmi calls of one interval, answering the raw values older wrappers pass through unmapped:
-    clock_info's clk copies the table's 16-bit all-ones into a 32-bit field (65535 MHz), energy_count
-    returns the table's 64-bit all-ones, ECC and power cap counters pass their all-ones through."""
+    """The amdsmi calls of one interval, answering what the wrappers can hand back unmapped: the
+    table's 16-bit all-ones that 6.2 maps only when exactly 0xFFFF (0xFFFE W, 0xFFFE °C), energy_count's
+    64-bit all-ones, ECC and power-cap all-ones, a process's all-ones VRAM and cu_occupancy."""
 
     class AmdSmiException(Exception):
         pass
@@ -213,26 +213,11 @@ class StubAmdsmi:
     def amdsmi_get_gpu_metrics_info(self, h: Any) -> dict:
         return dict(STUB_TABLE)
 
-    def amdsmi_get_gpu_activity(self, h: Any) -> dict:
-        return {"gfx_activity": 40, "umc_activity": 30, "mm_activity": "N/A"}
-
-    def amdsmi_get_power_info(self, h: Any) -> dict:
-        return {"socket_power": 0xFFFFFFFF, "current_socket_power": 0xFFFFFFFF, "average_socket_power": 65534}
-
     def amdsmi_get_energy_count(self, h: Any) -> dict:
         return {"energy_accumulator": 0xFFFFFFFFFFFFFFFF, "counter_resolution": 15.259, "timestamp": 1}
 
-    def amdsmi_get_clock_info(self, h: Any, kind: Any) -> dict:
-        return {"clk": 0xFFFF, "min_clk": 500, "max_clk": 2100}
-
     def amdsmi_get_temp_metric(self, h: Any, sensor: Any, metric: Any) -> int:
         return 0xFFFF
-
-    def amdsmi_get_pcie_info(self, h: Any) -> dict:
-        return {"pcie_metric": {"pcie_bandwidth": 0xFFFFFFFF, "pcie_replay_count": 0xFFFFFFFFFFFFFFFF}}
-
-    def amdsmi_get_link_metrics(self, h: Any) -> dict:
-        return {"links": [{"read": 0xFFFFFFFFFFFFFFFF, "write": 0xFFFFFFFFFFFFFFFF}] * 8}
 
     def amdsmi_get_power_cap_info(self, h: Any) -> dict:
         return {"power_cap": 0xFFFFFFFFFFFFFFFF}
