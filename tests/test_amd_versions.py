@@ -29,6 +29,8 @@ ADDED = {
 }
 ONLY = {"amdsmi_get_power_info_v2": ((6, 4), (6, 4))}
 """Symbols that came and went: 6.4's power_info_v2, removed again in 7.0."""
+LIB_VERSIONS = {(6, 2): "24.6.3.0", (6, 3): "24.7.1.0", (6, 4): "25.3.0", (7, 0): "26.0.2"}
+"""libamd_smi's version as the backend prints it (with the year the struct had until 6.3)."""
 
 
 def test_the_matrix_is_every_line_we_declare_oldest_first():
@@ -58,6 +60,20 @@ def test_the_fake_exports_the_c_symbols_of_that_release_and_no_others(release):
     assert power["current_socket_power"] > 0 and ("socket_power" in power) == (version >= (7, 0))
     with pytest.raises(ValueError, match="already plays"):
         load_amdsmi(lib, package(NEWEST if release != NEWEST else OLDEST))  # one .so is one release
+
+
+def test_the_library_reports_its_releases_version(rig, release):
+    r = rig(package=package(release))
+    assert r.backend.library_version == LIB_VERSIONS[version_of(release)]
+    assert r.backend.bindings.package == release
+    assert (r.backend.rocm_version is None) and r.backend.driver_version == "6.12.12"  # no librocm-core here
+
+
+def test_a_scenarios_own_rocm_version_wins_over_the_package_release():
+    lib = FakeAmdSmiLibrary(VirtualBackend(scenario(amd={"rocm_version": "6.4.1"})))
+    smi = load_amdsmi(lib, package(NEWEST))
+    version = smi.amdsmi_get_lib_version()
+    assert (version["major"], version["minor"], version["release"]) == (25, 3, 0)
 
 
 def test_the_metrics_table_is_that_releases_structure(release):

@@ -18,8 +18,8 @@ from typing import Any
 from agent.virtual.fake_amdsmi import codes
 from agent.virtual.fake_amdsmi.arguments import (
     Fail,
-    has_field,
     out_struct,
+    put,
     pointer_value,
     set_value,
     value,
@@ -78,17 +78,19 @@ class SystemFunctions:
 
     @c_function("amdsmi_get_lib_version", needs_init=False)
     def _c_lib_version(self, out: Any) -> None:
-        """Until 6.4 the struct leads with a ``year`` (24.6.3.0) and amdsmi must be initialised; from
-        6.4 it is major.minor.release and answers before amdsmi_init (CHANGELOG 6.4.0)."""
+        """Until 6.4 the version leads with a ``year`` (24.6.3.0) and amdsmi must be initialised; from
+        6.4 it is major.minor.release (25.3.0) and answers before amdsmi_init (CHANGELOG 6.4.0)."""
         if not self.release.at_least(6, 4) and not self._initialised():
             raise Fail(codes.STATUS_NOT_INIT)
         version = out_struct(out)
-        rocm = self.release.version or self.profile.rocm_version
+        chosen = "rocm_version" in self.profile.model_fields_set  # a scenario's own rocm_version wins
+        rocm = self.profile.rocm_version if chosen else (self.release.version or self.profile.rocm_version)
         numbers = lib_version(rocm)
-        if has_field(version, "year"):
-            version.year, version.major, version.minor, version.release = (*numbers, 0)
-        else:
+        if self.release.at_least(6, 4):  # 6.4 keeps the year field (deprecated) but numbers without it
+            put(version, "year", numbers[0])
             version.major, version.minor, version.release = numbers
+        else:
+            version.year, version.major, version.minor, version.release = (*numbers, 0)
         build = ".".join(str(v) for v in numbers).encode()
         write_pointer_field(version, "build", ctypes.addressof(self._static_string(build)))
 
