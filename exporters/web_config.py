@@ -24,6 +24,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import re
 import ssl
 import threading
 from pathlib import Path
@@ -43,6 +44,8 @@ _VERIFY = {"NoClientCert": ssl.CERT_NONE, "RequestClientCert": ssl.CERT_OPTIONAL
 """Python verifies any client certificate it asks for, so the two "any" modes (which in Go accept
 an unverified certificate) verify too, against client_ca_file: stricter, never looser."""
 REALM = "roofwatch"
+MAX_PASSWORD_BYTES = 72
+"""bcrypt reads at most 72 bytes; a longer password is refused (401), as exporter-toolkit does."""
 UNAUTHENTICATED_PATHS = frozenset({"/healthz"})
 """Liveness probes cannot carry a password; /healthz says only whether the collector runs."""
 
@@ -64,15 +67,34 @@ class TlsServerConfig(_Strict):
     max_version: Literal["TLS10", "TLS11", "TLS12", "TLS13"] = "TLS13"
 
 
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+"""An HTTP field name (RFC 9110 5.1): a token, nothing else."""
+RESERVED_HEADERS = frozenset({
+    # framing and hop-by-hop: a second Content-Length or a Transfer-Encoding breaks every answer
+    "content-length", "transfer-encoding", "connection", "keep-alive", "proxy-connection", "te", "trailer",
+    "upgrade",
+    # set by the agent per answer: a fixed value would break content negotiation, gzip or auth
+    "content-type", "content-encoding", "www-authenticate", "date", "server", "retry-after", "allow",
+})
+"""Header names the web config may not set: they would change how an answer is framed or read."""
+
+
 class HttpServerConfig(_Strict):
     headers: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("headers")
     @classmethod
-    def _no_line_breaks(cls, headers: dict[str, str]) -> dict[str, str]:
+    def _safe_headers(cls, headers: dict[str, str]) -> dict[str, str]:
         for name, value in headers.items():
             if any(c in name + value for c in "\r\n") or not name.strip():
                 raise ValueError(f"header {name!r}: names and values must be one line")
+            if not _TOKEN.fullmatch(name):
+                raise ValueError(f"header {name!r}: not a valid header name (letters, digits and !#$%&'*+-.^_`|~)")
+            if name.lower() in RESERVED_HEADERS:
+                raise ValueError(f"header {name!r}: set by the agent itself (framing, hop-by-hop or negotiated); "
+                                 "it cannot be configured")
+            if any(ord(c) < 0x20 and c != "\t" or ord(c) == 0x7F for c in value):
+                raise ValueError(f"header {name!r}: the value holds a control character")
         return headers
 
 
@@ -89,6 +111,10 @@ class WebConfigFile(_Strict):
                 raise ValueError(f"user {user!r}: a user name must be non-empty and hold no ':'")
             if not hashed.startswith(("$2a$", "$2b$", "$2y$")) or len(hashed) != 60:
                 raise ValueError(f"user {user!r}: expected a bcrypt hash ($2y$..., 60 characters), not a password")
+            try:  # a bad cost or salt passes the shape check and fails every login: refuse it now
+                bcrypt.checkpw(b"roofwatch-config-check", hashed.encode("ascii"))
+            except (ValueError, UnicodeEncodeError):
+                raise ValueError(f"user {user!r}: not a valid bcrypt hash (bad cost or salt)") from None
         return users
 
 
@@ -118,12 +144,16 @@ class BasicAuth:
         if credentials is None:
             return False
         user, password = credentials
-        digest = hashlib.sha256(user.encode() + b"\0" + password.encode()).digest()
+        secret = password.encode()
+        digest = hashlib.sha256(user.encode() + b"\0" + secret).digest()
         with self._lock:
             if digest in self._passed:
                 return True
         hashed = self._users.get(user)
-        ok = bcrypt.checkpw(password.encode(), hashed if hashed is not None else self._dummy) and hashed is not None
+        if len(secret) > MAX_PASSWORD_BYTES:  # bcrypt 5 raises past 72 bytes; Go's bcrypt refuses them too
+            bcrypt.checkpw(secret[:MAX_PASSWORD_BYTES], self._dummy)  # the same time as any failure
+            return False
+        ok = bcrypt.checkpw(secret, hashed if hashed is not None else self._dummy) and hashed is not None
         if ok:
             with self._lock:
                 if len(self._passed) < 1024:  # a handful of scrapers; bound it regardless
@@ -134,9 +164,9 @@ class BasicAuth:
 def _decode_basic(header: str | None) -> tuple[str, str] | None:
     if not header or not header[:6].lower() == "basic ":
         return None
-    try:
+    try:  # non-ASCII text is a ValueError of its own, not a binascii.Error
         text = base64.b64decode(header[6:].strip(), validate=True).decode("utf-8")
-    except (binascii.Error, UnicodeDecodeError):
+    except (binascii.Error, ValueError):
         return None
     user, sep, password = text.partition(":")
     return (user, password) if sep else None

@@ -163,6 +163,8 @@ class Target:
     handler: type
     errors: list[BaseException]
     steps: Iterator[int] = dataclasses.field(default_factory=lambda: itertools.count(1))
+    server: Any = None
+    """The agent's HTTP server (None for the unix socket): a test may tighten its listener limits."""
 
     def canary_request(self) -> tuple[bytes, int]:
         step = next(self.steps)
@@ -224,7 +226,7 @@ def http_target(store: ReportStore, **kwargs: Any) -> tuple[Target, Callable[[],
         srv.server_close()
 
     return Target("http", store, lambda: socket.create_connection(("127.0.0.1", port)), thread,
-                  srv.RequestHandlerClass, errors), stop
+                  object, errors, server=srv), stop  # no do_* methods: the agent's port answers any method itself
 
 
 def unix_target(path: Path, store: ReportStore, **kwargs: Any) -> tuple[Target, Callable[[], None]]:

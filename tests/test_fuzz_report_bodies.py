@@ -75,7 +75,9 @@ def test_arbitrary_bytes_with_the_right_length(target: Target, body: bytes, cont
     assert len(replies) == 1
     status = replies[0].status
     media = (content_type or "").split(";")[0].strip().lower()
-    if media != "application/json":
+    if target.name == "http" and "\x00" in (content_type or ""):
+        assert status == 400  # the agent's port refuses a control character in any header before the body
+    elif media != "application/json":
         assert status == 415
     else:
         try:

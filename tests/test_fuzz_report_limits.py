@@ -4,6 +4,7 @@ flood of reporters is bounded by max_reporters, and with a token only ``Bearer <
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import socket
 import threading
@@ -22,8 +23,12 @@ from tests.report_fuzzing import (FUZZ, Target, exchange, fresh_errors, http_tar
 
 
 def test_body_that_never_arrives_gets_408(target: Target, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A client that announces a body and stalls holds a thread only for BODY_READ_TIMEOUT_S, then gets 408."""
+    """A client that announces a body and stalls is given the body deadline, then gets 408 (the unix socket:
+    BODY_READ_TIMEOUT_S, holding a thread meanwhile; the agent's port: its listener's body_timeout_s, no thread)."""
     monkeypatch.setattr(agent.context.workload.report_http, "BODY_READ_TIMEOUT_S", 0.3)
+    if target.server is not None:
+        listener = target.server._listener
+        monkeypatch.setattr(listener, "limits", dataclasses.replace(listener.limits, body_timeout_s=0.3))
     before = target.store.stats()["rejected"]["timeout"]
     with target.connect() as sock:
         sock.settimeout(10)
@@ -40,29 +45,46 @@ def test_body_that_never_arrives_gets_408(target: Target, monkeypatch: pytest.Mo
 
 def test_http_in_flight_cap_answers_503_and_recovers() -> None:
     """The HTTP port caps requests in flight (max_concurrent): past it a report gets 503 at once, never a
-    dropped connection, and once the slow ones finish the next report is kept."""
-    store = ReportStore(rate_per_s=None)
+    dropped connection, and once the slow ones finish the next report is kept. A request is in flight
+    from its whole arrival to its answer; here the store itself is slow, so two reports hold both slots."""
+    store = _SlowStore(rate_per_s=None)
     made, stop = http_target(store, max_concurrent=2)
     slow: list[socket.socket] = []
     try:
         body = b'{"step": 1}'
-        for _ in range(2):  # two reports whose bodies are late hold both slots
+        for _ in range(2):  # two whole reports, held by the store: both slots taken
             sock = made.connect()
             sock.settimeout(10)
-            sock.sendall(post(body, extra=b"Connection: close\r\n")[:-len(body)] + body[:3])
+            sock.sendall(post(body, extra=b"Connection: close\r\n"))
             slow.append(sock)
-        poll(lambda: store.stats()["accepted"] == 0 and _in_flight_full(made), 5.0, what="both slots taken")
+        poll(lambda: store.waiting == 2 and _in_flight_full(made), 5.0, what="both slots taken")
         replies = exchange(made.connect, post(body))
-        assert [r.status for r in replies] == [503] and replies[0].headers["connection"] == "close"
+        assert [r.status for r in replies] == [503] and replies[0].body == b"too many concurrent requests\n"
+        store.release.set()
         for sock in slow:
-            sock.sendall(body[3:])
             assert [r.status for r in parse_replies(_read_to_end(sock))] == [204]
         assert store.stats()["accepted"] == 2
         made.assert_healthy()
     finally:
+        store.release.set()
         for sock in slow:
             sock.close()
         stop()
+
+
+class _SlowStore(ReportStore):
+    """A store whose accept waits for the test: the request stays in flight meanwhile."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.release = threading.Event()
+        self.waiting = 0
+
+    def accept(self, *args, **kwargs):
+        if not self.release.is_set():
+            self.waiting += 1
+            self.release.wait(10)
+        return super().accept(*args, **kwargs)
 
 
 def _in_flight_full(made: Target) -> bool:

@@ -84,6 +84,7 @@ def serve(read_settings: Callable[[], Settings], record: str | None, *, announce
             gpu_labels=settings.gpu_labels,
             reports=store if settings.report_http else None,
             web=web,
+            limits=listener_limits(settings),
         )
     except OSError as exc:
         if collector is not None:
@@ -164,6 +165,16 @@ def serve(read_settings: Callable[[], Settings], record: str | None, *, announce
     if failure is not None:
         raise CliError(failure)
     return EXIT_OK
+
+
+def listener_limits(settings: Settings):
+    """The HTTP port's bounds against slow and hostile clients (exporters.http_limits), from the settings."""
+    from exporters.http_limits import ListenerLimits
+
+    return ListenerLimits(header_timeout_s=settings.http_header_timeout_s, idle_timeout_s=settings.http_idle_timeout_s,
+                          max_connections=settings.http_max_connections,
+                          max_connections_per_client=settings.http_max_connections_per_client,
+                          max_in_flight=settings.http_max_in_flight)
 
 
 def web_config(settings: Settings):

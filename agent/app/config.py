@@ -79,6 +79,21 @@ class Settings(BaseSettings):
     web_config_file: str | None = Field(
         None, min_length=1, description="Prometheus exporter-toolkit web config: TLS (mTLS optional) and bcrypt "
         "basic auth for the HTTP port (docs/security.md); unset = plain HTTP, no auth.")
+    http_header_timeout_s: float = Field(
+        10.0, gt=0.0, le=300.0, description="HTTP port: seconds a client gets from connecting (TLS handshake "
+        "included), or from the first byte of a later request, to the end of its request headers; then 408 and "
+        "close (docs/reliability.md, hostile clients).")
+    http_idle_timeout_s: float = Field(
+        120.0, gt=0.0, le=3600.0, description="HTTP port: a keep-alive connection with no request in progress "
+        "is closed after this many seconds (keep it above the scrape interval).")
+    http_max_connections: int = Field(
+        1024, ge=1, le=65_536, description="HTTP port: open connections in all; at the cap the oldest one with "
+        "no request in progress is closed to make room.")
+    http_max_connections_per_client: int = Field(
+        64, ge=1, le=65_536, description="HTTP port: open connections from one address; past it new ones from "
+        "that address are closed on arrival.")
+    http_max_in_flight: int = Field(
+        64, ge=1, le=4096, description="HTTP port: requests answered at once; past it, 503 at once.")
     interval_s: float = Field(1.0, ge=0.05, le=60.0, description="Seconds between collection cycles.")
     sample_timeout_s: float | None = Field(
         None, gt=0.0, le=60.0, description="Deadline for one device read; default 0.8 x interval."

@@ -38,10 +38,10 @@ def resolve_devices(hints: ReportHints | None) -> ReportDevices:
     if visible is None:
         return ReportDevices()
     local_rank = hints.LOCAL_RANK.strip() if hints.LOCAL_RANK else ""
-    if len(visible) > 1 and local_rank.isdigit() and int(local_rank) < len(visible):
+    if len(visible) > 1 and _is_index(local_rank) and int(local_rank) < len(visible):
         visible = [visible[int(local_rank)]]
-    uuids = tuple(v.lower() for v in visible if not v.isdigit())
-    indices = tuple(v for v in visible if v.isdigit())
+    uuids = tuple(v.lower() for v in visible if not _is_index(v))
+    indices = tuple(v for v in visible if _is_index(v))
     return ReportDevices(uuids=uuids, indices=indices)
 
 
@@ -58,7 +58,7 @@ def _parse_visible(value: str | None) -> list[str] | None:
     for token in (t.strip() for t in text.split(",")):
         if not token:
             continue
-        if token.lstrip("-").isdigit():
+        if _is_index(token.lstrip("-")):
             if token.startswith("-"):
                 break
             out.append(str(int(token)))
@@ -74,10 +74,15 @@ def _compose(outer: list[str] | None, inner: list[str] | None) -> list[str] | No
         return inner
     out = []
     for token in inner:
-        if token.isdigit():
+        if _is_index(token):
             if int(token) >= len(outer):
                 break
             out.append(outer[int(token)])
         else:
             out.append(token)
     return out
+
+
+def _is_index(token: str) -> bool:
+    """ASCII digits only: ``str.isdigit`` alone accepts "²", which ``int()`` refuses (a 500 for one report)."""
+    return token.isascii() and token.isdigit()

@@ -1,6 +1,8 @@
 """Receiving one report over HTTP, shared by the unix socket server and the agent's own port (exporters.http).
 
-The headers are judged before the body is read, the body is read within one deadline and a size
+The decisions (:func:`judge_headers`, :func:`judge_body`) are apart from the transport: the agent's
+port reads the body on its event loop (exporters.http_connection), the unix socket in a thread
+(:func:`serve_report`). The headers are judged before the body is read, the body is read within one deadline and a size
 cap, and every answer that leaves a body unread closes the connection, so a slow or hostile client
 costs a bounded amount of time and memory. The store (agent.context.workload.report_store) decides.
 """
@@ -13,7 +15,7 @@ import socket
 import time
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler
-from typing import Hashable
+from typing import Hashable, NamedTuple, Protocol
 
 from agent.context.workload.report_schema import MAX_BODY_BYTES
 from agent.context.workload.report_store import ReportStore
@@ -35,36 +37,70 @@ def is_loopback(host: str) -> bool:
     return bool(address.is_loopback or (mapped is not None and mapped.is_loopback))
 
 
-def serve_report(handler: BaseHTTPRequestHandler, store: ReportStore, *, peer_pid: int | None,
-                 from_loopback: bool, client: Hashable) -> int:
-    """Answer one ``POST /api/v1/report`` on ``handler``: read the body within limits, hand it to the store.
+class Answer(NamedTuple):
+    """What to send back for a report: a status, a one-line message, and whether to close after it."""
 
-    The length is checked before anything is read or allocated, so a huge Content-Length costs
-    nothing; responses that leave a body unread close the connection. Returns the status sent.
-    """
-    headers = handler.headers
+    status: int
+    message: str
+    close: bool = False
+    headers: dict[str, str] = {}
+
+
+class Headers(Protocol):
+    def get(self, name: str, default: None = None) -> str | None: ...
+
+
+def judge_headers(headers: Headers, store: ReportStore, *, from_loopback: bool) -> Answer | int:
+    """Decide from the headers alone: an :class:`Answer` to send at once (the body stays unread, so
+    it closes the connection), or the body length to read. Nothing is read or allocated, so a huge
+    Content-Length or a client that may not report costs nothing."""
     if headers.get("Transfer-Encoding"):
         store.note_rejected("length_required")
-        return respond(handler, HTTPStatus.LENGTH_REQUIRED, "chunked bodies are not accepted; send Content-Length", close=True)
+        return Answer(HTTPStatus.LENGTH_REQUIRED, "chunked bodies are not accepted; send Content-Length", close=True)
     length_text = headers.get("Content-Length")
     if length_text is None:
         store.note_rejected("length_required")
-        return respond(handler, HTTPStatus.LENGTH_REQUIRED, "Content-Length is required", close=True)
+        return Answer(HTTPStatus.LENGTH_REQUIRED, "Content-Length is required", close=True)
     length_text = length_text.strip()
     digits = length_text.isascii() and length_text.isdigit()  # str.isdigit() alone accepts "²", which int() refuses
     if not digits or len(length_text) > 18:
         if digits:  # absurdly long digits: certainly over the limit
             store.note_rejected("too_large")
-            return respond(handler, HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"report body over {MAX_BODY_BYTES} bytes", close=True)
+            return Answer(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"report body over {MAX_BODY_BYTES} bytes", close=True)
         store.note_rejected("bad_length")
-        return respond(handler, HTTPStatus.BAD_REQUEST, "Content-Length is not a number", close=True)
+        return Answer(HTTPStatus.BAD_REQUEST, "Content-Length is not a number", close=True)
     length = int(length_text)
     if length > MAX_BODY_BYTES:
         store.note_rejected("too_large")
-        return respond(handler, HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"report body over {MAX_BODY_BYTES} bytes", close=True)
+        return Answer(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"report body over {MAX_BODY_BYTES} bytes", close=True)
     refused = store.refusal(authorization=headers.get("Authorization"), from_loopback=from_loopback)
     if refused is not None:  # the body stays unread: answer and close
-        return respond(handler, *refused, close=True)
+        return Answer(*refused, close=True)
+    return length
+
+
+def judge_body(body: bytes, headers: Headers, store: ReportStore, *, peer_pid: int | None, from_loopback: bool,
+               client: Hashable) -> Answer:
+    """The answer to a whole body of the length :func:`judge_headers` asked for: over the client's
+    rate (429, never parsed), or what the store says."""
+    wait = store.throttle(client)
+    if wait is not None:  # the body was read (keep-alive stays usable) but is never parsed
+        return Answer(HTTPStatus.TOO_MANY_REQUESTS, f"over {store.rate_per_s:g} reports a second",
+                      headers={"Retry-After": str(max(1, math.ceil(wait)))})
+    status, message = store.accept(body, content_type=headers.get("Content-Type"), peer_pid=peer_pid,
+                                   authorization=headers.get("Authorization"), from_loopback=from_loopback)
+    return Answer(status, message)
+
+
+def serve_report(handler: BaseHTTPRequestHandler, store: ReportStore, *, peer_pid: int | None,
+                 from_loopback: bool, client: Hashable) -> int:
+    """Answer one ``POST /api/v1/report`` on a thread-per-connection ``handler`` (the unix socket):
+    judge the headers, read the body within limits, hand it to the store. Returns the status sent."""
+    headers = handler.headers
+    verdict = judge_headers(headers, store, from_loopback=from_loopback)
+    if isinstance(verdict, Answer):
+        return respond(handler, verdict.status, verdict.message, close=verdict.close, headers=verdict.headers)
+    length = verdict
     connection = handler.connection
     previous = connection.gettimeout()
     try:
@@ -80,13 +116,8 @@ def serve_report(handler: BaseHTTPRequestHandler, store: ReportStore, *, peer_pi
     if len(body) < length:
         store.note_rejected("bad_length")
         return respond(handler, HTTPStatus.BAD_REQUEST, "body shorter than Content-Length", close=True)
-    wait = store.throttle(client)
-    if wait is not None:  # the body was read (keep-alive stays usable) but is never parsed
-        return respond(handler, HTTPStatus.TOO_MANY_REQUESTS, f"over {store.rate_per_s:g} reports a second",
-                        headers={"Retry-After": str(max(1, math.ceil(wait)))})
-    status, message = store.accept(body, content_type=headers.get("Content-Type"), peer_pid=peer_pid,
-                                   authorization=headers.get("Authorization"), from_loopback=from_loopback)
-    return respond(handler, status, message)
+    answer = judge_body(body, headers, store, peer_pid=peer_pid, from_loopback=from_loopback, client=client)
+    return respond(handler, answer.status, answer.message, close=answer.close, headers=answer.headers)
 
 
 def _read_within(handler: BaseHTTPRequestHandler, length: int, limit_s: float) -> bytes:
