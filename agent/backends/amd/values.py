@@ -21,8 +21,6 @@ ENERGY_TICK_UJ = 15.259
 KB = 1024
 """amdsmi's XGMI accumulators count in KB of 1024 bytes (amdsmi.h: ``xgmi_read_data_acc`` [KB])."""
 
-ALL_ONES = frozenset({0xFF, 0xFFFF, 0xFFFFFFFF, 0xFFFFFFFFFFFFFFFF})
-"""amdsmi's "unsupported" integers, at each field width."""
 COUNTER_SENTINELS = frozenset({0xFFFFFFFF, 0xFFFFFFFFFFFFFFFF})
 """All ones in a counter's own (64-bit) width, and UINT32_MAX, which amdsmi 7.x writes into
 unsupported members of any width. Narrower all-ones are legitimate counts (255 ECC errors)."""
