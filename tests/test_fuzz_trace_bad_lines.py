@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from agent.model import SAMPLE_FIELDS, GpuSample
 from agent.trace import FORMAT_NAME, TraceFormatError, TraceReader, read_trace, sample_to_dict
+from agent.trace.reader import TS_MIN
 from tests.trace_fuzzing import FUZZ, distinct_gpus, json_values, read_all, samples
 
 HEADER = json.dumps({"format": FORMAT_NAME, "version": 1})
@@ -157,7 +158,8 @@ def test_ts_that_does_not_increase_is_named_at_the_later_line(tmp_path_factory: 
     """Within one GPU ``ts`` increases; the repeat is the bad line, and the message names the earlier one."""
     good = distinct_gpus(good)
     earlier = data.draw(st.integers(0, len(good) - 1), label="repeated sample")
-    repeat = dataclasses.replace(good[earlier], ts=good[earlier].ts - data.draw(st.sampled_from([0.0, 1.0])))
+    back = data.draw(st.sampled_from([0.0, 1.0]))
+    repeat = dataclasses.replace(good[earlier], ts=max(TS_MIN, good[earlier].ts - back))  # never before the epoch
     lines = [HEADER] + [sample_line(s) for s in good] + [sample_line(repeat)]
     path = tmp_path_factory.mktemp("ts") / "t.jsonl"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")

@@ -143,7 +143,7 @@ def test_command_errors_are_one_line_and_leave_nothing(trace_file, tmp_path):
     bad_line = tmp_path / "bad.jsonl"
     bad_line.write_text('{"ts": 1, "gpu": "0"}\n{not json\n')
     result = run("report", str(bad_line), "--out", str(tmp_path / "r.html"))
-    assert result.returncode == 1 and "bad.jsonl" in result.stderr and ":2" in result.stderr
+    assert result.returncode == 2 and "bad.jsonl" in result.stderr and ":2" in result.stderr  # bad input: usage
     unwritable = run("report", str(trace_file), "--out", str(tmp_path / "no-such-dir" / "r.html"))
     assert unwritable.returncode == 1 and "cannot write" in unwritable.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.jsonl", "empty.jsonl"]

@@ -26,6 +26,7 @@ from agent.trace import (
     read_trace,
     sample_to_dict,
 )
+from agent.trace.reader import INTERVAL_MAX_S, TS_MAX, TS_MIN
 
 
 def full_sample(ts: float = 100.0, gpu: str = "0", **overrides: object) -> GpuSample:
@@ -383,13 +384,13 @@ _NONNEG = ("pcie_tx_bytes_per_s", "pcie_rx_bytes_per_s", "link_tx_bytes_per_s", 
 
 samples = st.builds(
     GpuSample,
-    ts=finite,
+    ts=st.floats(TS_MIN, TS_MAX),
     gpu=st.text(min_size=1),
     node=st.text(),
     uuid=opt(st.text()),
     vendor=opt(st.sampled_from(["nvidia", "amd"])),
     model=opt(st.text()),
-    interval_s=opt(st.floats(min_value=0.0, exclude_min=True, allow_infinity=False)),
+    interval_s=opt(st.floats(min_value=0.0, max_value=INTERVAL_MAX_S, exclude_min=True)),
     temperature_c=opt(finite),
     mem_used_bytes=opt(nonneg_int),
     mem_total_bytes=opt(nonneg_int),

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from agent.model import (DTYPES, WORKLOAD_CLASSES, Attribution, GpuSample, HostSample, LinkTraffic,
                          ProcessSample, RemappedRows, WorkloadReport, XidCount)
 from agent.trace import TraceFormatError, TraceReader
+from agent.trace.reader import INTERVAL_MAX_S, TS_MAX, TS_MIN
 
 FUZZ = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -49,8 +50,8 @@ processes = st.builds(
                                 "io_read_bytes_per_s", "io_write_bytes_per_s")},
 )
 SAMPLE_STRATEGIES: dict[str, st.SearchStrategy[Any]] = {
-    "ts": finite, "gpu": text, "node": text, "uuid": opt(text), "vendor": opt(st.sampled_from(["nvidia", "amd"])),
-    "model": opt(text), "interval_s": opt(st.floats(min_value=0.0, exclude_min=True, allow_infinity=False)),
+    "ts": st.floats(TS_MIN, TS_MAX), "gpu": text, "node": text, "uuid": opt(text), "vendor": opt(st.sampled_from(["nvidia", "amd"])),
+    "model": opt(text), "interval_s": opt(st.floats(min_value=0.0, max_value=INTERVAL_MAX_S, exclude_min=True)),
     "temperature_c": opt(finite), "memory_temperature_c": opt(finite), "dtype": opt(st.sampled_from(DTYPES)),
     "label": opt(st.sampled_from(WORKLOAD_CLASSES)),
     "processes": opt(st.lists(processes, max_size=3).map(tuple)),

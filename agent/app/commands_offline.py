@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Callable, Sequence
 
-from agent.app.cli_base import EXIT_OK, CliError, settings_from
+from agent.app.cli_base import EXIT_OK, EXIT_USAGE, CliError, settings_from
 from agent.app.config import Settings
 
 
@@ -26,6 +26,7 @@ def register(sub: argparse._SubParsersAction) -> dict[str, Callable[[argparse.Na
     cls.add_argument("--config", metavar="FILE", help="YAML settings file whose classifier: section sets the thresholds")
     cls.add_argument("--dtype", choices=["fp8", "bf16", "fp16", "tf32", "fp32", "fp64"],
                      help="precision behind the peak FLOP/s when the trace does not say (default bf16, flagged as assumed)")
+    cls.add_argument("--skip-bad-lines", action="store_true", help=SKIP_HELP)
 
     report = sub.add_parser(
         "report", help="render a recorded trace as one self-contained HTML page",
@@ -38,24 +39,40 @@ def register(sub: argparse._SubParsersAction) -> dict[str, Callable[[argparse.Na
     report.add_argument("--config", metavar="FILE", help="YAML settings file whose classifier: section sets the thresholds")
     report.add_argument("--dtype", choices=["fp8", "bf16", "fp16", "tf32", "fp32", "fp64"],
                         help="precision behind the peak FLOP/s when the trace does not say (default bf16, flagged as assumed)")
+    report.add_argument("--skip-bad-lines", action="store_true", help=SKIP_HELP)
 
     specs = sub.add_parser("specs", help="print the GPU peak-spec catalogue", description="Print dense peak FLOP/s, bandwidth and ridge points per GPU model.")
     specs.add_argument("--json", action="store_true", help="print JSON (SI units)")
     return {"classify": cmd_classify, "report": cmd_report, "specs": cmd_specs}
 
 
-def read_traces(paths: Sequence[str]) -> list:
-    """Every sample of every trace; a bad line or file is a one-line error naming it."""
-    from agent.trace import TraceFormatError, read_trace
+SKIP_HELP = ("skip lines that break the trace contract (and a cut-off gzip end) with one warning that counts them, "
+             "instead of stopping at the first with exit status 2: for a long recording whose agent was killed")
+
+
+def read_traces(paths: Sequence[str], *, skip_bad_lines: bool = False, command: str = "classify") -> list:
+    """Every sample of every trace. A bad line stops with exit status 2 naming its file and line;
+    with ``skip_bad_lines`` bad lines are skipped and one warning on stderr counts them."""
+    from agent.trace import TraceFormatError, TraceReader
 
     samples = []
+    skipped = read = 0
+    first: TraceFormatError | None = None
     for path in paths:
         try:
-            samples.extend(read_trace(path))
+            reader = TraceReader(path, strict=not skip_bad_lines)
+            samples.extend(reader)
         except TraceFormatError as exc:
-            raise CliError(str(exc)) from None
+            hint = "" if skip_bad_lines else " (--skip-bad-lines skips such lines)"
+            raise CliError(f"{exc}{hint}", EXIT_USAGE) from None
         except OSError as exc:
             raise CliError(f"cannot read trace {path}: {exc.strerror or exc}") from None
+        skipped += reader.error_count
+        read += reader.lines_read
+        first = first or (reader.errors[0] if reader.errors else None)
+    if skipped:
+        print(f"roofwatch {command}: skipped {skipped} bad line{'s' if skipped != 1 else ''} of {read}; "
+              f"the first: {first}", file=sys.stderr)
     if not samples:
         raise CliError("no samples in " + ", ".join(paths))
     return samples
@@ -72,7 +89,7 @@ def cmd_classify(args: argparse.Namespace) -> int:
     from agent.classifier.evaluate import evaluate
 
     settings, dtype = trace_classifier_settings(args)
-    samples = read_traces(args.traces)
+    samples = read_traces(args.traces, skip_bad_lines=args.skip_bad_lines, command="classify")
     kept = []
     out = sys.stdout
     for verdict in classify_samples(samples, settings.classifier, dtype=dtype):
@@ -96,7 +113,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from agent.views.report import build_report
 
     settings, dtype = trace_classifier_settings(args)
-    samples = read_traces(args.traces)
+    samples = read_traces(args.traces, skip_bad_lines=args.skip_bad_lines, command="report")
     verdicts = list(classify_samples(samples, settings.classifier, dtype=dtype))
     html = build_report(samples, verdicts, title=args.title, sources=[Path(t).name for t in args.traces])
     out = Path(args.out)

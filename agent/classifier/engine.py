@@ -190,7 +190,9 @@ class Grid:
     """Replays time-ordered samples, evaluating at every multiple of ``evaluate_every_s`` passed.
 
     Shared by ``roofwatch classify`` and the demo's head start, so a replay evaluates exactly
-    when a live agent would have.
+    when a live agent would have. A gap in the samples costs at most ``long_window_s /
+    evaluate_every_s`` evaluations (the time old samples still count); then the grid restarts at
+    the next sample, exactly as for the first one.
     """
 
     def __init__(self, classifier: Classifier) -> None:
@@ -210,6 +212,12 @@ class Grid:
         while sample.ts > self.next_eval + 1e-9:
             due.append(self.classifier.evaluate(self.next_eval))
             self.next_eval += self.step
+            if not self.classifier.tracking:
+                # Every sample has left the long window: the rest of the gap would evaluate nothing.
+                # Restart the grid at the new sample, so a gap of years costs one long window of
+                # evaluations, not one per step (ts 0 then ts 1.7e9 was 3.4e8 of them).
+                self.next_eval = max(self.next_eval, self.first_after(sample.ts))
+                break
         self.classifier.observe(sample, spec)
         return due
 

@@ -24,6 +24,27 @@ from agent.model import GpuSample
 from agent.trace.format import FORMAT_NAME, FORMAT_VERSION, GZIP_MAGIC, TraceFormatError
 from agent.trace.json_types import json_type_error
 
+MAX_LINE_BYTES = 4 * 2**20
+"""Longest line read. The agent's longest is about 1.5 MB (1024 processes with 256-character
+commands, every byte escaped); a longer line is refused, and it is read past in bounded chunks,
+so it never sits in memory whole."""
+
+MAX_KEPT_ERRORS = 100
+"""Errors a lenient reader keeps for the message; past it they are only counted."""
+
+_SKIP_CHUNK = 2**20
+"""Bytes read at a time while skipping the rest of a line that is too long."""
+
+TS_MIN = 0.0
+"""The Unix epoch: hand-written and synthetic traces count from 0, and nothing earlier is a GPU sample."""
+
+TS_MAX = 4_102_444_800.0
+"""2100-01-01 UTC: past it a timestamp is a unit error (milliseconds, nanoseconds) or garbage, and
+the grid and the report's calendar arithmetic stop being meaningful."""
+
+INTERVAL_MAX_S = 86_400.0
+"""A sample averages over at most a day; a longer ``interval_s`` would stretch a window past the trace."""
+
 
 @cache
 def _adapter() -> TypeAdapter[tuple[GpuSample]]:
@@ -72,16 +93,21 @@ class TraceReader:
     Lenient on purpose, because people hand-write traces: an integer ``gpu`` becomes a string,
     and numbers in lax pydantic form are accepted (``1.0`` for an int field, ``"0.5"`` for a
     float). A later header line (concatenated traces) is checked for its version and skipped.
-    Strict on purpose: NaN/Infinity, out-of-range values and ``ts`` that does not increase
-    within one GPU (node + gpu) are errors.
+    Strict on purpose: NaN/Infinity, out-of-range values, ``ts`` outside 1970..2100 (``TS_MIN``,
+    ``TS_MAX``) or not increasing within one GPU (node + gpu), and lines over ``MAX_LINE_BYTES``
+    are errors. Traces come from other people: a timestamp in milliseconds or a 2 GB line must
+    be refused by file and line, not replayed into a hang or an out-of-memory kill.
 
-    With ``strict=False`` bad lines are skipped and kept in ``errors``; an unsupported header
-    version still raises, since nothing after it can be trusted.
+    With ``strict=False`` bad lines are skipped and counted in ``error_count``; the first
+    ``MAX_KEPT_ERRORS`` are kept in ``errors`` (a damaged 10 GB file must not fill memory with
+    them). An unsupported header version still raises, since nothing after it can be trusted.
     """
 
     def __init__(self, source: str | os.PathLike[str] | IO[Any], *, strict: bool = True) -> None:
         self.strict = strict
         self.errors: list[TraceFormatError] = []
+        self.error_count = 0
+        self.lines_read = 0
         self.header: dict[str, Any] | None = None
         self._owned: IO[Any] | None = None
         if isinstance(source, (str, os.PathLike)) and os.fspath(source) != "-":
@@ -126,8 +152,18 @@ class TraceReader:
     def _numbered(self, stream: IO[Any]) -> Iterator[tuple[int, str]]:
         lineno = 0
         try:
-            for raw in stream:
+            while True:
+                raw = stream.readline(MAX_LINE_BYTES + 1)
+                if not raw:
+                    return
                 lineno += 1
+                self.lines_read = lineno
+                if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n" if isinstance(raw, bytes) else "\n"):
+                    del raw
+                    self._skip_rest(stream)
+                    self._fail(TraceFormatError(self.path, lineno,
+                                                f"line longer than {MAX_LINE_BYTES // 2**20} MiB (not read)"))
+                    continue
                 if isinstance(raw, bytes):
                     try:
                         raw = raw.decode("utf-8")
@@ -143,10 +179,20 @@ class TraceReader:
             self._fail(TraceFormatError(self.path, lineno + 1,
                                         f"compressed data truncated or corrupt ({exc})"))
 
+    @staticmethod
+    def _skip_rest(stream: IO[Any]) -> None:
+        """Read past the rest of an over-long line, one bounded chunk at a time."""
+        while True:
+            chunk = stream.readline(_SKIP_CHUNK)
+            if not chunk or chunk.endswith(b"\n" if isinstance(chunk, bytes) else "\n"):
+                return
+
     def _fail(self, error: TraceFormatError) -> None:
         if self.strict:
             raise error
-        self.errors.append(error)
+        self.error_count += 1
+        if len(self.errors) < MAX_KEPT_ERRORS:
+            self.errors.append(error)
 
     def _parse(self, lineno: int, text: str) -> dict[str, Any] | None:
         try:
@@ -193,6 +239,15 @@ class TraceReader:
             sample = _adapter().validate_python((obj,))[0]
         except ValidationError as exc:
             self._fail(TraceFormatError(self.path, lineno, _describe(exc)))
+            return None
+        if not TS_MIN <= sample.ts <= TS_MAX:
+            self._fail(TraceFormatError(
+                self.path, lineno, f"field 'ts': {sample.ts!r} is not a Unix time from {TS_MIN:.0f} to {TS_MAX:.0f} "
+                                   "(1970-01-01 to 2100-01-01 UTC; seconds, not milliseconds)"))
+            return None
+        if sample.interval_s is not None and sample.interval_s > INTERVAL_MAX_S:
+            self._fail(TraceFormatError(
+                self.path, lineno, f"field 'interval_s': {sample.interval_s!r} is over {INTERVAL_MAX_S:.0f} s (a day)"))
             return None
         key = (sample.node, sample.gpu)
         last = self._last_ts.get(key)
