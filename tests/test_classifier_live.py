@@ -127,7 +127,7 @@ def test_classify_names_the_malformed_line(tmp_path: Path) -> None:
     trace = tmp_path / "bad.jsonl"
     trace.write_text('{"ts": 1, "gpu": "0", "gr_active": 0.5}\n{"ts": 2, "gpu": "0", "gr_active": "lots"}\n')
     result = subprocess.run(roofwatch_cmd("classify", str(trace)), capture_output=True, text=True, timeout=60, env=clean_env())
-    assert result.returncode == 1 and result.stdout == ""
+    assert result.returncode == 2 and result.stdout == ""  # bad input is a usage error (docs/reliability.md)
     assert f"{trace}:2" in result.stderr and "gr_active" in result.stderr and "Traceback" not in result.stderr
 
 

@@ -18,7 +18,7 @@ from typing import Callable, Iterable, Iterator
 
 from agent.classifier.features import split_at_change, window_features
 from agent.classifier.peaks import spec_for_sample
-from agent.classifier.roofline import roofline
+from agent.classifier.roofline import roofline, roofline_notes
 from agent.classifier.rules import Decision, JobContext, decide
 from agent.classifier.thresholds import DEFAULT_THRESHOLDS, Thresholds
 from agent.model import GpuSample, GpuSpec, Verdict, WindowFeatures
@@ -134,6 +134,8 @@ class Classifier:
             detail = "none"  # the detail codes describe this window's class, not the held one
         else:
             reasons, confidence, detail = decision.reasons, decision.confidence, decision.detail
+        if features.workload is not None:
+            reasons += roofline_notes(features, track.spec, self.dtype)  # a report's unit error, said once
         last = window[-1] if window else None
         return Verdict(
             node=track.node, gpu=track.gpu, uuid=last.uuid if last else None,

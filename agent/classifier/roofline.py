@@ -8,6 +8,7 @@ Two MFUs are kept apart on purpose (classification.md §2):
 * **workload** — what the job reported: tokens/s x FLOPs/token / (world size x per-GPU peak).
 
 MBU likewise: from the reported model bytes and step time or token rate, else DRAM activity.
+A workload figure past ``MAX_UTILISATION`` is a unit error in the report: unknown, with a reason.
 """
 
 from __future__ import annotations
@@ -15,6 +16,14 @@ from __future__ import annotations
 from agent.model import GpuSpec, Roofline, WindowFeatures
 
 DEFAULT_DTYPE = "bf16"
+
+MAX_UTILISATION = 2.0
+"""Largest workload MFU or MBU shown as a number. No GPU runs past its dense peak; 2:4 structured
+sparsity doubles the tensor peak, and FLOPs-per-token rules of thumb (6N) are approximate, so
+figures up to twice the peak are kept. Past it the report's units are wrong (tokens per step given
+as per second, FLOPs for the whole job given per token, a batch's tokens against one model read):
+the figure is shown as unknown with a reason, never as a number. Each report field is bounded
+on its own (agent.context.workload.report_schema); their product is bounded here."""
 
 
 def pipe_flops(f: WindowFeatures, peaks: dict[str, float]) -> float:
@@ -32,6 +41,47 @@ def _ratio(value: float | None, peak: float | None) -> float | None:
     if value is None or not peak:
         return None
     return value / peak
+
+
+def workload_utilisation(f: WindowFeatures, peak: float | None, bandwidth: float | None,
+                         dtype: str) -> tuple[float | None, float | None, tuple[str, ...]]:
+    """(MFU, MBU, reasons) from the job's own report; a figure past ``MAX_UTILISATION`` (infinite
+    included) is ``None``, and a reason says which numbers made it, so a person can fix the units."""
+    w = f.workload
+    if w is None:
+        return None, None, ()
+    world = w.world_size or 1
+    mfu = mbu = None
+    mfu_from = mbu_from = ""
+    if w.tokens_per_s is not None and w.flops_per_token is not None and peak:
+        mfu = w.tokens_per_s * w.flops_per_token / (world * peak)
+        mfu_from = f"tokens_per_s {w.tokens_per_s:.3g} x flops_per_token {w.flops_per_token:.3g}"
+    if w.model_bytes is not None and bandwidth:
+        if w.step_time_s:
+            mbu = w.model_bytes / w.step_time_s / (world * bandwidth)
+            mbu_from = f"model_bytes {w.model_bytes:.3g} / step_time_s {w.step_time_s:.3g}"
+        elif w.tokens_per_s is not None:  # batch-1 decode: every token reads the whole model
+            mbu = w.model_bytes * w.tokens_per_s / (world * bandwidth)
+            mbu_from = f"model_bytes {w.model_bytes:.3g} x tokens_per_s {w.tokens_per_s:.3g}"
+    reasons = []
+    for name, value, made_of, roof in (("MFU", mfu, mfu_from, f"the dense {dtype} peak"),
+                                       ("MBU", mbu, mbu_from, "the memory bandwidth")):
+        if value is not None and not _plausible(value):
+            reasons.append(f"workload {name} unknown: {made_of} over world_size {world} is {value:.3g} x "
+                           f"{roof}, outside 0 to {MAX_UTILISATION:g}: a unit error in the job's report")
+    return (mfu if mfu is not None and _plausible(mfu) else None,
+            mbu if mbu is not None and _plausible(mbu) else None, tuple(reasons))
+
+
+def _plausible(utilisation: float) -> bool:
+    return 0.0 <= utilisation <= MAX_UTILISATION  # False for NaN and infinities too
+
+
+def roofline_notes(f: WindowFeatures, spec: GpuSpec | None, configured_dtype: str | None = None) -> tuple[str, ...]:
+    """Why a workload figure of :func:`roofline` is unknown although the job reported one (empty when none is)."""
+    dtype = f.dtype or configured_dtype or DEFAULT_DTYPE
+    peak = spec.peak_flops.get(dtype) if spec else None
+    return workload_utilisation(f, peak, spec.mem_bandwidth_bytes_per_s if spec else None, dtype)[2]
 
 
 def roofline(f: WindowFeatures, spec: GpuSpec | None, configured_dtype: str | None = None) -> Roofline:
@@ -55,18 +105,7 @@ def roofline(f: WindowFeatures, spec: GpuSpec | None, configured_dtype: str | No
     intensity = achieved / achieved_bytes if achieved is not None and achieved_bytes else None
     ridge = spec.ridge_point(dtype) if spec else None
 
-    mfu_workload = mbu_workload = None
-    w = f.workload
-    if w is not None:
-        world = w.world_size or 1
-        if w.tokens_per_s is not None and w.flops_per_token is not None and peak:
-            mfu_workload = w.tokens_per_s * w.flops_per_token / (world * peak)
-        if w.model_bytes is not None and bandwidth:
-            if w.step_time_s:
-                mbu_workload = w.model_bytes / w.step_time_s / (world * bandwidth)
-            elif w.tokens_per_s is not None:  # batch-1 decode: every token reads the whole model
-                mbu_workload = w.model_bytes * w.tokens_per_s / (world * bandwidth)
-
+    mfu_workload, mbu_workload, _ = workload_utilisation(f, peak, bandwidth, dtype)
     return Roofline(
         dtype=dtype,
         dtype_assumed=assumed,

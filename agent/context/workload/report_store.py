@@ -44,6 +44,12 @@ REJECT_REASONS = ("unauthorized", "forbidden", "rate_limited", "too_large", "len
                   "timeout", "unsupported_media_type", "bad_json", "invalid", "internal")
 
 
+MAX_GPUS_KNOWN = 4096
+"""GPUs the store remembers from the collection loop's lookups (a node has a few dozen at most)."""
+
+GPUS_NAMED = 16
+"""GPUs a refusal lists; the rest are counted."""
+
 DEFAULT_RATE_PER_S = 200.0
 """Reports a second per client (peer PID on the socket, address over HTTP, so every local process
 reporting over loopback HTTP shares one budget), in bursts of twice that."""
@@ -82,6 +88,8 @@ class ReportStore:
         self._rejected = dict.fromkeys(REJECT_REASONS, 0)
         self._evicted = 0
         self._expired = 0
+        self._gpus: dict[str, str | None] = {}
+        """index -> UUID of every GPU the collection loop asked about: the GPUs present."""
 
     @property
     def token_required(self) -> bool:
@@ -141,8 +149,28 @@ class ReportStore:
             request = ReportRequest.model_validate_json(body)
         except ValidationError as exc:
             return self._reject("invalid", HTTPStatus.UNPROCESSABLE_ENTITY, "invalid report: " + describe_validation_error(exc))
+        if (absent := self._absent_gpu(request.gpu)) is not None:
+            return self._reject("invalid", HTTPStatus.UNPROCESSABLE_ENTITY, absent)
         self._store(request, peer_pid)
         return HTTPStatus.NO_CONTENT, "ok"
+
+    def _absent_gpu(self, named: str | None) -> str | None:
+        """Why a report naming GPU ``named`` cannot be used (no such GPU here), or None when it can.
+
+        The GPUs present are those the collection loop asks :meth:`report_for` about. Before its
+        first cycle the store knows none and accepts: it cannot tell yet. A report for a GPU that is
+        not there used to be answered 204 and then matched nothing, so the job never learnt why its
+        MFU did not show."""
+        if named is None:
+            return None
+        with self._lock:
+            gpus = dict(self._gpus)
+        wanted = named.lower()
+        if not gpus or any(wanted == gpu.lower() or (uuid and wanted == uuid.lower()) for gpu, uuid in gpus.items()):
+            return None
+        listed = [f"{gpu} ({uuid})" if uuid else gpu for gpu, uuid in list(gpus.items())[:GPUS_NAMED]]
+        more = f" and {len(gpus) - GPUS_NAMED} more" if len(gpus) > GPUS_NAMED else ""
+        return f"invalid report: gpu: no GPU {named[:64]!r} on this node; GPUs present: {', '.join(listed)}{more}"
 
     def _token_ok(self, authorization: str | None) -> bool:
         scheme, _, given = (authorization or "").strip().partition(" ")
@@ -221,6 +249,8 @@ class ReportStore:
         best: _Entry | None = None
         best_rule = 99
         with self._lock:
+            if gpu in self._gpus or len(self._gpus) < MAX_GPUS_KNOWN:
+                self._gpus[gpu] = uuid  # the loop asks for every GPU it has: these are the GPUs present
             self._expire(now)
             for entry in self._entries.values():
                 rule = _rule(entry, gpu, uuid_l, pid_set, now, self.ttl_s)
