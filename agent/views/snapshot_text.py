@@ -7,6 +7,11 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+from agent.views.safe_text import printable
+
+MAX_CELL = 64
+"""Widest a cell may be: a 10 kB model or error string would push every other column off screen."""
+
 
 def _pct(value: Any) -> str:
     return "—" if value is None else f"{value * 100:5.1f}%"
@@ -35,10 +40,11 @@ def snapshot_table(data: dict[str, Any]) -> str:
                 *_verdict_cells(verdicts.get(info["gpu"]) if device["up"] else None),
             )
         )
-    widths = [max(len(str(r[i])) for r in rows) for i in range(len(header))]
-    lines = ["  ".join(str(cell).ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+    rows = [tuple(printable(cell, MAX_CELL) for cell in row) for row in rows]  # names come from jobs and remote agents
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
     health = data["health"]
-    summary = (
+    summary = printable(
         f"node {data['node']}: {data['visible_devices']}/{data['expected_devices']} GPUs up, "
         f"backend {health['backend']}, cycle {health['cycles_total']}"
     )

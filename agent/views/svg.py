@@ -10,9 +10,12 @@ import html
 import math
 from dataclasses import dataclass
 
+from agent.views.safe_text import printable
+
 
 def esc(text: object) -> str:
-    return html.escape(str(text), quote=True)
+    """HTML-escaped and printable: names on the pages come from jobs, traces and reports (agent.views.safe_text)."""
+    return html.escape(printable(text), quote=True)
 
 
 def num(value: float) -> str:

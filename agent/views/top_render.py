@@ -21,6 +21,7 @@ from rich.text import Text
 
 from agent.model import WORKLOAD_CLASSES
 from agent.views import palette
+from agent.views.safe_text import printable
 from agent.views.top_source import GpuKey, GpuRow, NodeView
 
 SORT_ORDERS = ("gpu", "mfu", "class", "power")
@@ -126,13 +127,19 @@ def bar(value: float | None, width: int = BAR_WIDTH) -> Text:
     return Text.assemble((blocks, "bold"), f" {value * 100:3.0f}%")
 
 
-def short_model(model: str | None) -> str:
+def plain(text: str | None) -> Text:
+    """A name as text, never as markup (a job called ``[/]`` crashed the view) and without control
+    characters (escape sequences in a job name reached the terminal): see agent.views.safe_text."""
+    return Text(printable(text) if text else EMPTY)
+
+
+def short_model(model: str | None) -> Text:
     """The model without the vendor's marketing prefix: every GPU on a node says NVIDIA."""
     if not model:
-        return EMPTY
+        return Text(EMPTY)
     for prefix in ("NVIDIA ", "AMD ", "Instinct "):
         model = model.removeprefix(prefix)
-    return model
+    return plain(model)
 
 
 def class_cell(row: GpuRow) -> Text:
@@ -141,7 +148,7 @@ def class_cell(row: GpuRow) -> Text:
         return Text("DOWN", style=f"bold {palette.DOWN_COLOUR}")
     if row.cls is None:
         return Text(EMPTY)
-    text = Text(palette.class_label(row.cls), style=palette.class_colour(row.cls))
+    text = Text(printable(palette.class_label(row.cls), 40), style=palette.class_colour(row.cls))
     if row.throttled:
         text.append(" ⚠ throttled", style="bold")
     return text
@@ -168,9 +175,9 @@ def of_cell(value: float | None, limit: float | None, unit: str = "", scale: flo
     return f"{value / scale:.0f}/{limit / scale:.0f}{suffix}"
 
 
-def owner_cell(row: GpuRow) -> str:
+def owner_cell(row: GpuRow) -> Text:
     """Who holds the GPU: the job, else the pod (the person to ask about a wasted GPU)."""
-    return row.job or row.pod or EMPTY
+    return plain(row.job or row.pod)
 
 
 def sparkline(states: Sequence[str | None], width: int) -> Text:
@@ -221,18 +228,18 @@ def render_header(state: TopState) -> Text:
         rows = view.rows
         up = sum(1 for r in rows if r.up is not False)
         expected = view.gpus_expected if view.gpus_expected is not None else len(rows)
-        nodes = ", ".join(view.nodes) or EMPTY
+        nodes = printable(", ".join(view.nodes)) or EMPTY
         up_style = f"bold {palette.DOWN_COLOUR}" if up < expected else ""
         text.append(f"  node {nodes}  ")
         text.append(f"{up}/{expected} GPUs up", style=up_style)
         if view.version:
-            text.append(f"  agent {view.version}", style="dim")
-    text.append(f"  {state.url}  sorted by {state.sort}")
+            text.append(f"  agent {printable(view.version, 40)}", style="dim")
+    text.append(f"  {printable(state.url)}  sorted by {state.sort}")
     if view is not None:
         text.append(f"  updated {_clock(view.fetched_at)}")
     if state.error:
         stale = " (showing the last data)" if view is not None else ""
-        text.append(f"\n⚠ {state.error}{stale}", style=f"bold {palette.DOWN_COLOUR}")  # own line: no wrap inside
+        text.append(f"\n⚠ {printable(state.error)}{stale}", style=f"bold {palette.DOWN_COLOUR}")  # own line
     return text
 
 
@@ -263,7 +270,7 @@ def render_summary(rows: Sequence[GpuRow]) -> Text:
 
 HISTORY_COLUMN = "CLASS HISTORY"
 COLUMNS: tuple[tuple[str, Callable[[GpuRow], RenderableType]], ...] = (
-    ("GPU", lambda r: r.gpu),
+    ("GPU", lambda r: plain(r.gpu)),
     ("MODEL", lambda r: short_model(r.model)),
     ("CLASS", class_cell),
     ("CONF", lambda r: pct(r.confidence)),
@@ -312,7 +319,7 @@ def fit_columns(columns: dict[str, list[RenderableType]], width: int) -> tuple[l
 
 def render_table(rows: Sequence[GpuRow], history: ClassHistory, width: int = 200) -> Table:
     """One line per GPU, as many columns as ``width`` holds; NODE only when there are several nodes."""
-    columns: dict[str, list[RenderableType]] = {"NODE": [r.node for r in rows]} if len({r.node for r in rows}) > 1 else {}
+    columns: dict[str, list[RenderableType]] = {"NODE": [plain(r.node) for r in rows]} if len({r.node for r in rows}) > 1 else {}
     columns.update({name: [cell(r) for r in rows] for name, cell in COLUMNS})
     shown, spark = fit_columns(columns, width)
     columns[HISTORY_COLUMN] = [sparkline(history.states(r.key), spark) for r in rows]
@@ -335,7 +342,7 @@ def render_frame(state: TopState, width: int = 200, interactive: bool = True) ->
     """The whole screen, from data only (no I/O): header, summary, table, and the keys when live."""
     parts: list[RenderableType] = [render_header(state)]
     if state.view is None:
-        parts.append(Text(f"waiting for {state.url} …" if not state.error else "no data yet", style="dim"))
+        parts.append(Text(f"waiting for {printable(state.url)} …" if not state.error else "no data yet", style="dim"))
     else:
         rows = sort_rows(state.view.rows, state.sort)
         parts += [render_summary(rows), render_table(rows, state.history, width)]

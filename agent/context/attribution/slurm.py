@@ -33,6 +33,20 @@ _VISIBLE_KEYS = ("NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE
 MAX_VISIBLE = 64
 """Longest device list taken from an environment (a node has at most a few dozen GPUs)."""
 
+MAX_ENVIRON_BYTES = 1 << 20
+"""How much of a process's environment is read. Another user's process may carry a huge one to cost
+us memory; Slurm's variables sit in its first kilobytes, and what lies past the bound is unknown."""
+
+_LABEL_VALUES = {
+    "job_id": re.compile(r"[0-9A-Za-z][0-9A-Za-z_.+:-]{0,63}"),
+    "user": re.compile(r"[A-Za-z_][A-Za-z0-9_.@-]{0,63}\$?"),
+    "partition": re.compile(r"[0-9A-Za-z][0-9A-Za-z_.-]{0,63}"),
+}
+"""What a job id (Slurm's are digits; arrays and het jobs add ``_`` and ``+``), a user name (POSIX
+portable names, and ``user@domain`` as sssd writes directory users) and a partition name may look like. These
+values come from other users' environments and become metric labels and page text, so anything
+else (escape sequences, spaces, markup, 10 kB) is unknown rather than shown."""
+
 
 @dataclass(frozen=True, slots=True)
 class ProcessJob:
@@ -71,6 +85,13 @@ def slurm_uid_from_cgroup(text: str) -> int | None:
     return None
 
 
+def label_value(kind: str, value: str | None) -> str | None:
+    """``value`` when it looks like a ``kind`` (job_id, user, partition) should, else None (unknown)."""
+    if value is None or _LABEL_VALUES[kind].fullmatch(value) is None:
+        return None
+    return value
+
+
 def parse_environ(raw: bytes) -> dict[str, str]:
     """A NUL-separated ``/proc/<pid>/environ``, keeping only the keys attribution reads."""
     wanted = set(_JOB_KEYS + _GLOBAL_INDEX_KEYS + _VISIBLE_KEYS + ("SLURM_JOB_USER", "SLURM_JOB_PARTITION"))
@@ -83,9 +104,19 @@ def parse_environ(raw: bytes) -> dict[str, str]:
 
 
 def slurm_job_from_environ(raw: bytes) -> str | None:
-    """SLURM_JOB_ID (or the older SLURM_JOBID) from a NUL-separated ``/proc/<pid>/environ``."""
+    """SLURM_JOB_ID (or the older SLURM_JOBID) from a NUL-separated ``/proc/<pid>/environ``;
+    None when absent or not shaped like a job id."""
     env = parse_environ(raw)
-    return next((env[key] for key in _JOB_KEYS if env.get(key)), None)
+    return label_value("job_id", next((env[key] for key in _JOB_KEYS if env.get(key)), None))
+
+
+def _read_environ(path: Path) -> bytes:
+    """At most ``MAX_ENVIRON_BYTES`` of it; an entry cut by the bound is dropped, not half-read."""
+    with path.open("rb") as f:
+        raw = f.read(MAX_ENVIRON_BYTES + 1)
+    if len(raw) > MAX_ENVIRON_BYTES:
+        raw = raw[: raw.rfind(b"\0", 0, MAX_ENVIRON_BYTES) + 1]
+    return raw
 
 
 def _device_list(value: str) -> list[str]:
@@ -124,15 +155,16 @@ def process_job(pid: int, proc_root: Path = Path("/proc")) -> ProcessJob:
     except OSError:
         cgroup = ""
     try:
-        env = parse_environ((base / "environ").read_bytes())
+        env = parse_environ(_read_environ(base / "environ"))
     except OSError:  # gone, another PID namespace, or another user's without the capabilities
         env = {}
-    job = slurm_job_from_cgroup(cgroup) or next((env[k] for k in _JOB_KEYS if env.get(k)), None)
+    job = slurm_job_from_cgroup(cgroup) or label_value("job_id", next((env[k] for k in _JOB_KEYS if env.get(k)), None))
     uid = slurm_uid_from_cgroup(cgroup)
-    user = env.get("SLURM_JOB_USER") or (_user_name(uid) if uid is not None else None)
+    user = label_value("user", env.get("SLURM_JOB_USER")) or (_user_name(uid) if uid is not None else None)
     in_container = bool(_CONTAINER_IN_PATH.search(cgroup))
     gpus = job_gpus(env, trust_indices=job is None and not in_container)
-    return ProcessJob(job_id=job, user=user if job else None, partition=env.get("SLURM_JOB_PARTITION") if job else None,
+    partition = label_value("partition", env.get("SLURM_JOB_PARTITION"))
+    return ProcessJob(job_id=job, user=user if job else None, partition=partition if job else None,
                       gpus=gpus, in_container=in_container)
 
 
