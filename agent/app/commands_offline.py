@@ -109,20 +109,24 @@ def cmd_classify(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from agent.app.output_files import OutputRefused, check_target, write_whole
     from agent.classifier.engine import classify_samples
     from agent.views.report import build_report
+
+    try:
+        check_target(Path(args.out))  # before the work: a refusal should not cost a replay
+    except OutputRefused as exc:
+        raise CliError(f"--out: {exc}", EXIT_USAGE) from None
 
     settings, dtype = trace_classifier_settings(args)
     samples = read_traces(args.traces, skip_bad_lines=args.skip_bad_lines, command="report")
     verdicts = list(classify_samples(samples, settings.classifier, dtype=dtype))
     html = build_report(samples, verdicts, title=args.title, sources=[Path(t).name for t in args.traces])
-    out = Path(args.out)
-    partial = out.with_name(f".{out.name}.partial")
-    try:  # written whole or not at all: a reader never opens half a report
-        partial.write_text(html, encoding="utf-8")
-        partial.replace(out)
+    try:  # written whole or not at all, through a temporary file nobody could have planted
+        write_whole(args.out, html.encode("utf-8", "replace"))  # names are printable already (safe_text)
+    except OutputRefused as exc:
+        raise CliError(f"--out: {exc}", EXIT_USAGE) from None
     except OSError as exc:
-        partial.unlink(missing_ok=True)
         raise CliError(f"cannot write {args.out}: {exc.strerror or exc}") from None
     print(f"wrote {args.out}: {len(verdicts)} verdicts of {len({(s.node, s.gpu) for s in samples})} GPUs")
     return EXIT_OK
