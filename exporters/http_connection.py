@@ -35,7 +35,8 @@ import h11
 
 from agent.context.workload.report_http import REPORT_PATH, Answer, is_loopback, judge_body, judge_headers
 from exporters.http_framing import closing, from_answer, phrase, raw_response
-from exporters.http_routes import Headers, Request, Response, answer_get, text
+from exporters.http_tls import start_tls
+from exporters.http_routes import Headers, NeedsWorker, Request, Response, answer_get, text
 
 log = logging.getLogger("roofwatch.http")
 
@@ -44,6 +45,8 @@ LINGER_BYTES = 256 * 1024
 WRITE_HIGH_WATER = 64 * 1024
 """Past this many bytes not yet taken by the client, the next request waits (WRITE state)."""
 ALLOW = "GET, HEAD"
+TLS_READ_HIGH_WATER = 32 * 1024
+"""Encrypted bytes TLS may hold for a connection whose reading is paused (asyncio's default: 256 KiB)."""
 
 
 class Connection(asyncio.BufferedProtocol):
@@ -70,6 +73,9 @@ class Connection(asyncio.BufferedProtocol):
         self.fed = 0
         """Bytes given to the parser since the current request began (its head's size, once parsed)."""
         self.holding_slot = False
+        self.scheduled = False
+        """A turn of :meth:`_advance` is queued on the loop: never more than one per connection, or a
+        pipelining client's callbacks would multiply with every request."""
         self.eof = False
         self.timer: asyncio.TimerHandle | None = None
         self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=self.limits.max_header_bytes)
@@ -102,8 +108,7 @@ class Connection(asyncio.BufferedProtocol):
         raw = self.transport
         assert raw is not None
         try:
-            wrapped = await self.loop.start_tls(raw, self, context, server_side=True,
-                                                ssl_handshake_timeout=self.limits.header_timeout_s)
+            wrapped = await start_tls(self.loop, raw, self, context, handshake_timeout_s=self.limits.header_timeout_s)
         except (OSError, ssl.SSLError, asyncio.TimeoutError, ConnectionError, RuntimeError) as exc:
             log.debug("TLS handshake with %s failed: %s", self.client, exc)
             raw.abort()
@@ -115,6 +120,7 @@ class Connection(asyncio.BufferedProtocol):
             return
         self.transport = wrapped
         wrapped.set_write_buffer_limits(high=WRITE_HIGH_WATER)
+        wrapped.set_read_buffer_limits(high=TLS_READ_HIGH_WATER)  # asyncio's default lets each buffer 256 KiB
         self._wait()
 
     def get_buffer(self, sizehint: int) -> memoryview:
@@ -133,7 +139,7 @@ class Connection(asyncio.BufferedProtocol):
         self.fed += nbytes
         if self.state in ("WORK", "WRITE", "HANDSHAKE"):
             # Reading is paused, or TLS delivers the request before start_tls returns: kept for later.
-            if len(self.h11.trailing_data[0]) > 2 * self.limits.max_header_bytes:
+            if _buffered(self.h11) > 2 * self.limits.max_header_bytes:
                 self._abort()
             return
         if self.state == "WAIT":
@@ -141,7 +147,8 @@ class Connection(asyncio.BufferedProtocol):
             self.received = True
             if not self.first:  # the first request's deadline runs from the accept
                 self._deadline(self.limits.header_timeout_s)
-        self._advance()
+        if not self.scheduled:  # else the turn already scheduled reads it
+            self._advance()
 
     def eof_received(self) -> bool:
         """Keep the connection open: a client may half-close after its request and still read the answer."""
@@ -162,6 +169,10 @@ class Connection(asyncio.BufferedProtocol):
 
     # -- reading a request -------------------------------------------------------------------------
 
+    def _turn(self) -> None:
+        self.scheduled = False
+        self._advance()
+
     def _advance(self) -> None:
         while self.state in ("WAIT", "HEAD", "BODY"):
             try:
@@ -172,13 +183,15 @@ class Connection(asyncio.BufferedProtocol):
             if event is h11.NEED_DATA:
                 if self.eof:
                     self._close()
-                return
+                    return
+                break
             if isinstance(event, h11.Request):
                 self._on_request(event)
             elif isinstance(event, h11.Data):
                 self._on_data(event.data)
             elif isinstance(event, h11.EndOfMessage):
-                self._dispatch()
+                self._dispatch()  # one request per turn of the loop: a pipelining client waits its turn
+                return
             elif isinstance(event, h11.ConnectionClosed) or event is h11.PAUSED:
                 self._close()
                 return
@@ -187,7 +200,7 @@ class Connection(asyncio.BufferedProtocol):
 
     def _on_request(self, event: h11.Request) -> None:
         self.requests += 1
-        if self.fed - len(self.h11.trailing_data[0]) > self.limits.max_header_bytes:
+        if self.fed - _buffered(self.h11) > self.limits.max_header_bytes:
             # h11 bounds a head still incomplete; one that arrived whole in a few reads is measured here
             self._reply(text(431, f"request line and headers over {self.limits.max_header_bytes} bytes", close=True),
                         raw=True)
@@ -259,17 +272,33 @@ class Connection(asyncio.BufferedProtocol):
         assert request is not None
         request.body = bytes(self.body)
         self.body = bytearray()
+        if self.server.draining.is_set():  # stopping: say so, and close, so the client goes elsewhere
+            self._reply(text(503, "shutting down", headers={"Retry-After": "1"}, close=True))
+            return
+        quick = self._quick(request)
+        if quick is not None:
+            quick.close = quick.close or close
+            self._reply(quick)
+            return
         if not self.server.slots.acquire(blocking=False):
-            if self.server.draining.is_set():
-                self._reply(text(503, "shutting down", headers={"Retry-After": "1"}, close=True))
-            else:
-                self._reply(text(503, "too many concurrent requests", close=close))
+            self._reply(text(503, "too many concurrent requests", close=close))
             return
         self.holding_slot = True
         job = self._job(request)
         if close:
             job = closing(job)
         self.listener.run(job, self._answered)
+
+    def _quick(self, request: Request) -> Response | None:
+        """The answer when the loop can give it at once (no bcrypt, no render), else None."""
+        if request.method in ("GET", "HEAD"):
+            try:
+                return answer_get(self.server, request, inline=True)
+            except NeedsWorker:
+                return None
+        if request.method == "POST" and request.path == REPORT_PATH:
+            return None
+        return text(405, "only GET and HEAD are supported", headers={"Allow": ALLOW})
 
     def _job(self, request: Request) -> Callable[[], Response]:
         server = self.server
@@ -350,12 +379,15 @@ class Connection(asyncio.BufferedProtocol):
     def _wait(self) -> None:
         """Ready for the next request: pipelined bytes already here start its header deadline."""
         self.received = False
-        self.fed = len(self.h11.trailing_data[0])
-        if self.h11.trailing_data[0]:
+        self.fed = _buffered(self.h11)
+        if _buffered(self.h11) > 0:  # pipelined: the next request waits for the next turn of the loop
             self.state = "HEAD"
             self.received = True
             self._deadline(self.limits.header_timeout_s)
-            self.loop.call_soon(self._advance)
+            if not self.scheduled:
+                self.scheduled = True
+                self.loop.call_soon(self._turn)
+            return  # reading stays paused while there is a request to work on
         else:
             self.state = "WAIT"
             if not self.first:
@@ -398,7 +430,11 @@ class Connection(asyncio.BufferedProtocol):
             self._close()
             return
         if transport.can_write_eof():
-            transport.write_eof()
+            try:
+                transport.write_eof()
+            except OSError:  # the client is already gone
+                self._abort()
+                return
         transport.resume_reading()
         self._deadline(LINGER_S if transport.get_write_buffer_size() == 0 else self.limits.write_timeout_s)
 
@@ -429,3 +465,9 @@ class Connection(asyncio.BufferedProtocol):
         self._cancel_deadline()
         self._release()
         self.listener.forget(self)
+
+
+def _buffered(parser: h11.Connection) -> int:
+    """Bytes the parser holds that it has not turned into events. ``trailing_data`` copies them out on
+    every call (a pipelining client made that quadratic); the buffer's length is what is needed."""
+    return len(parser._receive_buffer)  # noqa: SLF001 - h11 has no public length

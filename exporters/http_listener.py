@@ -14,6 +14,7 @@ import logging
 import queue
 import resource
 import socket
+import sys
 import threading
 from collections import Counter
 from typing import Any, Callable
@@ -30,6 +31,10 @@ READ_CHUNK = 16 * 1024
 BACKLOG = 1024
 """The kernel's queue of connections not yet accepted; the loop accepts them in batches."""
 CLOSE_GRACE_S = 1.0
+GIL_SWITCH_S = 0.001
+"""The event loop thread gives up the GIL at every socket call; each time, a busy thread (the collector,
+a render) may keep it for the whole switch interval, 5 ms by default. Hundreds of calls a turn made
+that seconds of lag under load (the convoy effect); 1 ms bounds it at a small cost to the busy threads."""
 FILES_RESERVED = 256
 """Open files the rest of the agent may need besides the connections (drivers, /proc, logs)."""
 
@@ -152,6 +157,8 @@ class Listener:
                          for i in range(self.limits.workers)]
         for worker in self._workers:
             worker.start()
+        if sys.getswitchinterval() > GIL_SWITCH_S:
+            sys.setswitchinterval(GIL_SWITCH_S)
         asyncio.set_event_loop(self.loop)
         try:
             self.loop.run_until_complete(self._serve())

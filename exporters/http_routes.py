@@ -75,23 +75,43 @@ class Served(Protocol):
     def status_page(self, refresh_s: float) -> bytes: ...
 
 
-def answer_get(server: Served, request: Request) -> Response:
-    """GET and HEAD: basic auth when configured (not for /healthz), then the page asked for."""
+class NeedsWorker(Exception):
+    """Raised by an inline answer that would have to bcrypt or render: answer it in a worker instead."""
+
+
+def answer_get(server: Served, request: Request, *, inline: bool = False) -> Response:
+    """GET and HEAD: basic auth when configured (not for /healthz), then the page asked for.
+
+    ``inline``: on the event loop, from what is already known (remembered credentials, cached
+    renderings); anything that costs more raises :class:`NeedsWorker`. Most requests, honest scrapes
+    between two snapshots and hostile unauthenticated ones alike, so never wait for a worker."""
     auth = server.web.auth
-    if auth.enabled and request.path not in UNAUTHENTICATED_PATHS and not auth.allows(request.headers.get("Authorization")):
-        return text(HTTPStatus.UNAUTHORIZED, "unauthorized",
-                    headers={"WWW-Authenticate": f'Basic realm="{REALM}", charset="UTF-8"'})
+    if auth.enabled and request.path not in UNAUTHENTICATED_PATHS:
+        header = request.headers.get("Authorization")
+        allowed = auth.quick_verdict(header) if inline else auth.allows(header)
+        if allowed is None:
+            raise NeedsWorker
+        if not allowed:
+            return text(HTTPStatus.UNAUTHORIZED, "unauthorized",
+                        headers={"WWW-Authenticate": f'Basic realm="{REALM}", charset="UTF-8"'})
     path = request.path
     if path == "/metrics":
         encoder, content_type = choose_encoder(request.headers.get("Accept", "") or "")
         gzipped = accepts_gzip(request.headers.get("Accept-Encoding"))
-        body = server.exposition.render(encoder, content_type, gzipped=gzipped)
+        body = (server.exposition.cached(content_type, gzipped=gzipped) if inline
+                else server.exposition.render(encoder, content_type, gzipped=gzipped))
+        if body is None:
+            raise NeedsWorker
         return Response(HTTPStatus.OK, body, content_type, {"Content-Encoding": "gzip"} if gzipped else {})
     if path == "/healthz":
         ok, reason = server.health()
         return text(HTTPStatus.OK if ok else HTTPStatus.SERVICE_UNAVAILABLE, reason)
     if path == "/api/v1/snapshot":
+        if inline:
+            raise NeedsWorker
         return Response(HTTPStatus.OK, server.snapshot_json(), "application/json")
+    if path == "/" and inline:
+        raise NeedsWorker
     if path == "/":
         try:
             refresh_s = refresh_param(request.query)

@@ -257,6 +257,12 @@ class ExpositionCache:
         self._gpu_labels = tuple(gpu_labels)
         self._cache = PerSnapshotCache()
 
+    def cached(self, content_type: str, *, gzipped: bool = False) -> bytes | None:
+        """The current snapshot's exposition if already rendered, else None: the listener's event loop
+        serves it at once and leaves the render (milliseconds) to a worker thread."""
+        snapshot = self._get_snapshot()
+        return self._cache.peek(snapshot, (content_type, "gzip") if gzipped else content_type)
+
     def render(self, encoder: Callable[[Collector], bytes], content_type: str, *, gzipped: bool = False) -> bytes:
         """The exposition of the current snapshot; ``gzipped`` compresses it, also once per snapshot
         (Prometheus asks for gzip on every scrape)."""

@@ -18,6 +18,10 @@ class PerSnapshotCache:
         self._lock = threading.Lock()
         self._cache: dict[tuple[tuple[int, float], Hashable], bytes] = {}
 
+    def peek(self, snapshot: NodeSnapshot, variant: Hashable) -> bytes | None:
+        """The rendering if it is already made, else None (the caller renders it somewhere it may take time)."""
+        return self._cache.get(((snapshot.sequence, snapshot.ts), variant))
+
     def get(self, snapshot: NodeSnapshot, variant: Hashable, render: Callable[[NodeSnapshot], bytes]) -> bytes:
         # The timestamp too: snapshots from two publishers (the driver wait, then the collector)
         # may share a sequence number, never a sequence number and a time.

@@ -137,6 +137,19 @@ class BasicAuth:
     def enabled(self) -> bool:
         return bool(self._users)
 
+    def quick_verdict(self, header: str | None) -> bool | None:
+        """The verdict when it costs no bcrypt: True for remembered credentials, False for none or
+        unreadable ones; None when a bcrypt check must decide (call :meth:`allows` off the event loop)."""
+        if not self._users:
+            return True
+        credentials = _decode_basic(header)
+        if credentials is None:
+            return False
+        user, password = credentials
+        digest = hashlib.sha256(user.encode() + b"\0" + password.encode()).digest()
+        with self._lock:
+            return True if digest in self._passed else None
+
     def allows(self, header: str | None) -> bool:
         if not self._users:
             return True

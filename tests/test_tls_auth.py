@@ -154,6 +154,11 @@ def test_prometheus_scrapes_through_tls_and_basic_auth(tls_agent, pki, tmp_path)
                             "max_version": "TLS12"}}, "min_version: TLS13 is above max_version TLS12"),
     ({"http_server_config": {"headers": {"X-Evil": "a\r\nSet-Cookie: x"}}}, "one line"),
     ({"tls_server_config": {"key_file": "server.key"}}, "tls_server_config.cert_file: Field required"),
+    ({"basic_auth_users": {"prometheus": "$2y$10$" + "!" * 53}}, "user 'prometheus': not a valid bcrypt hash"),
+    ({"http_server_config": {"headers": {"Content-Length": "0"}}}, "header 'Content-Length': set by the agent itself"),
+    ({"http_server_config": {"headers": {"transfer-encoding": "chunked"}}}, "header 'transfer-encoding': set by the agent"),
+    ({"http_server_config": {"headers": {"Connection": "close"}}}, "header 'Connection': set by the agent itself"),
+    ({"http_server_config": {"headers": {"X Frame": "deny"}}}, "header 'X Frame': not a valid header name"),
 ])
 def test_a_bad_web_config_is_a_usage_error_naming_the_field(pki, config, message):
     path = pki / "bad.yml"
