@@ -11,18 +11,22 @@ from __future__ import annotations
 
 import math
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from dataclasses import dataclass
 from typing import Mapping
 
 from prometheus_client.parser import text_string_to_metric_families
 
 from agent.app.config import DEFAULT_PORT
+from agent.views.http_get import FetchError, bounded_get, one_line
 
 DEFAULT_TIMEOUT_S = 2.0
-MAX_BODY_BYTES = 64 * 2**20
+"""Longest wait for any one read of a poll."""
+
+DEFAULT_DEADLINE_S = 5.0
+"""Longest a whole poll may take: a server trickling its answer cannot keep a poll open for ever."""
+
+MAX_BODY_BYTES = 16 * 2**20
 """A node's exposition is well under a megabyte; a larger answer is not one, and is not read whole."""
 
 GpuKey = tuple[str, str, str]
@@ -109,33 +113,24 @@ def metrics_url(url: str | None) -> str:
 
 
 def _one_line(text: object, limit: int = 160) -> str:
-    """Collapse an exception's text to one short line: the header has one line for it."""
-    line = " ".join(str(text).split())
-    return line if len(line) <= limit else line[: limit - 1] + "…"
+    """Collapse an exception's text to one short printable line: the header has one line for it."""
+    return one_line(text, limit)
 
 
-def fetch_text(url: str, timeout: float = DEFAULT_TIMEOUT_S) -> str:
-    """GET ``url``; every failure becomes :class:`TopSourceError` with a one-line reason."""
-    request = urllib.request.Request(url, headers={"Accept": "text/plain"})
+def fetch_text(url: str, timeout: float = DEFAULT_TIMEOUT_S, deadline: float = DEFAULT_DEADLINE_S) -> str:
+    """GET ``url`` within ``timeout`` per read and ``deadline`` in all, at most ``MAX_BODY_BYTES``;
+    every failure becomes :class:`TopSourceError` with a one-line reason."""
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 - user-given URL
-            body = response.read(MAX_BODY_BYTES + 1)
-    except urllib.error.HTTPError as exc:
-        raise TopSourceError(f"{url} answered HTTP {exc.code} {_one_line(exc.reason)}") from None
-    except urllib.error.URLError as exc:
-        raise TopSourceError(f"cannot reach {url}: {_one_line(exc.reason)}") from None
-    except TimeoutError:
-        raise TopSourceError(f"{url} did not answer within {timeout:g} s") from None
-    except (OSError, ValueError) as exc:  # reset connection, malformed answer
-        raise TopSourceError(f"cannot read {url}: {_one_line(exc)}") from None
-    if len(body) > MAX_BODY_BYTES:
-        raise TopSourceError(f"{url} answered more than {MAX_BODY_BYTES // 2**20} MiB: not a roofwatch /metrics")
+        body = bounded_get(url, accept="text/plain", timeout_s=timeout, deadline_s=max(deadline, timeout),
+                           max_bytes=MAX_BODY_BYTES)
+    except FetchError as exc:
+        raise TopSourceError(str(exc)) from None
     return body.decode("utf-8", errors="replace")
 
 
-def fetch_view(url: str, timeout: float = DEFAULT_TIMEOUT_S) -> NodeView:
+def fetch_view(url: str, timeout: float = DEFAULT_TIMEOUT_S, deadline: float = DEFAULT_DEADLINE_S) -> NodeView:
     """Fetch and parse one exposition (``url`` is already a /metrics URL, see :func:`metrics_url`)."""
-    return parse_exposition(fetch_text(url, timeout), url)
+    return parse_exposition(fetch_text(url, timeout, deadline), url)
 
 
 # -- parse ----------------------------------------------------------------------------------

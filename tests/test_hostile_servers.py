@@ -1,0 +1,160 @@
+"""``roofwatch snapshot --url`` and ``roofwatch top`` against a server that means harm.
+
+The URL is whatever the user typed, and the server behind it may answer JSON nested 200 000 deep
+(RecursionError), an endless body (MemoryError), or one byte at a time so that no single read ever
+times out (a hang: there was only a per-read timeout). Each now ends within a deadline, within a
+size cap, and as one line on stderr. The server here is a raw socket server, so it can send what
+no well-behaved HTTP library would.
+"""
+
+from __future__ import annotations
+
+import resource
+import socketserver
+import subprocess
+import threading
+import time
+
+import pytest
+
+from agent.views.snapshot_text import FETCH_DEADLINE_S, MAX_SNAPSHOT_BYTES, SnapshotFetchError, fetch_snapshot_json
+from agent.views.top_source import TopSourceError, fetch_view
+from tests.agent_process import clean_env, roofwatch_cmd
+
+TRICKLE_S = 0.1
+
+
+def _head(length: int | None = None, extra: str = "") -> bytes:
+    size = f"Content-Length: {length}\r\n" if length is not None else "Connection: close\r\n"
+    return f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n{size}{extra}\r\n".encode()
+
+
+class Hostile(socketserver.BaseRequestHandler):
+    """One bad answer per path; every loop stops when the client goes away."""
+
+    def handle(self) -> None:
+        sock = self.request
+        request = b""
+        while b"\r\n\r\n" not in request:
+            chunk = sock.recv(4096)
+            if not chunk:
+                return
+            request += chunk
+        path = request.split(b" ", 2)[1].decode()
+        try:
+            self.answer(sock, path.split("/")[1])
+        except OSError:  # the client gave up: that is the point
+            pass
+
+    def answer(self, sock, kind: str) -> None:
+        if kind == "deep":
+            body = b"[" * 200_000 + b"]" * 200_000
+            sock.sendall(_head(len(body)) + body)
+        elif kind == "endless":
+            sock.sendall(_head(None))
+            block = b" " * 2**20
+            while True:
+                sock.sendall(block)
+        elif kind == "trickle-body":
+            sock.sendall(_head(10**6) + b"{")
+            while True:
+                time.sleep(TRICKLE_S)
+                sock.sendall(b" ")
+        elif kind == "trickle-headers":
+            sock.sendall(b"HTTP/1.1 200 OK\r\nX-Slow: ")
+            while True:
+                time.sleep(TRICKLE_S)
+                sock.sendall(b"a")
+        elif kind == "empty-object":
+            sock.sendall(_head(2) + b"{}")
+        elif kind == "wrong-types":
+            body = (b'{"node": "n", "visible_devices": 1, "expected_devices": 1, "health": {"backend": "x", '
+                    b'"cycles_total": 1}, "devices": [{"info": {"gpu": 0, "model": "m"}, "up": true}]}')
+            sock.sendall(_head(len(body)) + body)
+        elif kind == "huge-number":
+            body = b'{"node": ' + b"9" * 5000 + b"}"
+            sock.sendall(_head(len(body)) + body)
+        elif kind == "to-file":
+            sock.sendall(b"HTTP/1.1 302 Found\r\nLocation: file:///etc/passwd\r\nContent-Length: 0\r\n\r\n")
+
+
+@pytest.fixture(scope="module")
+def hostile():
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Hostile)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def within(seconds: float, call):
+    """Run ``call`` in a thread; fail (rather than hang the suite) when it is still running after ``seconds``."""
+    outcome: list = []
+
+    def target():
+        try:
+            outcome.append(("ok", call()))
+        except Exception as exc:  # noqa: BLE001 - handed to the test
+            outcome.append(("error", exc))
+
+    worker = threading.Thread(target=target, daemon=True)
+    started = time.monotonic()
+    worker.start()
+    worker.join(seconds)
+    assert not worker.is_alive(), f"still running after {seconds} s"
+    return outcome[0], time.monotonic() - started
+
+
+# -- the snapshot client ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind, message", [
+    ("deep", "nested"),  # messages are matched in lower case
+    ("endless", f"more than {MAX_SNAPSHOT_BYTES // 2**20} mib"),
+    ("trickle-body", "did not finish answering within 1.5 s"),
+    ("trickle-headers", "did not finish answering within 1.5 s"),
+    ("empty-object", "with a roofwatch snapshot (node: missing"),
+    ("wrong-types", "devices[0].info"),
+    ("huge-number", "did not answer with json"),
+    ("to-file", "redirect"),
+])
+def test_fetch_snapshot_ends_in_one_line_within_its_deadline(hostile, kind, message):
+    (status, result), took = within(10, lambda: fetch_snapshot_json(f"{hostile}/{kind}", timeout=1.0, deadline=1.5))
+    assert status == "error" and isinstance(result, SnapshotFetchError), result
+    text = str(result)
+    assert "\n" not in text and message in text.lower() and f"/{kind}" in text, text
+    assert took < 1.5 + 2.0
+
+
+def _limit_memory() -> None:
+    limit = 1536 * 2**20
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+
+@pytest.mark.parametrize("kind", ["deep", "endless", "trickle-body", "empty-object"])
+def test_snapshot_url_command_exits_1_with_one_line(hostile, kind):
+    started = time.monotonic()
+    result = subprocess.run(roofwatch_cmd("snapshot", "--url", f"{hostile}/{kind}"), capture_output=True, text=True,
+                            timeout=FETCH_DEADLINE_S + 30, env=clean_env(), preexec_fn=_limit_memory)
+    assert result.returncode == 1 and result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("roofwatch snapshot: ") and f"/{kind}" in lines[0], lines
+    assert time.monotonic() - started < FETCH_DEADLINE_S + 10
+
+
+# -- roofwatch top's fetch of /metrics ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind, message", [
+    ("endless", "more than 16 mib"),
+    ("trickle-body", "did not finish answering within 1.5 s"),
+    ("trickle-headers", "did not finish answering within 1.5 s"),
+    ("to-file", "redirect"),
+])
+def test_top_fetch_ends_in_one_line_within_its_deadline(hostile, kind, message):
+    (status, result), took = within(10, lambda: fetch_view(f"{hostile}/{kind}/metrics", timeout=1.0, deadline=1.5))
+    assert status == "error" and isinstance(result, TopSourceError), result
+    assert "\n" not in str(result) and message in str(result).lower(), str(result)
+    assert took < 1.5 + 2.0
