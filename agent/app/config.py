@@ -17,15 +17,16 @@ import socket
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
+    SettingsError,
     YamlConfigSettingsSource,
 )
 
+from agent.app.config_input import ConfigInputError, describe_environment_error, read_config_file, shown
 from agent.classifier.thresholds import Thresholds
 from agent.context.workload.inference.scraper import InferenceEndpoint
 from agent.model import Dtype
@@ -104,8 +105,8 @@ class Settings(BaseSettings):
         None, ge=0, le=1024, description="GPUs this node should have; default: as many as were discovered."
     )
     stale_after_s: float | None = Field(
-        None, gt=0.0, description="/healthz fails when the snapshot is older; default max(10 s, 5 intervals)."
-    )
+        None, gt=0.0, le=86_400.0, description="/healthz fails when the snapshot is older; default max(10 s, 5 "
+        "intervals).")
     sysfs_root: str = Field(
         "/sys", min_length=1, description="Where the host's sysfs is mounted: InfiniBand/RoCE counters and the "
         "PCIe tree that maps each GPU to its nearest NIC (in a container, the host's /sys mounted read-only)."
@@ -198,7 +199,7 @@ class Settings(BaseSettings):
         sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
         path = _config_file.get()
         if path is not None:
-            sources.append(YamlConfigSettingsSource(settings_cls, yaml_file=path))
+            sources.append(YamlConfigSettingsSource(settings_cls, yaml_file=path, yaml_file_encoding="utf-8"))
         return tuple(sources)
 
 
@@ -211,20 +212,20 @@ def _describe(error: dict[str, Any]) -> str:
         valid = nested.get(str(loc[0]), Settings.model_fields) if len(loc) > 1 else Settings.model_fields
         return f"{field}: unknown setting (valid settings: {', '.join(sorted(valid))})"
     given = error.get("input")
-    shown = "" if isinstance(given, dict) or "(got " in message else f" (got {given!r})"
+    got = "" if isinstance(given, dict) or "(got " in message else f" (got {shown(given)})"  # never 4301 digits
     env_name = "ROOFWATCH_" + "__".join(str(part) for part in error.get("loc", ())).upper()
     if os.environ.get(env_name) is not None and str(given) == os.environ[env_name]:
-        shown += f" from {env_name}"
-    return f"{field}: {message}{shown}"
+        got += f" from {env_name}"
+    return f"{field}: {message}{got}"
 
 
 def _check_config_file(path: Path) -> None:
     if not path.is_file():
         raise ConfigError(f"config file {path}: not found")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"config file {path}: not valid YAML: {exc}") from None
+        data = read_config_file(path)  # bounded, UTF-8, and every failure one line (agent.app.config_input)
+    except ConfigInputError as exc:
+        raise ConfigError(str(exc)) from None
     if data is not None and not isinstance(data, dict):
         raise ConfigError(f"config file {path}: must be a mapping of setting: value, got {type(data).__name__}")
 
@@ -241,5 +242,7 @@ def load_settings(config_file: str | Path | None = None, **overrides: Any) -> Se
         details = "; ".join(_describe(e) for e in exc.errors())
         source = f" (config file {path})" if path else ""
         raise ConfigError(f"invalid configuration{source}: {details}") from None
+    except SettingsError as exc:  # an environment value that is not the JSON a list or mapping setting takes
+        raise ConfigError(f"invalid configuration: {describe_environment_error(exc, 'ROOFWATCH_')}") from None
     finally:
         _config_file.reset(token)

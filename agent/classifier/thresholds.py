@@ -16,14 +16,19 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class Thresholds(BaseModel):
-    """Classifier thresholds and windows. Ratios are 0..1; times are seconds."""
+    """Classifier thresholds and windows. Ratios are 0..1; times are seconds.
+
+    Every number is bounded on both sides (a test walks them): ``evaluate_every_s: 1e-6`` was
+    accepted and hung the agent, since a replay (the demo's head start, ``classify``) evaluates
+    every step of the grid. The lower bounds on the windows keep a replay to at most one
+    evaluation per half second of trace; the upper ones are far past any real value."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     # -- windows and switching ------------------------------------------------------------------
-    window_s: float = Field(20.0, gt=0.0, le=600.0, description="Short window the roofline and duty features average over.")
-    long_window_s: float = Field(300.0, gt=0.0, le=3600.0, description="Long window for step-time statistics (jitter).")
-    evaluate_every_s: float = Field(5.0, gt=0.0, le=600.0, description="How often a verdict is produced per GPU.")
+    window_s: float = Field(20.0, ge=1.0, le=600.0, description="Short window the roofline and duty features average over.")
+    long_window_s: float = Field(300.0, ge=1.0, le=3600.0, description="Long window for step-time statistics (jitter).")
+    evaluate_every_s: float = Field(5.0, ge=0.5, le=600.0, description="How often a verdict is produced per GPU.")
     min_valid_fraction: float = Field(0.8, ge=0.0, le=1.0, description="Below this share of usable samples in the window the verdict is unknown.")
     confirm_evaluations: int = Field(2, ge=1, le=20, description="Consecutive wins a challenger needs before the published class changes.")
     phase_change_jump: float = Field(0.3, gt=0.0, le=1.0, description="Change in duty, tensor or DRAM activity between the window's halves that means a new phase.")
@@ -45,14 +50,14 @@ class Thresholds(BaseModel):
     idle_duty: float = Field(0.05, ge=0.0, le=1.0, description="Duty cycle below which a GPU is idle.")
     idle_dram: float = Field(0.05, ge=0.0, le=1.0, description="DRAM activity below which a GPU is idle.")
     idle_link: float = Field(0.02, ge=0.0, le=1.0, description="Fabric utilisation below which a GPU is idle.")
-    idle_held_bytes: float = Field(2**30, ge=0.0, description="Memory a process must hold for an idle GPU to count as held.")
+    idle_held_bytes: float = Field(2**30, ge=0.0, le=2.0**50, description="Memory a process must hold for an idle GPU to count as held.")
 
     # -- input starvation -----------------------------------------------------------------------------
     starved_idle_share: float = Field(0.20, ge=0.0, le=1.0, description="Share of time with no kernel (1 - duty) that means starvation (entry).")
     starved_idle_share_exit: float = Field(0.12, ge=0.0, le=1.0, description="Idle share the incumbent starvation verdict must fall below (exit).")
     starved_max_comm_wait: float = Field(0.15, ge=0.0, le=1.0, description="Above this comm-wait fraction the lost time is resident (not starvation).")
-    dataloader_cores: float = Field(2.0, ge=0.0, description="Process CPU (cores, with children) that means loader workers are busy.")
-    launch_cores: float = Field(0.9, ge=0.0, description="Process CPU around one core, workers idle: the main thread is the bottleneck.")
+    dataloader_cores: float = Field(2.0, ge=0.0, le=4096.0, description="Process CPU (cores, with children) that means loader workers are busy.")
+    launch_cores: float = Field(0.9, ge=0.0, le=4096.0, description="Process CPU around one core, workers idle: the main thread is the bottleneck.")
     io_wait: float = Field(0.10, ge=0.0, le=1.0, description="Host iowait ratio that means data fetching is slow.")
     io_pressure: float = Field(0.20, ge=0.0, le=1.0, description="Host I/O pressure (PSI some) that means data fetching is slow.")
     loader_saturation: float = Field(0.9, ge=0.0, le=1.0, description="Worker CPU / the cores the workers may use (fewer of their count and the allotted cores) that means the loader is saturated.")
@@ -65,17 +70,17 @@ class Thresholds(BaseModel):
     comm_wait_dram: float = Field(0.15, ge=0.0, le=1.0, description="... DRAM activity at most this ...")
     comm_wait_link: float = Field(0.2, ge=0.0, le=1.0, description="... and fabric utilisation at most this.")
     comm_wait_fraction: float = Field(0.10, ge=0.0, le=1.0, description="Share of comm-wait samples that, with step variation or skew, means jitter.")
-    step_cv: float = Field(0.10, ge=0.0, description="Step-time coefficient of variation that means jitter (with comm wait).")
-    step_cv_alone: float = Field(0.15, ge=0.0, description="Step-time CV that means jitter on its own.")
+    step_cv: float = Field(0.10, ge=0.0, le=100.0, description="Step-time coefficient of variation that means jitter (with comm wait).")
+    step_cv_alone: float = Field(0.15, ge=0.0, le=100.0, description="Step-time CV that means jitter on its own.")
     rank_skew: float = Field(0.10, ge=0.0, le=1.0, description="Compute-share deficit against the job's busiest rank that means a straggler.")
     rank_skew_high: float = Field(0.30, ge=0.0, le=1.0, description="Skew reported as high severity (NVRx score below 0.7).")
-    activity_cv: float = Field(0.20, ge=0.0, description="Without step reports: CV of 5 s tensor-activity blocks that suggests jitter.")
+    activity_cv: float = Field(0.20, ge=0.0, le=100.0, description="Without step reports: CV of 5 s tensor-activity blocks that suggests jitter.")
     steps_for_cv: int = Field(10, ge=2, le=10_000, description="Most recent reported steps the step-time CV is taken over.")
     steps_for_cv_exit: int = Field(30, ge=2, le=10_000, description="Steps the CV is taken over while jitter is already the verdict (a quiet half minute is not the end of jitter).")
     min_steps: int = Field(5, ge=2, le=1000, description="Steps needed before a step-time CV is trusted.")
     comm_bandwidth_link: float = Field(0.6, ge=0.0, le=1.0, description="Fabric utilisation reported as bandwidth-bound communication.")
-    net_congestion_per_s: float = Field(1000.0, ge=0.0, description="ECN marks + CNPs per second on the GPU's NIC port that mean fabric congestion.")
-    net_retransmits_per_s: float = Field(10.0, ge=0.0, description="Retransmit and sequence-error events per second that mean a lossy fabric.")
+    net_congestion_per_s: float = Field(1000.0, ge=0.0, le=1e12, description="ECN marks + CNPs per second on the GPU's NIC port that mean fabric congestion.")
+    net_retransmits_per_s: float = Field(10.0, ge=0.0, le=1e12, description="Retransmit and sequence-error events per second that mean a lossy fabric.")
 
     # -- throttling -------------------------------------------------------------------------------------------
     throttle_fraction: float = Field(0.5, ge=0.0, le=1.0, description="Share of busy samples with a throttle reason that sets the flag.")
