@@ -166,3 +166,14 @@ def test_a_truncated_recording_survives_with_skip(tmp_path):
     assert run("classify", str(trace)).returncode == 2
     result = run("classify", "--skip-bad-lines", str(trace))
     assert result.returncode == 0 and result.stdout and "skipped 1 bad line" in result.stderr
+
+
+def test_the_classifier_survives_a_subnormal_interval_the_reader_would_refuse():
+    """Found by tests/test_fuzz_hostile_traces.py: interval_s 5e-324 made round(span / interval) overflow."""
+    from agent.model import GpuSample
+
+    samples = [GpuSample(ts=T0 + i, gpu="0", interval_s=5e-324, gr_active=0.9) for i in range(30)]
+    verdicts = list(classify_samples(samples))
+    assert verdicts and all(v.gpu == "0" for v in verdicts)
+    with pytest.raises(TraceFormatError, match="'interval_s'"):
+        list(TraceReader(io.StringIO('{"ts": 1800000000, "gpu": "0", "interval_s": 5e-324}\n')))

@@ -26,7 +26,7 @@ from agent.trace import (
     read_trace,
     sample_to_dict,
 )
-from agent.trace.reader import INTERVAL_MAX_S, TS_MAX, TS_MIN
+from agent.trace.reader import INTERVAL_MAX_S, INTERVAL_MIN_S, TS_MAX, TS_MIN
 
 
 def full_sample(ts: float = 100.0, gpu: str = "0", **overrides: object) -> GpuSample:
@@ -390,7 +390,7 @@ samples = st.builds(
     uuid=opt(st.text()),
     vendor=opt(st.sampled_from(["nvidia", "amd"])),
     model=opt(st.text()),
-    interval_s=opt(st.floats(min_value=0.0, max_value=INTERVAL_MAX_S, exclude_min=True)),
+    interval_s=opt(st.floats(min_value=INTERVAL_MIN_S, max_value=INTERVAL_MAX_S)),
     temperature_c=opt(finite),
     mem_used_bytes=opt(nonneg_int),
     mem_total_bytes=opt(nonneg_int),

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from agent.model import (DTYPES, WORKLOAD_CLASSES, Attribution, GpuSample, HostSample, LinkTraffic,
                          ProcessSample, RemappedRows, WorkloadReport, XidCount)
 from agent.trace import TraceFormatError, TraceReader
-from agent.trace.reader import INTERVAL_MAX_S, TS_MAX, TS_MIN
+from agent.trace.reader import INTERVAL_MAX_S, INTERVAL_MIN_S, TS_MAX, TS_MIN
 
 FUZZ = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -51,7 +51,7 @@ processes = st.builds(
 )
 SAMPLE_STRATEGIES: dict[str, st.SearchStrategy[Any]] = {
     "ts": st.floats(TS_MIN, TS_MAX), "gpu": text, "node": text, "uuid": opt(text), "vendor": opt(st.sampled_from(["nvidia", "amd"])),
-    "model": opt(text), "interval_s": opt(st.floats(min_value=0.0, max_value=INTERVAL_MAX_S, exclude_min=True)),
+    "model": opt(text), "interval_s": opt(st.floats(min_value=INTERVAL_MIN_S, max_value=INTERVAL_MAX_S)),
     "temperature_c": opt(finite), "memory_temperature_c": opt(finite), "dtype": opt(st.sampled_from(DTYPES)),
     "label": opt(st.sampled_from(WORKLOAD_CLASSES)),
     "processes": opt(st.lists(processes, max_size=3).map(tuple)),

@@ -25,6 +25,11 @@ from agent.model import GpuSample, GpuSpec, Verdict, WindowFeatures
 
 SpecResolver = Callable[[GpuSample], "GpuSpec | None"]
 
+MIN_INTERVAL_S = 1e-3
+"""Shortest sampling interval the windows are sized by: a replayed trace may claim 5e-324 s, which
+made the expected sample count infinite (the reader refuses such traces too; this keeps the engine
+whole whatever it is fed)."""
+
 
 @dataclass
 class _Stabiliser:
@@ -102,7 +107,7 @@ class Classifier:
                 del self._tracks[key]
                 continue
             long_window = [s for s in track.samples if s.ts <= now]
-            interval = _interval(long_window)
+            interval = min(max(_interval(long_window), MIN_INTERVAL_S), t.long_window_s)
             span = max(t.window_s, 3.0 * interval)
             window = [s for s in long_window if s.ts > now - span]
             expected = max(1, round(span / interval))

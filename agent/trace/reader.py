@@ -42,8 +42,11 @@ TS_MAX = 4_102_444_800.0
 """2100-01-01 UTC: past it a timestamp is a unit error (milliseconds, nanoseconds) or garbage, and
 the grid and the report's calendar arithmetic stop being meaningful."""
 
+INTERVAL_MIN_S = 1e-3
 INTERVAL_MAX_S = 86_400.0
-"""A sample averages over at most a day; a longer ``interval_s`` would stretch a window past the trace."""
+"""A sample averages over a millisecond to a day: no counter is read faster, and a longer
+``interval_s`` would stretch a window past the trace (a subnormal one made a window's expected
+sample count infinite)."""
 
 
 @cache
@@ -245,9 +248,10 @@ class TraceReader:
                 self.path, lineno, f"field 'ts': {sample.ts!r} is not a Unix time from {TS_MIN:.0f} to {TS_MAX:.0f} "
                                    "(1970-01-01 to 2100-01-01 UTC; seconds, not milliseconds)"))
             return None
-        if sample.interval_s is not None and sample.interval_s > INTERVAL_MAX_S:
+        if sample.interval_s is not None and not INTERVAL_MIN_S <= sample.interval_s <= INTERVAL_MAX_S:
             self._fail(TraceFormatError(
-                self.path, lineno, f"field 'interval_s': {sample.interval_s!r} is over {INTERVAL_MAX_S:.0f} s (a day)"))
+                self.path, lineno, f"field 'interval_s': {sample.interval_s!r} is not from {INTERVAL_MIN_S:g} s "
+                                   f"to {INTERVAL_MAX_S:.0f} s (a day)"))
             return None
         key = (sample.node, sample.gpu)
         last = self._last_ts.get(key)
