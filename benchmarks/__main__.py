@@ -17,7 +17,7 @@ from pathlib import Path
 
 import psutil
 
-from benchmarks import collector_cost, memory_soak, scrape
+from benchmarks import collector_cost, hostile, memory_soak, scrape
 from benchmarks.figures import Figure, table
 
 
@@ -36,12 +36,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="shorter windows and a 20 000-interval soak (about 3 minutes)")
     parser.add_argument("--no-soak", action="store_true", help="leave out the memory soak (the longest part)")
     parser.add_argument("--json", metavar="FILE", help="also write every figure as JSON")
+    parser.add_argument("--no-listener-baseline", action="store_true",
+                        help="measure the hostile-client load on this agent only, not on the old http.server too")
     args = parser.parse_args(argv)
     print(f"# roofwatch benchmarks: {machine()}\n", flush=True)
     figures: list[Figure] = []
     cost, runs = collector_cost.run(args.quick)
     figures += cost
     figures += scrape.run(args.quick)
+    figures += hostile.run(args.quick, baseline=not args.no_listener_baseline)
     if not args.no_soak:
         figures += memory_soak.run(args.quick)
     print(table(figures))

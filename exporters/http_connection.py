@@ -34,7 +34,7 @@ from urllib.parse import urlsplit
 import h11
 
 from agent.context.workload.report_http import REPORT_PATH, Answer, is_loopback, judge_body, judge_headers
-from exporters.http_framing import closing, from_answer, phrase, raw_response
+from exporters.http_framing import answer_headers, buffered as _buffered, closing, from_answer, phrase, protocol_error, raw_response
 from exporters.http_tls import start_tls
 from exporters.http_routes import Headers, NeedsWorker, Request, Response, answer_get, text
 
@@ -251,14 +251,7 @@ class Connection(asyncio.BufferedProtocol):
         if self.eof and not self.received:
             self._close()
             return
-        if exc.error_status_hint == HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE:
-            response = text(431, f"request line and headers over {self.limits.max_header_bytes} bytes")
-        elif "Transfer-Encoding" in str(exc):
-            response = text(411, "only chunked transfer coding is understood; send Content-Length")
-        else:
-            response = text(400, "malformed HTTP request")
-        response.close = True
-        self._reply(response, raw=True)
+        self._reply(protocol_error(exc, self.limits.max_header_bytes), raw=True)
 
     # -- answering ---------------------------------------------------------------------------------
 
@@ -327,18 +320,19 @@ class Connection(asyncio.BufferedProtocol):
             log.debug("http %s %s %s %d", self.client, request.method if request else "-",
                       request.path[:200] if request else "-", response.status)
         close = response.close or self.eof or self.requests >= self.limits.max_requests_per_connection
-        headers = self._headers_for(response, close)
+        headers = answer_headers(self.server.web.headers, response, close, self.listener.date(), self.server.server_version)
         if raw or self.h11.our_state is not h11.SEND_RESPONSE:
             self._write(raw_response(response.status, headers, b"" if head else response.body))
             self._release()
             self._linger()
             return
-        data = self.h11.send(h11.Response(status_code=response.status, headers=headers,
-                                          reason=phrase(response.status).encode()))
+        # One write (two made the client wait on a second packet), joined once: the body is copied once.
+        parts = self.h11.send_with_data_passthrough(h11.Response(status_code=response.status, headers=headers,
+                                                                 reason=phrase(response.status).encode()))
         if not head and response.body:
-            data += self.h11.send(h11.Data(data=response.body))
-        data += self.h11.send(h11.EndOfMessage())
-        self._write(data)
+            parts += self.h11.send_with_data_passthrough(h11.Data(data=response.body))
+        parts += self.h11.send_with_data_passthrough(h11.EndOfMessage())
+        self._write(b"".join(parts))
         self._release()
         if self.h11.our_state is h11.MUST_CLOSE or self.h11.their_state is not h11.DONE:
             self._linger()
@@ -352,18 +346,6 @@ class Connection(asyncio.BufferedProtocol):
             self._deadline(self.limits.write_timeout_s)
         else:
             self._wait()
-
-    def _headers_for(self, response: Response, close: bool) -> list[tuple[str, str]]:
-        """The web config's headers on every answer (error pages too), the answer's own on top."""
-        own = {name.lower() for name in response.headers}
-        headers = [(k, v) for k, v in self.server.web.headers.items() if k.lower() not in own]
-        headers += list(response.headers.items())
-        if response.status != HTTPStatus.NO_CONTENT:
-            headers += [("Content-Type", response.content_type), ("Content-Length", str(len(response.body)))]
-        headers += [("Date", self.listener.date()), ("Server", self.server.server_version)]
-        if close:
-            headers.append(("Connection", "close"))
-        return headers
 
     def _release(self) -> None:
         if self.holding_slot:
@@ -466,8 +448,3 @@ class Connection(asyncio.BufferedProtocol):
         self._release()
         self.listener.forget(self)
 
-
-def _buffered(parser: h11.Connection) -> int:
-    """Bytes the parser holds that it has not turned into events. ``trailing_data`` copies them out on
-    every call (a pipelining client made that quadratic); the buffer's length is what is needed."""
-    return len(parser._receive_buffer)  # noqa: SLF001 - h11 has no public length

@@ -9,6 +9,8 @@ import time
 from http import HTTPStatus
 from typing import Callable
 
+import h11
+
 from agent.context.workload.report_http import Answer
 from exporters.http_routes import Response, text
 
@@ -55,3 +57,33 @@ class HttpDate:
         if now != self._second:
             self._second, self._text = now, email.utils.formatdate(now, usegmt=True)
         return self._text
+
+
+def answer_headers(configured: dict[str, str], response: Response, close: bool, date: str,
+                   server: str) -> list[tuple[str, str]]:
+    """The web config's headers on every answer (error pages too), the answer's own on top."""
+    own = {name.lower() for name in response.headers}
+    headers = [(k, v) for k, v in configured.items() if k.lower() not in own]
+    headers += list(response.headers.items())
+    if response.status != HTTPStatus.NO_CONTENT:
+        headers += [("Content-Type", response.content_type), ("Content-Length", str(len(response.body)))]
+    headers += [("Date", date), ("Server", server)]
+    if close:
+        headers.append(("Connection", "close"))
+    return headers
+
+
+def protocol_error(exc: h11.RemoteProtocolError, max_header_bytes: int) -> Response:
+    """The answer to a request h11 could not read; the connection closes after it. Never a 5xx:
+    h11's 501 for an unknown transfer coding becomes 411 (send Content-Length instead)."""
+    if exc.error_status_hint == HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE:
+        return text(431, f"request line and headers over {max_header_bytes} bytes", close=True)
+    if "Transfer-Encoding" in str(exc):
+        return text(411, "only chunked transfer coding is understood; send Content-Length", close=True)
+    return text(400, "malformed HTTP request", close=True)
+
+
+def buffered(parser: h11.Connection) -> int:
+    """Bytes the parser holds that it has not turned into events. ``trailing_data`` copies them out on
+    every call (a pipelining client made that quadratic); the buffer's length is what is needed."""
+    return len(parser._receive_buffer)  # noqa: SLF001 - h11 has no public length
