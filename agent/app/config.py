@@ -26,7 +26,13 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
-from agent.app.config_input import ConfigInputError, describe_environment_error, read_config_file, shown
+from agent.app.config_input import (
+    ConfigInputError,
+    describe_environment_error,
+    printable_name,
+    read_config_file,
+    shown,
+)
 from agent.classifier.thresholds import Thresholds
 from agent.context.workload.inference.scraper import InferenceEndpoint
 from agent.model import Dtype
@@ -203,13 +209,24 @@ class Settings(BaseSettings):
         return tuple(sources)
 
 
-def _describe(error: dict[str, Any]) -> str:
-    field = ".".join(str(part) for part in error.get("loc", ())) or "(settings)"
+MAX_ERRORS_SHOWN = 5
+"""Errors one message names; the rest are counted (an environment value can hold a thousand bad keys)."""
+
+
+def _describe(error: dict[str, Any], listed: set[str] | None = None) -> str:
+    """One error as ``setting: what is wrong (got value)``; the valid names of a scope are listed once
+    per message (``listed`` remembers which), not once per unknown key."""
+    field = ".".join(printable_name(part) for part in error.get("loc", ())) or "(settings)"
     message = str(error.get("msg", "invalid value")).removeprefix("Value error, ")
     if error.get("type") == "extra_forbidden":
         loc = error.get("loc", ())
         nested = {"classifier": Thresholds.model_fields, "inference_endpoints": InferenceEndpoint.model_fields}
-        valid = nested.get(str(loc[0]), Settings.model_fields) if len(loc) > 1 else Settings.model_fields
+        scope = str(loc[0]) if len(loc) > 1 and str(loc[0]) in nested else ""
+        valid = nested.get(scope, Settings.model_fields)
+        if listed is not None and scope in listed:
+            return f"{field}: unknown setting"
+        if listed is not None:
+            listed.add(scope)
         return f"{field}: unknown setting (valid settings: {', '.join(sorted(valid))})"
     given = error.get("input")
     got = "" if isinstance(given, dict) or "(got " in message else f" (got {shown(given)})"  # never 4301 digits
@@ -239,7 +256,10 @@ def load_settings(config_file: str | Path | None = None, **overrides: Any) -> Se
     try:
         return Settings(**{k: v for k, v in overrides.items() if v is not None})
     except ValidationError as exc:
-        details = "; ".join(_describe(e) for e in exc.errors())
+        errors, listed = exc.errors(), set()
+        details = "; ".join(_describe(e, listed) for e in errors[:MAX_ERRORS_SHOWN])
+        if len(errors) > MAX_ERRORS_SHOWN:
+            details += f" (and {len(errors) - MAX_ERRORS_SHOWN} more)"
         source = f" (config file {path})" if path else ""
         raise ConfigError(f"invalid configuration{source}: {details}") from None
     except SettingsError as exc:  # an environment value that is not the JSON a list or mapping setting takes

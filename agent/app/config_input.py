@@ -32,6 +32,13 @@ def shown(value: object) -> str:
     return text if len(text) <= SHOWN_CHARS else text[: SHOWN_CHARS - 4] + "...'"
 
 
+def printable_name(part: object) -> str:
+    """A key of a settings path as an error may show it: a name from a file can hold anything."""
+    text = str(part)
+    text = text if len(text) <= SHOWN_CHARS else text[: SHOWN_CHARS - 1] + "…"
+    return text if text.isprintable() else repr(text)[1:-1]
+
+
 def read_config_file(path: Path) -> Any:
     """The parsed YAML of ``path``; :class:`ConfigInputError` naming the file (and line, or setting)."""
     where = f"config file {path}"
