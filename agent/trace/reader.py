@@ -72,6 +72,12 @@ def _is_header(obj: dict[str, Any]) -> bool:
     return "format" in obj and "ts" not in obj
 
 
+def _short(value: object) -> str:
+    """``repr`` (control characters escaped) cut to 60 characters: names in a trace can be 10 kB."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def _describe(exc: ValidationError) -> str:
     parts = []
     for err in exc.errors()[:3]:
@@ -258,7 +264,7 @@ class TraceReader:
         if last is not None and sample.ts <= last[0]:
             self._fail(TraceFormatError(
                 self.path, lineno,
-                f"ts {sample.ts!r} for gpu {sample.gpu!r} on node {sample.node!r} does not increase "
+                f"ts {sample.ts!r} for gpu {_short(sample.gpu)} on node {_short(sample.node)} does not increase "
                 f"(line {last[1]} had ts {last[0]!r})"))
             return None
         self._last_ts[key] = (sample.ts, lineno)
