@@ -168,7 +168,19 @@ class Target:
 
     def canary_request(self) -> tuple[bytes, int]:
         step = next(self.steps)
+        # The collection loop's lookup makes the canary's GPU one the store knows is here (a report
+        # naming a GPU the store has not seen gets 422 once it knows any: report_store._absent_gpu).
+        self.store.report_for(gpu=f"canary-{self.name}", uuid=None, pids=[], now=time.time())
         return post(json.dumps({"step": step, "gpu": f"canary-{self.name}"}).encode()), step
+
+    def names_a_gpu_here(self, obj: Any) -> bool:
+        """Whether a report may be stored as far as the GPU it names goes: none named, the store knows
+        no GPU yet, or it names one the store knows by index or UUID (any case)."""
+        named = obj.get("gpu") if isinstance(obj, dict) else None
+        present = self.store.gpus_present()
+        if not isinstance(named, str) or not present:
+            return True
+        return named.lower() in {name.lower() for pair in present.items() for name in pair if name}
 
     def assert_canary(self, step: int) -> None:
         report = self.store.report_for(gpu=f"canary-{self.name}", uuid=None, pids=[], now=time.time())

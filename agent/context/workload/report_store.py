@@ -163,8 +163,7 @@ class ReportStore:
         MFU did not show."""
         if named is None:
             return None
-        with self._lock:
-            gpus = dict(self._gpus)
+        gpus = self.gpus_present()
         wanted = named.lower()
         if not gpus or any(wanted == gpu.lower() or (uuid and wanted == uuid.lower()) for gpu, uuid in gpus.items()):
             return None
@@ -263,6 +262,12 @@ class ReportStore:
         return to_workload_report(best.request) if best is not None else None
 
     # -- introspection -------------------------------------------------------------------------
+
+    def gpus_present(self) -> dict[str, str | None]:
+        """index -> UUID of the GPUs the collection loop has asked about: those a report may name
+        (empty before the first cycle, when any GPU name is accepted)."""
+        with self._lock:
+            return dict(self._gpus)
 
     def stats(self) -> dict[str, Any]:
         """Counters for the agent's own metrics: accepted, rejected by reason, reporters kept, evicted, expired."""
