@@ -207,6 +207,7 @@ def test_xid_events_are_counted_per_code_with_last_seen_time(rig):
     r = rig(events=True)
     backend = r.backend()
     backend.discover()
+    poll(lambda: backend.watching_events("1"), timeout=10, what="GPU 1 registered for XID events")
     r.library.inject_xid("1", 48)
     r.library.inject_xid("1", 48)
     r.library.inject_xid("1", 13)

@@ -140,6 +140,7 @@ def test_an_xid_on_a_split_gpu_instance_counts_on_each_of_its_compute_instances(
     r = rig(scenario("h100-sxm", gpus=1, **SPLIT), events=True)
     backend = r.backend()
     backend.discover()
+    poll(lambda: backend.watching_events("0"), timeout=10, what="GPU 0 registered for XID events")
     r.library.inject_xid("0/1", 31)
     poll(lambda: all(backend.device_events(g) for g in ("0/1/0", "0/1/1")), timeout=10, what="XID 31 on both")
     assert [(x.xid, x.count) for x in backend.device_events("0/1/1")] == [(31, 1)]

@@ -27,7 +27,7 @@ from agent.backends.amd.bindings import Bindings, detect
 from agent.backends.amd.device import AmdDevice, SocketTable
 from agent.backends.amd.discovery import Found, discover
 from agent.backends.amd.errors import Meaning, describe, meaning
-from agent.backends.amd.gate import LibraryGate
+from agent.backends.gate import LibraryGate
 from agent.backends.amd.library import init_message
 from agent.backends.base import BackendUnavailable, DeviceError, DeviceLostError
 from agent.backends.nvml.calls import CountingNvml

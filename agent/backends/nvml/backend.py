@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import threading
 import time
 from typing import Any, Callable, Sequence
 
 from agent.backends.base import BackendUnavailable, DeviceError, DeviceLostError
+from agent.backends.gate import LibraryGate
 from agent.backends.nvml.bindings import Bindings
 from agent.backends.nvml.calls import CountingNvml
 from agent.backends.nvml.device import Handles, NvmlDevice
@@ -40,6 +40,8 @@ log = logging.getLogger("roofwatch.nvml")
 
 PROBE_SPAN_S = 0.12
 """Pause between the two probe reads: just over GPM's 100 ms minimum."""
+RESTART_WAIT_S = 5.0
+"""How long a re-initialisation waits for other GPUs' reads in flight before it gives up for now."""
 
 
 def init_message(nvml: Any, exc: BaseException) -> str:
@@ -84,12 +86,13 @@ class NvmlBackend:
         self._clock = clock
         self._wall = wall
         self._sleep = sleep
-        self._lock = threading.Lock()
         self._devices: dict[str, NvmlDevice] = {}
         self._found: dict[str, Found] = {}
         self._stale: set[str] = set()
         self._closed = False
         self._generation = 0
+        self._gate = LibraryGate()
+        self._reinit_wanted = False
         self.driver_version: str | None = None
         self.nvml_version: str | None = None
         self._events = XidWatcher(self.nvml) if events else None
@@ -176,12 +179,15 @@ class NvmlBackend:
         if self._closed:
             raise DeviceError("NVML backend is closed")
         self.nvml.reset()
-        if gpu in self._stale:
-            self._reacquire(device)
         try:
-            sample = device.read(now)
+            with self._gate.reading():
+                if gpu in self._stale:
+                    self._reacquire(device)
+                sample = device.read(now)
         except DeviceLostError:
             self._stale.add(gpu)
+            if self._reinit_wanted:  # re-acquiring found NVML itself broken
+                self._reinit()
             raise
         except LibraryError:
             self._reinit()
@@ -210,6 +216,10 @@ class NvmlBackend:
     def device_events(self, gpu: str) -> tuple[XidCount, ...]:
         return self._events.counts(gpu) if self._events is not None else ()
 
+    def watching_events(self, gpu: str) -> bool:
+        """Whether physical GPU ``gpu`` is registered for XID events yet (shortly after discovery)."""
+        return self._events is not None and self._events.registered(gpu)
+
     # ------------------------------------------------------------------ recovery
 
     def _reacquire(self, device: NvmlDevice) -> None:
@@ -230,7 +240,7 @@ class NvmlBackend:
                                   compute_instance_id=f.handles.compute_instance_id)
         except self.module.NVMLError as exc:
             if meaning(exc) is Meaning.LIBRARY:
-                self._reinit()
+                self._reinit_wanted = True  # done by sample(), outside the read gate
             raise DeviceLostError(f"NVML: GPU {device.gpu} ({device.info.uuid}) still unavailable: {describe(exc)}") from None
         log.info("GPU %s is back (new handle)", device.gpu)
         self._found[device.gpu] = dataclasses.replace(f, handles=handles)
@@ -248,7 +258,7 @@ class NvmlBackend:
             described = describe_gpu(self.nvml, f.index, handle)
         except self.module.NVMLError as exc:
             if meaning(exc) is Meaning.LIBRARY:
-                self._reinit()
+                self._reinit_wanted = True  # done by sample(), outside the read gate
             raise DeviceLostError(f"NVML: GPU {device.gpu} still unavailable: {describe(exc)}") from None
         if len(described) != 1 or described[0].info.gpu != device.gpu:
             raise DeviceLostError(f"NVML: GPU {device.gpu} came back with MIG enabled; restart the agent to read "
@@ -281,8 +291,16 @@ class NvmlBackend:
         raise self.module.NVMLError(self.module.NVML_ERROR_NOT_FOUND)
 
     def _reinit(self) -> None:
-        """NVML itself broke (driver reloaded underneath): shut down, initialise again, re-acquire all."""
-        with self._lock:
+        """NVML itself broke (driver reloaded underneath): shut down, initialise again, re-acquire all.
+
+        Done with the library to itself (agent.backends.gate): the other GPUs' reads in flight end
+        first, and none starts until NVML answers again. Given up for now if they do not end in time.
+        """
+        with self._gate.restarting(RESTART_WAIT_S) as alone:
+            if not alone:
+                log.warning("NVML re-initialisation skipped: reads still in flight")
+                return
+            self._reinit_wanted = False
             generation = self._generation
             try:
                 self.nvml.nvmlShutdown()

@@ -74,6 +74,12 @@ class XidWatcher:
                 return ()
             return tuple(XidCount(xid=code, count=int(c), last_ts=t) for code, (c, t) in sorted(table.items()))
 
+    def registered(self, gpu: str) -> bool:
+        """Whether XIDs of physical GPU ``gpu`` are delivered yet. Registration happens on the watcher's
+        thread, and NVML (like the fake) never delivers an event raised before it."""
+        with self._lock:
+            return any(whole == gpu for whole, _ in self._targets.values())
+
     def record(self, gpu: str, xid: int, ts: float) -> None:
         with self._lock:
             table = self._counts.setdefault(gpu, {})

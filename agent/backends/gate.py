@@ -1,9 +1,11 @@
-"""Reads share amdsmi; a re-initialisation has it alone, or is given up.
+"""Reads share a vendor library; a re-initialisation has it alone, or is given up.
 
-amdsmi_shut_down frees the processor objects the handles point at, and amdsmi_init builds new
-ones: a read in flight on another device's worker thread while that happens would use a handle
-from the old list (NOT_FOUND at best). The collector reads every device on its own thread, so
-reads take the gate shared and a re-initialisation takes it exclusively.
+Shutting a library down and initialising it again (amdsmi_shut_down/amdsmi_init,
+nvmlShutdown/nvmlInit) invalidates what other threads hold: amdsmi frees the processor objects
+the handles point at, and NVML answers UNINITIALIZED to every call in between. The collector
+reads every device on its own worker thread, so reads take the gate shared and a
+re-initialisation takes it exclusively; otherwise one GPU's library error would fail the reads of
+the others that happened to be in flight (the NVML error matrix caught exactly that).
 
 The gate prefers readers: a re-initialisation waits for the reads in flight to end and gives up
 after ``timeout_s`` rather than stall the other GPUs, because a read hung in the driver (the
@@ -19,7 +21,7 @@ from typing import Iterator
 
 
 class LibraryGate:
-    """A shared/exclusive lock for one amdsmi library, with a deadline on the exclusive side."""
+    """A shared/exclusive lock for one vendor library, with a deadline on the exclusive side."""
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
