@@ -62,6 +62,13 @@ def test_record_unwritable_path_is_a_clear_error(tmp_path):
     assert result.returncode == 1 and "missing/x.jsonl" in result.stderr and "Traceback" not in result.stderr
 
 
+def test_record_live_to_an_unwritable_path_says_so_once(tmp_path):
+    target = tmp_path / "missing" / "x.jsonl"
+    result = run("record", "--backend", "virtual", "--duration", "1", "--out", str(target))
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.stderr.count("cannot write trace") == 1 and str(target) in result.stderr
+
+
 def test_disk_full_while_recording_keeps_exporting():
     agent = AgentProcess("demo", "--listen", "127.0.0.1:0", "--interval", "0.2", "--record", "/dev/full")
     try:

@@ -73,12 +73,15 @@ def make_collector(settings: Settings, backend):
 
 
 def attach_recorder(collector, path: str, settings: Settings):
+    """Append every sample the collector takes to the trace at ``path``; a path that cannot be written is one line."""
     from agent.trace import TraceWriteError
     from agent.trace.recorder import SnapshotRecorder
 
     try:
         recorder = SnapshotRecorder(path, node=collector.node)
-    except (OSError, TraceWriteError) as exc:
-        raise CliError(f"cannot write trace {path}: {exc}") from None
+    except TraceWriteError as exc:  # its message already names the trace and the reason
+        raise CliError(str(exc)) from None
+    except OSError as exc:
+        raise CliError(f"cannot write trace {path}: {exc.strerror or exc}") from None
     collector.add_listener(recorder)
     return recorder
