@@ -6,7 +6,7 @@ For every input: an answer with a 2xx/4xx status (the only 5xx are HTTP's own an
 method, 501, and an HTTP major version above 1, 505), no exception in a handler thread, the server
 still serving the next report, and nothing in the store that breaks the documented limits.
 
-What limits exist (agent/context/workload/report_*.py, exporters/http.py): body size (MAX_BODY_BYTES), the body read
+What limits exist (agent/context/workload/report_*.py, exporters/http/): body size (MAX_BODY_BYTES), the body read
 timeout, string lengths and number ranges, reporters kept (max_reporters, oldest evicted), and
 concurrent connections / in-flight requests (503 past the cap), and a per-client rate (429). The rate
 limit is switched off here (``rate_per_s=None``): these tests send thousands of inputs a second from one

@@ -20,9 +20,9 @@ import pytest
 
 from agent.context.workload.report_store import ReportStore
 from agent.model import CollectorHealth, NodeSnapshot
-from exporters import http_routes
+from exporters.http import routes as http_routes
 from exporters.http import AgentHTTPServer
-from exporters.http_limits import ListenerLimits
+from exporters.http.limits import ListenerLimits
 from exporters.web_config import BasicAuth, WebConfig
 from tests.agent_process import poll, serving
 from tests.report_fuzzing import parse_replies

@@ -26,7 +26,7 @@ from tests.agent_process import AgentProcess, poll
 pytestmark = pytest.mark.e2e
 
 MAX_IN_FLIGHT = 64
-"""The listener's default in-flight cap (exporters.http_limits); the demo does not change it."""
+"""The listener's default in-flight cap (exporters.http.limits); the demo does not change it."""
 CHECKERS = 80
 IDLE = 60
 

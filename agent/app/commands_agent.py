@@ -168,8 +168,8 @@ def serve(read_settings: Callable[[], Settings], record: str | None, *, announce
 
 
 def listener_limits(settings: Settings):
-    """The HTTP port's bounds against slow and hostile clients (exporters.http_limits), from the settings."""
-    from exporters.http_limits import ListenerLimits
+    """The HTTP port's bounds against slow and hostile clients (exporters.http.limits), from the settings."""
+    from exporters.http.limits import ListenerLimits
 
     return ListenerLimits(header_timeout_s=settings.http_header_timeout_s, idle_timeout_s=settings.http_idle_timeout_s,
                           max_connections=settings.http_max_connections,

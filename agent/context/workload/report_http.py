@@ -1,7 +1,7 @@
 """Receiving one report over HTTP, shared by the unix socket server and the agent's own port (exporters.http).
 
 The decisions (:func:`judge_headers`, :func:`judge_body`) are apart from the transport: the agent's
-port reads the body on its event loop (exporters.http_connection), the unix socket in a thread
+port reads the body on its event loop (exporters.http.connection), the unix socket in a thread
 (:func:`serve_report`). The headers are judged before the body is read, the body is read within one deadline and a size
 cap, and every answer that leaves a body unread closes the connection, so a slow or hostile client
 costs a bounded amount of time and memory. The store (agent.context.workload.report_store) decides.

@@ -2,9 +2,9 @@
 ``POST /api/v1/report`` for workload reports (when a :class:`~agent.context.workload.report_store.ReportStore` is given).
 
 Every GET reads the last published snapshot and nothing else, so a request can never wait on a GPU;
-a report only touches the in-memory store. The listener (exporters.http_listener,
-exporters.http_connection) is an asyncio server over the h11 parser with deadlines and caps for
-hostile clients (exporters.http_limits); docs/architecture.md says why it replaced http.server.
+a report only touches the in-memory store. The listener (exporters.http.listener,
+exporters.http.connection) is an asyncio server over the h11 parser with deadlines and caps for
+hostile clients (exporters.http.limits); docs/architecture.md says why it replaced http.server.
 This module holds what every request reads: the caches, the health verdict, the web config, and the
 in-flight slots that a stopping agent drains.
 """
@@ -20,9 +20,9 @@ from typing import Callable, Sequence
 from agent import __version__
 from agent.context.workload.report_store import ReportStore
 from agent.model import NodeSnapshot
-from exporters.http_limits import ListenerLimits
-from exporters.http_listener import Listener, bind
-from exporters.http_routes import fill_page, page_template, snapshot_json
+from exporters.http.limits import ListenerLimits
+from exporters.http.listener import Listener, bind
+from exporters.http.routes import fill_page, page_template, snapshot_json
 from exporters.prometheus import ExpositionCache
 from exporters.render_cache import PerSnapshotCache
 from exporters.web_config import WebConfig

@@ -1,6 +1,6 @@
 """Framing helpers of the agent's HTTP listener: answers built from a report verdict, answers framed
 by hand (for requests the parser could not read), the Date header. Kept apart from
-exporters.http_connection so that module holds the connection's states and nothing else."""
+exporters.http.connection so that module holds the connection's states and nothing else."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Callable
 import h11
 
 from agent.context.workload.report_http import Answer
-from exporters.http_routes import Response, text
+from exporters.http.routes import Response, text
 
 
 def closing(job: Callable[[], Response]) -> Callable[[], Response]:

@@ -4,7 +4,7 @@ Why not a thread per connection (http.server): an idle or half-sent connection h
 a 300 s socket timeout, so about 130 of them starved every scrape (docs/architecture.md, "The
 HTTP listener"). Here a connection is a small object on the event loop: it costs no thread, at
 most ``max_header_bytes`` of buffered input and one answer of output, and it lives only as long as
-its current deadline (:class:`~exporters.http_limits.ListenerLimits`). h11 does the parsing (strict
+its current deadline (:class:`~exporters.http.limits.ListenerLimits`). h11 does the parsing (strict
 framing, no request smuggling); this module owns the deadlines, the buffers and the replies.
 
 A connection moves through these states, each with its own deadline:
@@ -34,9 +34,9 @@ from urllib.parse import urlsplit
 import h11
 
 from agent.context.workload.report_http import REPORT_PATH, Answer, is_loopback, judge_body, judge_headers
-from exporters.http_framing import answer_headers, buffered as _buffered, closing, from_answer, phrase, protocol_error, raw_response
-from exporters.http_tls import start_tls
-from exporters.http_routes import Headers, NeedsWorker, Request, Response, answer_get, text
+from exporters.http.framing import answer_headers, buffered as _buffered, closing, from_answer, phrase, protocol_error, raw_response
+from exporters.http.tls import start_tls
+from exporters.http.routes import Headers, NeedsWorker, Request, Response, answer_get, text
 
 log = logging.getLogger("roofwatch.http")
 
@@ -51,7 +51,7 @@ TLS_READ_HIGH_WATER = 32 * 1024
 
 class Connection(asyncio.BufferedProtocol):
     def __init__(self, listener: Any) -> None:
-        """``listener`` is the :class:`exporters.http_listener.Listener` that accepted it (typed
+        """``listener`` is the :class:`exporters.http.listener.Listener` that accepted it (typed
         loosely: the listener imports this module)."""
         self.listener = listener
         self.server = listener.server

@@ -1,6 +1,6 @@
 """What each request to the agent's port gets: a whole request in, a whole :class:`Response` out.
 
-No sockets here: the listener (exporters.http_connection) reads and frames, these functions decide.
+No sockets here: the listener (exporters.http.connection) reads and frames, these functions decide.
 They run in the listener's worker threads, because two of them may take milliseconds (a bcrypt
 check, the first render of a new snapshot); every GET reads the last published snapshot only.
 """

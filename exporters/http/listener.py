@@ -1,7 +1,7 @@
 """The agent's listening socket: one event loop thread, a fixed pool of worker threads, and the
 books on who is connected.
 
-The loop accepts, reads, frames and writes for every connection (exporters.http_connection); the
+The loop accepts, reads, frames and writes for every connection (exporters.http.connection); the
 workers only run handlers (auth, renders). So the thread count is fixed whatever the clients do,
 and the caps here (connections in all and per address) bound the memory: each connection holds at
 most ``max_header_bytes`` of input and one answer of output.
@@ -19,10 +19,10 @@ import threading
 from collections import Counter
 from typing import Any, Callable
 
-from exporters.http_connection import Connection
-from exporters.http_framing import HttpDate
-from exporters.http_limits import ListenerLimits
-from exporters.http_routes import Response, text
+from exporters.http.connection import Connection
+from exporters.http.framing import HttpDate
+from exporters.http.limits import ListenerLimits
+from exporters.http.routes import Response, text
 
 log = logging.getLogger("roofwatch.http")
 
