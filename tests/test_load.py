@@ -201,8 +201,11 @@ class Load:
                 if response is None:
                     conn = self._connection(tally)
                     continue
-                if conn.sock is not sock:  # http.client reconnects by itself when the server closed
-                    if sock is not None:
+                if conn.sock is not sock:  # http.client drops its socket after an answer that closes
+                    # After max_requests_per_connection answers the agent says Connection: close, as
+                    # nginx does; a close without it would be the agent dropping a scraper.
+                    announced = response.getheader("Connection", "").lower() == "close"
+                    if sock is not None and conn.sock is None and not announced:
                         tally.unexpected.append(f"{kind.name}: the agent closed a keep-alive connection")
                     sock = conn.sock
                 if response.status != 200:
