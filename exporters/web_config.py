@@ -145,10 +145,8 @@ class BasicAuth:
         credentials = _decode_basic(header)
         if credentials is None:
             return False
-        user, password = credentials
-        digest = hashlib.sha256(user.encode() + b"\0" + password.encode()).digest()
         with self._lock:
-            return True if digest in self._passed else None
+            return True if _remembered_key(*credentials) in self._passed else None
 
     def allows(self, header: str | None) -> bool:
         if not self._users:
@@ -158,7 +156,7 @@ class BasicAuth:
             return False
         user, password = credentials
         secret = password.encode()
-        digest = hashlib.sha256(user.encode() + b"\0" + secret).digest()
+        digest = _remembered_key(user, password)
         with self._lock:
             if digest in self._passed:
                 return True
@@ -172,6 +170,11 @@ class BasicAuth:
                 if len(self._passed) < 1024:  # a handful of scrapers; bound it regardless
                     self._passed.add(digest)
         return ok
+
+
+def _remembered_key(user: str, password: str) -> bytes:
+    """What a passed check is remembered by: a digest, so the passwords themselves are never kept."""
+    return hashlib.sha256(user.encode() + b"\0" + password.encode()).digest()
 
 
 def _decode_basic(header: str | None) -> tuple[str, str] | None:
