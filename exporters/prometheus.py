@@ -23,6 +23,7 @@ from exporters.encoding import encode_exposition
 from exporters.families import Families, add_known
 from exporters.nic_families import nic_families
 from exporters.process_families import ProcessFamilies
+from exporters.serving_families import serving_families
 from exporters.render_cache import PerSnapshotCache
 
 
@@ -89,6 +90,7 @@ def families_for(snapshot: NodeSnapshot, *, max_processes_per_gpu: int = 16, gpu
     out.extend(_device_families(fam, node, snapshot.devices, max_processes_per_gpu))
     out.extend(_verdict_families(fam, node, snapshot))
     out.extend(nic_families(node, snapshot.nics))
+    out.extend(serving_families(fam, node, snapshot))
     return out
 
 

@@ -15,7 +15,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from agent.collector import Collector
 from agent.classifier.live import LiveClassifier
-from agent.model import (Attribution, DeviceInfo, GpuSample, GpuSpec, HostSample, LinkTraffic, NicPort, ProcessSample, RemappedRows, WorkloadReport,
+from agent.model import (Attribution, DeviceInfo, GpuSample, GpuSpec, HostSample, LinkTraffic, NicPort, ProcessSample, RemappedRows, ServingReport,
+                         WorkloadReport,
                          XidCount)
 from exporters import docgen
 from exporters.metrics import JOB_ID_MAX_LEN, METRICS
@@ -47,7 +48,10 @@ def full_sample(gpu: str, now: float, n_procs: int = 3) -> GpuSample:
         host=HostSample(cpu_iowait_ratio=0.02, io_pressure_ratio=0.01, cpu_pressure_ratio=0.03,
                         cpu_utilization_ratio=0.4), dtype="bf16",
         workload=WorkloadReport(job="train", rank=int(gpu), world_size=2, step=int(now), step_time_s=1.0 + 0.1 * (int(now) % 3),
-                                tokens_per_s=2e4, flops_per_token=4.8e10, model_bytes=16e9),
+                                tokens_per_s=2e4, flops_per_token=4.8e10, model_bytes=16e9,
+                                serving=ServingReport(server="vllm 127.0.0.1:8000", model="llama-8b", running=8, waiting=2,
+                                                      kv_usage=0.2, tpot_s=0.01, prefill_share=0.1, preemptions_per_s=0.0,
+                                                      generated_tokens_per_s=800.0) if gpu == "1" else None),
         memory_temperature_c=80.0, tensor_hmma_active=0.6, tensor_imma_active=0.0, tensor_dmma_active=0.0,
         tensor_dfma_active=0.0, clock_event_time_s={"sw_power_cap": 12.5, "hw_thermal_slowdown": 0.0},
         ecc_corrected_errors=3, ecc_uncorrected_errors=0, pcie_bytes_per_s=4e9, pcie_replays=2,

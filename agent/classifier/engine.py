@@ -20,6 +20,7 @@ from agent.classifier.features import split_at_change, window_features
 from agent.classifier.peaks import spec_for_sample
 from agent.classifier.roofline import roofline, roofline_notes
 from agent.classifier.rules import Decision, JobContext, decide
+from agent.classifier.serving import serving_view
 from agent.classifier.thresholds import DEFAULT_THRESHOLDS, Thresholds
 from agent.model import GpuSample, GpuSpec, Verdict, WindowFeatures
 
@@ -149,6 +150,7 @@ class Classifier:
             throttle_severe=decision.throttle_severe, reasons=reasons, scores=decision.scores,
             raw_class=decision.cls, roofline=roofline(features, track.spec, self.dtype), features=features,
             job=job.job or (features.workload.job if features.workload else None), rank_skew=job.rank_skew, truth=last.label if last else None,
+            serving=serving_view(features.workload, track.spec, window, t, self.dtype),
         )
 
 

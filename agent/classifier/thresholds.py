@@ -97,11 +97,20 @@ class Thresholds(BaseModel):
     confidence_inferred: float = Field(0.6, ge=0.0, le=1.0, description="Confidence factor for unattributed starvation or jitter without step reports.")
     confidence_no_compute_counter: float = Field(0.5, ge=0.0, le=1.0, description="Confidence factor when compute-vs-latency rests on the power proxy.")
 
+    # -- serving (agent.classifier.serving; docs/serving.md) ------------------------------------------------------
+    serving_at_floor_ratio: float = Field(1.5, ge=1.0, le=100.0, description="Time per output token / the decode floor at or below which a server is at the floor (MBU of at least 1/ratio).")
+    serving_far_ratio: float = Field(2.5, ge=1.0, le=100.0, description="Ratio above which a server is far above its floor: time goes somewhere other than reading weights and KV cache.")
+    serving_under_batched: float = Field(0.25, ge=0.0, le=1.0, description="Running batch / the batch the KV cache could hold below which a memory-bound server is under-batched.")
+    serving_prefill_share: float = Field(0.4, ge=0.0, le=1.0, description="Share of GPU time in prefill that, with decode above the floor, means prefill stalls decode.")
+    serving_kv_full: float = Field(0.9, ge=0.0, le=1.0, description="KV-cache usage that counts as full.")
+    serving_queue: float = Field(1.0, ge=0.0, le=1e9, description="Waiting requests that count as a queue.")
+
     @model_validator(mode="after")
     def _ordered(self) -> "Thresholds":
         """Exit levels must sit below entry levels, or hysteresis turns into flapping."""
         pairs = (("dominant_roof_exit", "dominant_roof"), ("dominant_memory_roof_exit", "dominant_memory_roof"), ("starved_idle_share_exit", "starved_idle_share"),
-                 ("throttle_severe_clock", "throttle_clock"), ("power_proxy_latency", "power_proxy_compute"))
+                 ("throttle_severe_clock", "throttle_clock"), ("power_proxy_latency", "power_proxy_compute"),
+                 ("serving_at_floor_ratio", "serving_far_ratio"))
         for low, high in pairs:
             if getattr(self, low) > getattr(self, high):
                 raise ValueError(f"{low} ({getattr(self, low)}) must not exceed {high} ({getattr(self, high)})")
@@ -176,4 +185,10 @@ SOURCES: dict[str, tuple[str, str]] = {
     "confidence_mig": ("engineering band", "classification.md §7.4"),
     "confidence_inferred": ("engineering band", "classification.md §7.4"),
     "confidence_no_compute_counter": ("engineering band", "no tensor counter: compute vs latency rests on power"),
+    "serving_at_floor_ratio": ("sourced, adapted", "well-tuned decode reaches 55-60% MBU [Databricks]; 1.5 = MBU 67%, so a server this close has no software headroom left"),
+    "serving_far_ratio": ("engineering band", "MBU below 40%, under the 55-60% good servers reach [Databricks]; not calibrated on real servers"),
+    "serving_under_batched": ("engineering band", "decode throughput grows almost linearly with batch while memory-bound [MemGap]; a quarter of the KV-cache capacity leaves 4x on the table"),
+    "serving_prefill_share": ("engineering band", "prefill interference with decode is what chunked prefill and disaggregation exist for [Sarathi][DistServe]; not calibrated on real servers"),
+    "serving_kv_full": ("engineering band", "vLLM preempts when no KV block is free; 90% leaves no room for the next request's prompt"),
+    "serving_queue": ("engineering band", "any waiting request means admission, not the GPU, holds it back"),
 }

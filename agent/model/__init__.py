@@ -21,6 +21,7 @@ from agent.model.sample import (
     WorkloadReport,
     XidCount,
 )
+from agent.model.serving import SERVING_ADVICE, SERVING_STATES, ServingReport, ServingState, ServingView
 from agent.model.snapshot import CollectorHealth, NicPort, NodeSnapshot
 from agent.model.terms import (
     CLOCK_EVENT_REASONS,
@@ -58,6 +59,11 @@ __all__ = [
     "RemappedRows",
     "Roofline",
     "SAMPLE_FIELDS",
+    "SERVING_ADVICE",
+    "SERVING_STATES",
+    "ServingReport",
+    "ServingState",
+    "ServingView",
     "THROTTLE_REASON_MASK",
     "Vendor",
     "Verdict",

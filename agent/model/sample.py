@@ -12,6 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
+from agent.model.serving import ServingReport
 from agent.model.terms import Dtype, NonNegative, NonNegativeInt, Ratio, Vendor, WorkloadClass
 
 
@@ -72,6 +73,8 @@ class WorkloadReport:
     """Math precision the job runs its matrix math in (picks the peak its MFU is measured against)."""
     source: Literal["client", "vllm", "sglang", "tgi"] | None = None
     """Where the report came from: the job's own client calls, or an inference server's metrics."""
+    serving: ServingReport | None = None
+    """An inference server's batch, queue, KV-cache and latency figures (agent.model.serving)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

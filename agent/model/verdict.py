@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from agent.model.sample import WorkloadReport
+from agent.model.serving import ServingView
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +142,8 @@ class Verdict:
     rank_skew: float | None = None
     truth: str | None = None
     """The labelled class of the window's last sample (labelled traces only)."""
+    serving: ServingView | None = None
+    """For a GPU serving inference: its distance from the decode latency floor, and the knob to turn."""
 
     def to_json(self) -> dict[str, object]:
         """The verdict line of ../shared/trace-format.md, plus optional fields readers may ignore."""
@@ -160,6 +163,7 @@ class Verdict:
                 "compute_headroom": _round(r.compute_headroom), "memory_headroom": _round(r.memory_headroom),
             },
             "job": self.job, "rank_skew": _round(self.rank_skew), "label": self.truth,
+            **({"serving": self.serving.to_json()} if self.serving is not None else {}),
         }
 
 

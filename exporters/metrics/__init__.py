@@ -98,6 +98,20 @@ from exporters.metrics.readings import (
     SampleGauge,
     SampleGetter,
 )
+from exporters.metrics.serving import (
+    DECODE_FLOOR,
+    FLOOR_MULTIPLE,
+    KV_USAGE,
+    POSSIBLE_BATCH,
+    PREEMPTIONS,
+    PREFILL_SHARE,
+    REQUESTS,
+    SERVING_INFO,
+    SERVING_METRICS,
+    STEP_BYTES,
+    TOKENS_PER_GPU,
+    TPOT,
+)
 from exporters.metrics.verdicts import (
     ACHIEVED_BANDWIDTH,
     ACHIEVED_FLOPS,
@@ -170,8 +184,9 @@ METRICS: tuple[MetricDef, ...] = (
     HOST_CPU_UTILIZATION,
     *NIC_METRICS,
     *VERDICT_METRICS,
+    *SERVING_METRICS,
 )
-"""Every family, in exposition order: the agent first, then per GPU, per process, host, NICs, verdicts."""
+"""Every family, in exposition order: the agent first, then per GPU, per process, host, NICs, verdicts, serving."""
 
 __all__ = [
     "ACHIEVED_BANDWIDTH", "ACHIEVED_FLOPS", "ATTRIBUTION_LABELS", "BUILD_INFO", "CLOCK_EVENT_ACTIVE",
@@ -189,4 +204,6 @@ __all__ = [
     "SNAPSHOT_TS", "STEP_TIME_CV", "SampleGauge", "SampleGetter", "TENSOR_PIPE_ACTIVE", "TENSOR_PIPE_FIELDS",
     "THROTTLED", "VERDICT_METRICS", "WORKLOAD_CLASS", "WORKLOAD_CONFIDENCE", "WORKLOAD_REASON", "WORKLOAD_SCORE",
     "XID_ERRORS", "XID_LAST_SEEN", "clip_label", "spec_source",
+    "DECODE_FLOOR", "FLOOR_MULTIPLE", "KV_USAGE", "POSSIBLE_BATCH", "PREEMPTIONS", "PREFILL_SHARE", "REQUESTS",
+    "SERVING_INFO", "SERVING_METRICS", "STEP_BYTES", "TOKENS_PER_GPU", "TPOT",
 ]
