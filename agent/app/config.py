@@ -34,7 +34,7 @@ from agent.app.config_input import (
     shown,
 )
 from agent.classifier.thresholds import Thresholds
-from agent.context.workload.inference.scraper import InferenceEndpoint
+from agent.context.workload.inference.endpoint import InferenceEndpoint, ModelFacts
 from agent.model import Dtype
 
 DEFAULT_PORT = 9477
@@ -128,6 +128,9 @@ class Settings(BaseSettings):
     inference_endpoints: list[InferenceEndpoint] = Field(
         default_factory=list, description="Inference servers (vLLM, SGLang, TGI) whose Prometheus metrics give "
         "workload MFU/MBU without code changes (see docs/attribution.md).")
+    models: dict[str, ModelFacts] = Field(
+        default_factory=dict, max_length=1024, description="Facts about served models by the name their server "
+        "reports (vLLM/SGLang model_name): model_bytes, params, dtype, kv_cache_bytes, max_running (docs/serving.md).")
     inference_interval_s: float = Field(5.0, ge=0.5, le=300.0, description="Seconds between scrapes of each "
                                         "inference endpoint; reports older than 3 intervals are dropped.")
     inference_timeout_s: float = Field(2.0, gt=0.0, le=30.0, description="Deadline for one inference endpoint scrape.")
@@ -220,7 +223,8 @@ def _describe(error: dict[str, Any], listed: set[str] | None = None) -> str:
     message = str(error.get("msg", "invalid value")).removeprefix("Value error, ")
     if error.get("type") == "extra_forbidden":
         loc = error.get("loc", ())
-        nested = {"classifier": Thresholds.model_fields, "inference_endpoints": InferenceEndpoint.model_fields}
+        nested = {"classifier": Thresholds.model_fields, "inference_endpoints": InferenceEndpoint.model_fields,
+                  "models": ModelFacts.model_fields}
         scope = str(loc[0]) if len(loc) > 1 and str(loc[0]) in nested else ""
         valid = nested.get(scope, Settings.model_fields)
         if listed is not None and scope in listed:

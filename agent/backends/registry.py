@@ -56,7 +56,7 @@ def open_local_host(settings: Settings, reports: WorkloadSource | None = None) -
         from agent.context.workload.inference.scraper import InferenceScraper
 
         scraper = InferenceScraper(settings.inference_endpoints, interval_s=settings.inference_interval_s,
-                                   timeout_s=settings.inference_timeout_s)
+                                   timeout_s=settings.inference_timeout_s, models=settings.models)
         scraper.start()
         workloads.append(scraper)
     pods = None

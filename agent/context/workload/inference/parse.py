@@ -35,6 +35,14 @@ from typing import Literal, Mapping
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from agent.context.workload.inference.serving_parse import (
+    SERVING_WANTED,
+    ServingRates,
+    ServingTotals,
+    serving_rates,
+    serving_totals,
+)
+
 Kind = Literal["vllm", "sglang", "tgi"]
 KINDS: tuple[Kind, ...] = ("vllm", "sglang", "tgi")
 
@@ -82,7 +90,7 @@ NAMES: dict[Kind, MetricNames] = {
         read_bytes=None, write_bytes=None, prefix="tgi_"),
 }
 _START_TIME = "process_start_time_seconds"
-_WANTED = frozenset({_START_TIME} | {
+_WANTED = frozenset({_START_TIME} | SERVING_WANTED | {
     name for n in NAMES.values()
     for name in (n.prompt, n.generated, n.cached, *n.steps, n.flops, n.read_bytes, n.write_bytes) if name
 })
@@ -142,6 +150,8 @@ class Totals:
     write_bytes: Series | None
     start_time: float | None
     models: tuple[str, ...]
+    serving: ServingTotals | None = None
+    """Batch, queue, KV-cache and latency figures (agent.context.workload.inference.serving_parse)."""
 
 
 def totals(expo: Exposition, kind: Kind) -> Totals:
@@ -161,7 +171,8 @@ def totals(expo: Exposition, kind: Kind) -> Totals:
                   flops=s.get(n.flops) if n.flops else None,
                   read_bytes=s.get(n.read_bytes) if n.read_bytes else None,
                   write_bytes=s.get(n.write_bytes) if n.write_bytes else None,
-                  start_time=starts[0] if starts else None, models=tuple(models))
+                  start_time=starts[0] if starts else None, models=tuple(models),
+                  serving=serving_totals(s, kind))
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,6 +189,7 @@ class Rates:
     """Mean over the series (engines, ranks) of the server's per-GPU FLOP estimate rate."""
     bytes_per_gpu_per_s: float | None
     """The same for estimated bytes read + written."""
+    serving: ServingRates | None = None
 
     @property
     def computed_tokens_per_s(self) -> float:
@@ -249,4 +261,5 @@ def rates(prev: Totals, cur: Totals, dt_s: float) -> Rates:
         steps_total=math.fsum(_replicas(cur.steps).values()) if cur.steps is not None else None,
         flops_per_gpu_per_s=flops,
         bytes_per_gpu_per_s=moved,
+        serving=serving_rates(prev.serving, cur.serving, dt_s) if prev.serving and cur.serving else None,
     )

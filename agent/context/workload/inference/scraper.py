@@ -16,11 +16,10 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Literal, Sequence
-from urllib.parse import urlsplit, urlunsplit
+from typing import Callable, Literal, Mapping, Sequence
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
-
+from agent.context.workload.inference.endpoint import InferenceEndpoint, ModelFacts
 from agent.context.workload.inference.fetch import describe_error, http_fetch, server_pids
 from agent.context.workload.inference.parse import (
     CounterReset,
@@ -33,81 +32,13 @@ from agent.context.workload.inference.parse import (
     rates,
     totals,
 )
-from agent.model import Dtype, WorkloadReport
+from agent.model import ServingReport, WorkloadReport
 
 log = logging.getLogger("roofwatch.inference")
 
 DEFAULT_MAX_BYTES = 4 * 1024 * 1024
 Fetch = Callable[[str, float, int], bytes]
 """(url, timeout_s, max_bytes) -> response body; raises on any failure."""
-
-
-class InferenceEndpoint(BaseModel):
-    """One inference server's metrics endpoint and what the agent must know about its model."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    url: str = Field(..., max_length=2048, description="http(s) URL of the server's Prometheus metrics; "
-                     "a URL without a path gets /metrics.")
-    kind: Literal["auto", "vllm", "sglang", "tgi"] = Field("auto", description="Server kind; auto detects it "
-                                                           "from the metric names.")
-    gpus: list[str] | None = Field(None, min_length=1, max_length=1024, description="GPU indices or UUIDs the "
-                                   "server runs on; default: found from the PID listening on the URL's port.")
-    flops_per_token: float | None = Field(None, gt=0.0, le=1e16, description="Forward FLOPs per token.")
-    params: float | None = Field(None, gt=0.0, le=1e15, description="Parameter count; gives 2 x params FLOPs "
-                                 "per token when flops_per_token is not set.")
-    model_bytes: float | None = Field(None, gt=0.0, le=1e15, description="Bytes of weights read per step (MBU).")
-    dtype: Dtype | None = Field(None, description="Math precision, picks the peak MFU is measured against.")
-    world_size: int | None = Field(None, ge=1, le=65536, description="GPUs of the whole server (all nodes); "
-                                   "default: the GPUs this endpoint maps to on this node.")
-    job: str | None = Field(None, min_length=1, max_length=256, description="Job name put on the reports.")
-
-    @field_validator("url")
-    @classmethod
-    def _check_url(cls, value: str) -> str:
-        parts = urlsplit(value.strip())
-        if parts.scheme not in ("http", "https"):
-            raise ValueError(f"url must start with http:// or https:// (got {value!r})")
-        if not parts.hostname:
-            raise ValueError(f"url has no host (got {value!r})")
-        if parts.username or parts.password:
-            raise ValueError("url must not carry credentials")
-        try:
-            port = parts.port
-        except ValueError:
-            raise ValueError(f"url port must be a number from 1 to 65535 (got {value!r})") from None
-        if port == 0:
-            raise ValueError(f"url port must be a number from 1 to 65535 (got {value!r})")
-        path = parts.path if parts.path not in ("", "/") else "/metrics"
-        return urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
-
-    @field_validator("gpus", mode="before")
-    @classmethod
-    def _check_gpus(cls, value: object) -> object:
-        if not isinstance(value, list):
-            return value  # pydantic reports the type error
-        out: list[str] = []
-        for item in value:
-            if isinstance(item, bool) or not isinstance(item, (int, str)):
-                raise ValueError(f"gpus entries must be GPU indices or UUIDs (got {item!r})")
-            text = str(item).strip()
-            if not text or any(c.isspace() for c in text) or (isinstance(item, int) and item < 0):
-                raise ValueError(f"gpus entries must be GPU indices or UUIDs (got {item!r})")
-            if text not in out:
-                out.append(text)
-        return out
-
-    @property
-    def effective_flops_per_token(self) -> float | None:
-        """FLOPs per token as configured, else the 2 x parameters of a forward pass."""
-        if self.flops_per_token is not None:
-            return self.flops_per_token
-        return 2.0 * self.params if self.params is not None else None
-
-    @property
-    def port(self) -> int:
-        parts = urlsplit(self.url)
-        return parts.port or (443 if parts.scheme == "https" else 80)
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,13 +93,15 @@ class InferenceScraper:
 
     def __init__(self, endpoints: Sequence[InferenceEndpoint], *, interval_s: float = 5.0, timeout_s: float = 2.0,
                  max_bytes: int = DEFAULT_MAX_BYTES, clock: Callable[[], float] = time.time,
-                 fetch: Fetch | None = None, pid_refresh_s: float = 60.0) -> None:
+                 fetch: Fetch | None = None, pid_refresh_s: float = 60.0,
+                 models: Mapping[str, ModelFacts] | None = None) -> None:
         if interval_s <= 0 or timeout_s <= 0 or max_bytes < 1 or pid_refresh_s <= 0:
             raise ValueError("interval_s, timeout_s, pid_refresh_s and max_bytes must be positive")
         self._states = [_State(endpoint=e) for e in endpoints]
         self._interval_s, self._timeout_s, self._max_bytes = interval_s, timeout_s, max_bytes
         self._clock, self._fetch = clock, fetch or http_fetch
         self._pid_refresh_s = pid_refresh_s
+        self._models = dict(models or {})
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -287,18 +220,27 @@ class InferenceScraper:
             del state.seen[gpu]
         return max(1, len(state.seen))
 
+    def _model_facts(self, state: _State) -> ModelFacts:
+        """The ``models:`` entry of the one model the server reports, else an empty one."""
+        if len(state.models) == 1 and state.models[0] in self._models:
+            return self._models[state.models[0]]
+        return ModelFacts()
+
     def _report(self, state: _State, now: float) -> WorkloadReport | None:
         r = state.rates
         if not state.up or r is None or state.rates_ts is None or now - state.rates_ts > 3.0 * self._interval_s:
             return None
         ep = state.endpoint
+        facts = self._model_facts(state)
         world = self._world_size(state, now)
         tokens = r.computed_tokens_per_s
-        flops_per_token = ep.effective_flops_per_token
+        flops_per_token = ep.effective_flops_per_token or facts.flops_per_token or (
+            2.0 * facts.params if facts.params else None)
         if r.flops_per_gpu_per_s is not None and tokens > 0:
             flops_per_token = r.flops_per_gpu_per_s * world / tokens  # the server's own estimate wins
         step_time = 1.0 / r.steps_per_s if r.steps_per_s else None
-        model_bytes = ep.model_bytes
+        weights = ep.model_bytes if ep.model_bytes is not None else facts.model_bytes
+        model_bytes = weights
         if r.bytes_per_gpu_per_s is not None:  # bytes the server estimates it moved, KV cache included
             if step_time:
                 model_bytes = r.bytes_per_gpu_per_s * world * step_time
@@ -307,7 +249,24 @@ class InferenceScraper:
         return WorkloadReport(job=ep.job, world_size=world,
                               step=int(r.steps_total) if r.steps_total is not None else None,
                               step_time_s=step_time, tokens_per_s=tokens, flops_per_token=flops_per_token,
-                              model_bytes=model_bytes, dtype=ep.dtype, source=state.kind)
+                              model_bytes=model_bytes, dtype=ep.dtype or facts.dtype, source=state.kind,
+                              serving=self._serving(state, r, weights, facts, world))
+
+    def _serving(self, state: _State, r: Rates, weights: float | None, facts: ModelFacts,
+                 world: int) -> ServingReport | None:
+        """The server's serving figures with what the configuration adds (weights, KV pool, batch cap)."""
+        s = r.serving
+        if s is None:
+            return None
+        ep = state.endpoint
+        pool = ep.kv_cache_bytes or facts.kv_cache_bytes or (
+            s.kv_cache_bytes_per_gpu * world if s.kv_cache_bytes_per_gpu is not None else None)
+        parts = urlsplit(ep.url)
+        return ServingReport(
+            server=ep.job or f"{state.kind} {parts.netloc}", model=state.models[0] if len(state.models) == 1 else None,
+            weight_bytes=weights, kv_cache_bytes=pool, kv_usage=s.kv_usage, running=s.running, waiting=s.waiting,
+            max_running=ep.max_running or facts.max_running, preemptions_per_s=s.preemptions_per_s, tpot_s=s.tpot_s,
+            ttft_s=s.ttft_s, prefill_share=s.prefill_share, generated_tokens_per_s=r.generated_per_s, gpus=world)
 
     def status(self) -> tuple[EndpointStatus, ...]:
         with self._lock:

@@ -1,0 +1,263 @@
+"""An inference server's batch, queue, KV cache, latency and prefill figures, from two scrapes.
+
+Kept apart from agent.context.workload.inference.parse (token and FLOP counters) because these are
+gauges and histograms, with their own names per server and release. Names were checked against
+the servers' sources (the newest name first; an older one stands in where a release lacks it):
+
+* **vLLM** (V1 ``vllm/v1/metrics/loggers.py``; V0 ``vllm/engine/metrics.py``; labels ``model_name``
+  and, V1, ``engine``): gauges ``vllm:num_requests_running``, ``vllm:num_requests_waiting``,
+  ``vllm:kv_cache_usage_perc`` (0..1 despite the name; from 0.9, replacing ``vllm:gpu_cache_usage_perc``,
+  removed in 0.12); counter ``vllm:num_preemptions_total``; histograms
+  ``vllm:inter_token_latency_seconds`` (one observation per decode step; from 0.10, replacing
+  ``vllm:time_per_output_token_seconds``, gone in 0.15), ``vllm:time_to_first_token_seconds``,
+  ``vllm:request_prefill_time_seconds`` and ``vllm:request_decode_time_seconds`` (per request,
+  observed when it finishes); ``vllm:cache_config_info`` (value 1, the cache config as labels,
+  among them ``kv_cache_memory_bytes`` when set, per GPU).
+* **SGLang** (``sglang/srt/observability/metrics_collector.py``, formerly ``srt/metrics/collector.py``;
+  labels ``model_name``, ``engine_type``, ranks): gauges ``sglang:num_running_reqs``,
+  ``sglang:num_queue_reqs``, ``sglang:token_usage`` (0..1); counter
+  ``sglang:num_retracted_requests_total``; histograms ``sglang:inter_token_latency_seconds``
+  (``sglang:time_per_output_token_seconds`` before 0.4.5), ``sglang:time_to_first_token_seconds``,
+  ``sglang:per_stage_req_latency_seconds{stage="prefill_forward"|"chunked_prefill"}``; with
+  ``SGLANG_ENABLE_METRICS_DEVICE_TIMER=1`` the counter ``sglang:forward_execution_seconds_total{category}``.
+* **TGI** (``router/src/server.rs``, ``backends/v3``; no model or rank labels): gauges
+  ``tgi_batch_current_size``, ``tgi_queue_size``, ``tgi_batch_current_max_tokens`` and
+  ``tgi_batch_max_total_tokens`` (their ratio is the share of the KV-token budget the batch holds);
+  histograms ``tgi_request_mean_time_per_token_duration`` (per request, prefill included) and
+  ``tgi_batch_forward_duration{method="prefill"|"decode"}`` (per forward call: GPU time by phase).
+
+Sample names are normalised as in parse (a trailing ``_total`` dropped).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Mapping
+
+SeriesKey = frozenset[tuple[str, str]]
+Series = dict[SeriesKey, float]
+
+_RANK_LABELS = frozenset({"tp_rank", "pp_rank", "moe_ep_rank", "attn_tp_rank", "attn_cp_rank"})
+
+
+@dataclass(frozen=True, slots=True)
+class ServingNames:
+    """Sample names (normalised) of one server kind; tuples list the newest name first."""
+
+    running: tuple[str, ...]
+    waiting: tuple[str, ...]
+    kv_usage: tuple[str, ...]
+    kv_tokens_used: str | None
+    kv_tokens_total: str | None
+    preemptions: tuple[str, ...]
+    itl: tuple[str, ...]
+    """Histogram base names of the inter-token latency (``_sum``/``_count`` appended)."""
+    ttft: tuple[str, ...]
+    prefill_time: str | None
+    """Histogram base of per-request prefill time (vLLM, SGLang per-stage)."""
+    decode_time: str | None
+    phase_time: str | None
+    """Histogram base whose ``method`` label splits GPU time by phase (TGI forward calls)."""
+    device_time: str | None
+    """Counter of GPU time by forward mode (SGLang device timer)."""
+    cache_config: str | None
+
+
+SERVING_NAMES: dict[str, ServingNames] = {
+    "vllm": ServingNames(
+        running=("vllm:num_requests_running",), waiting=("vllm:num_requests_waiting",),
+        kv_usage=("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"), kv_tokens_used=None, kv_tokens_total=None,
+        preemptions=("vllm:num_preemptions",),
+        itl=("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
+        ttft=("vllm:time_to_first_token_seconds",), prefill_time="vllm:request_prefill_time_seconds",
+        decode_time="vllm:request_decode_time_seconds", phase_time=None, device_time=None,
+        cache_config="vllm:cache_config_info"),
+    "sglang": ServingNames(
+        running=("sglang:num_running_reqs",), waiting=("sglang:num_queue_reqs",), kv_usage=("sglang:token_usage",),
+        kv_tokens_used=None, kv_tokens_total=None, preemptions=("sglang:num_retracted_requests",),
+        itl=("sglang:inter_token_latency_seconds", "sglang:time_per_output_token_seconds"),
+        ttft=("sglang:time_to_first_token_seconds",), prefill_time="sglang:per_stage_req_latency_seconds",
+        decode_time=None, phase_time=None, device_time="sglang:forward_execution_seconds", cache_config=None),
+    "tgi": ServingNames(
+        running=("tgi_batch_current_size",), waiting=("tgi_queue_size",), kv_usage=(),
+        kv_tokens_used="tgi_batch_current_max_tokens", kv_tokens_total="tgi_batch_max_total_tokens", preemptions=(),
+        itl=("tgi_request_mean_time_per_token_duration",), ttft=(), prefill_time=None, decode_time=None,
+        phase_time="tgi_batch_forward_duration", device_time=None, cache_config=None),
+}
+
+_SGLANG_PREFILL_STAGES = frozenset({"prefill_forward", "chunked_prefill"})
+
+
+def _histogram_names(base: str | None) -> tuple[str, ...]:
+    return (base + "_sum", base + "_count") if base else ()
+
+
+SERVING_WANTED: frozenset[str] = frozenset(
+    name for n in SERVING_NAMES.values()
+    for name in (*n.running, *n.waiting, *n.kv_usage, n.kv_tokens_used, n.kv_tokens_total, *n.preemptions,
+                 *(h for base in (*n.itl, *n.ttft, n.prefill_time, n.decode_time, n.phase_time) for h in _histogram_names(base)),
+                 n.device_time, n.cache_config)
+    if name
+)
+"""Every sample name this module reads; parse keeps these besides its own."""
+
+
+def _replicas(series: Series) -> Series:
+    """Ranks of one replica report the same batch: keep the leading rank's value (max) per replica."""
+    out: Series = {}
+    for key, value in series.items():
+        replica = frozenset((k, v) for k, v in key if k not in _RANK_LABELS)
+        out[replica] = max(out.get(replica, 0.0), value)
+    return out
+
+
+def _first(samples: Mapping[str, Series], names: tuple[str, ...]) -> Series | None:
+    return next((samples[n] for n in names if n in samples), None)
+
+
+def _where(series: Series | None, label: str, values: frozenset[str] | None = None, *,
+           contains: str | None = None) -> Series | None:
+    """The series whose ``label`` is one of ``values`` (or contains ``contains``)."""
+    if series is None:
+        return None
+    return {k: v for k, v in series.items() for name, value in k
+            if name == label and ((values is not None and value in values) or (contains is not None and contains in value))}
+
+
+@dataclass(frozen=True, slots=True)
+class ServingTotals:
+    """One scrape's serving gauges, and the cumulative sums and counts the rates are taken from."""
+
+    running: float | None
+    waiting: float | None
+    kv_usage: float | None
+    preemptions: float | None
+    itl: tuple[float, float] | None
+    """(sum of seconds, count) of the inter-token-latency histogram, replicas summed."""
+    ttft: tuple[float, float] | None
+    prefill_s: float | None
+    """Cumulative seconds attributed to prefill (per request, or per forward call)."""
+    decode_s: float | None
+    decode_per_request: bool
+    """True when ``decode_s`` sums each request's decode time, so a batch counts it once per request."""
+    kv_cache_bytes_per_gpu: float | None
+
+
+def _sum(series: Series | None) -> float | None:
+    return None if series is None else math.fsum(_replicas(series).values())
+
+
+def _mean(series: Series | None) -> float | None:
+    if not series:
+        return None
+    values = list(_replicas(series).values())
+    return math.fsum(values) / len(values)
+
+
+def _hist(samples: Mapping[str, Series], bases: tuple[str, ...]) -> tuple[float, float] | None:
+    for base in bases:
+        total, count = _sum(samples.get(base + "_sum")), _sum(samples.get(base + "_count"))
+        if total is not None and count is not None:
+            return total, count
+    return None
+
+
+def _kv_cache_bytes(series: Series | None) -> float | None:
+    """vLLM's ``kv_cache_memory_bytes`` label of ``cache_config_info``, when the user set it ("None" otherwise)."""
+    for key in series or {}:
+        for name, value in key:
+            if name == "kv_cache_memory_bytes":
+                try:
+                    number = float(value)
+                except ValueError:
+                    continue
+                if math.isfinite(number) and number > 0:
+                    return number
+    return None
+
+
+def serving_totals(samples: Mapping[str, Series], kind: str) -> ServingTotals:
+    """The serving figures of ``kind`` in one parsed exposition (``None`` where the server lacks them)."""
+    n = SERVING_NAMES[kind]
+    kv_usage = _mean(_first(samples, n.kv_usage)) if n.kv_usage else None
+    if kv_usage is None and n.kv_tokens_used and n.kv_tokens_total:
+        used, budget = _sum(samples.get(n.kv_tokens_used)), _sum(samples.get(n.kv_tokens_total))
+        kv_usage = min(1.0, used / budget) if used is not None and budget else None
+    prefill_s = decode_s = None
+    per_request = False
+    if n.device_time and n.device_time in samples:  # SGLang's device timer: GPU seconds by forward mode
+        device = samples[n.device_time]
+        prefill_s = _sum(_where(device, "category", contains="extend")) or 0.0
+        prefill_s += _sum(_where(device, "category", contains="prefill")) or 0.0
+        decode_s = _sum(_where(device, "category", contains="decode"))
+    elif n.phase_time:  # TGI: each forward call's time, by phase
+        prefill_s = _sum(_where(samples.get(n.phase_time + "_sum"), "method", frozenset({"prefill"})))
+        decode_s = _sum(_where(samples.get(n.phase_time + "_sum"), "method", frozenset({"decode"})))
+    elif n.prefill_time and n.prefill_time + "_sum" in samples:
+        prefill = samples[n.prefill_time + "_sum"]
+        if kind == "sglang":
+            prefill = _where(prefill, "stage", _SGLANG_PREFILL_STAGES) or {}
+        prefill_s = _sum(prefill) if prefill else None
+        decode_s = _sum(samples.get(n.decode_time + "_sum")) if n.decode_time else None
+        per_request = True
+    return ServingTotals(
+        running=_sum(_first(samples, n.running)), waiting=_sum(_first(samples, n.waiting)),
+        kv_usage=None if kv_usage is None else min(1.0, max(0.0, kv_usage)),
+        preemptions=_sum(_first(samples, n.preemptions)) if n.preemptions else None,
+        itl=_hist(samples, n.itl), ttft=_hist(samples, n.ttft), prefill_s=prefill_s, decode_s=decode_s,
+        decode_per_request=per_request,
+        kv_cache_bytes_per_gpu=_kv_cache_bytes(samples.get(n.cache_config)) if n.cache_config else None,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ServingRates:
+    """What happened between two scrapes (``None`` where a counter is missing, or went backwards)."""
+
+    running: float | None
+    waiting: float | None
+    kv_usage: float | None
+    preemptions_per_s: float | None
+    tpot_s: float | None
+    ttft_s: float | None
+    prefill_share: float | None
+    kv_cache_bytes_per_gpu: float | None
+
+
+def _increase(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None or b < a else b - a
+
+
+def _mean_between(a: tuple[float, float] | None, b: tuple[float, float] | None) -> float | None:
+    """Mean observation of a histogram between two scrapes (none observed: unknown, not zero)."""
+    if a is None or b is None:
+        return None
+    total, count = _increase(a[0], b[0]), _increase(a[1], b[1])
+    return total / count if total is not None and count else None
+
+
+def _prefill_share(prev: ServingTotals, cur: ServingTotals, dt_s: float) -> float | None:
+    prefill, decode = _increase(prev.prefill_s, cur.prefill_s), _increase(prev.decode_s, cur.decode_s)
+    if prefill is None:
+        return None
+    if decode is None:
+        # SGLang without its device timer times prefill forwards only: their share of the wall time.
+        return min(1.0, prefill / dt_s) if dt_s > 0 else None
+    if cur.decode_per_request:
+        # Every running request accrues each decode step's time: one step of a batch of B counts B times.
+        batch = max(1.0, ((prev.running or 0.0) + (cur.running or 0.0)) / 2.0)
+        decode /= batch
+    busy = prefill + decode
+    return min(1.0, prefill / busy) if busy > 0 else None
+
+
+def serving_rates(prev: ServingTotals, cur: ServingTotals, dt_s: float) -> ServingRates:
+    """Rates and interval means over ``dt_s`` seconds; gauges are the latest scrape's."""
+    preempted = _increase(prev.preemptions, cur.preemptions)
+    return ServingRates(
+        running=cur.running, waiting=cur.waiting, kv_usage=cur.kv_usage,
+        preemptions_per_s=preempted / dt_s if preempted is not None and dt_s > 0 else None,
+        tpot_s=_mean_between(prev.itl, cur.itl), ttft_s=_mean_between(prev.ttft, cur.ttft),
+        prefill_share=_prefill_share(prev, cur, dt_s), kv_cache_bytes_per_gpu=cur.kv_cache_bytes_per_gpu,
+    )
