@@ -50,12 +50,15 @@ FUZZ = settings(max_examples=40, deadline=None, suppress_health_check=[
 HINT_NAMES = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")
 FLOAT_LIMITS = {"step_time_s": 1e6, "tokens": 1e18, "tokens_per_s": 1e18, "flops_per_token": 1e18, "model_bytes": 1e18}
 INT_LIMITS = {"rank": (0, 1_000_000), "world_size": (1, 1_000_000), "step": (0, 10**15), "pid": (1, 2**22)}
-MEANINGFUL = ("step_time_s", "tokens", "tokens_per_s", "flops_per_token", "model_bytes", "dtype", "step")
+MEANINGFUL = ("step_time_s", "tokens", "tokens_per_s", "flops_per_token", "model_bytes", "dtype", "step", "serving")
+SERVING_LIMITS = {"running": 1e18, "waiting": 1e18, "max_running": 1e18, "kv_usage": 1.0, "kv_cache_bytes": 1e18,
+                  "preemptions_per_s": 1e18, "tpot_s": 1e6, "ttft_s": 1e6, "prefill_share": 1.0,
+                  "generated_tokens_per_s": 1e18}
 
 
 def valid_report(obj: Any) -> bool:
     """The documented schema (docs/attribution.md, ReportRequest), written out independently: what may be stored."""
-    if not isinstance(obj, dict) or not set(obj) <= {*FLOAT_LIMITS, *INT_LIMITS, "dtype", "job", "gpu", "hints"}:
+    if not isinstance(obj, dict) or not set(obj) <= {*FLOAT_LIMITS, *INT_LIMITS, "dtype", "job", "gpu", "hints", "serving"}:
         return False
     for key, value in obj.items():
         if value is None:
@@ -68,6 +71,10 @@ def valid_report(obj: Any) -> bool:
             ok = value in DTYPES
         elif key in ("job", "gpu"):
             ok = type(value) is str and 1 <= len(value) <= MAX_STR_LEN
+        elif key == "serving":
+            ok = type(value) is dict and set(value) <= set(SERVING_LIMITS) and all(
+                v is None or (type(v) in (int, float) and _as_float(v) is not None and 0 <= _as_float(v) <= SERVING_LIMITS[k])
+                for k, v in value.items())
         else:
             ok = type(value) is dict and set(value) <= {*HINT_NAMES, "LOCAL_RANK"} and all(
                 v is None or (type(v) is str and len(v) <= (16 if k == "LOCAL_RANK" else MAX_HINT_LEN))

@@ -14,8 +14,8 @@ from hypothesis import given, settings, strategies as st
 from agent.context.workload.report_schema import MAX_BODY_BYTES, MAX_HINT_LEN, MAX_STR_LEN
 from agent.model import DTYPES
 from tests.report_fixtures import JSON
-from tests.report_fuzzing import (FLOAT_LIMITS, FUZZ, HINT_NAMES, INT_LIMITS, Target, fresh_errors,  # noqa: F401 (fixtures)
-                                  post, run_input, socket_dir, target, valid_report)
+from tests.report_fuzzing import (FLOAT_LIMITS, FUZZ, HINT_NAMES, INT_LIMITS, SERVING_LIMITS, Target,  # noqa: F401 (fixtures)
+                                  fresh_errors, post, run_input, socket_dir, target, valid_report)
 
 json_scalars = (st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20)
                 | st.sampled_from([10**18, 10**18 + 1, 2**63, 2**64, 10**400, 1e18, 1e6, 1e6 + 1e-9, -0.0, 1e-400]))
@@ -33,6 +33,10 @@ FIELD_VALUES: dict[str, st.SearchStrategy[Any]] = {
         **{name: st.none() | st.text(max_size=30) | st.just("0" * MAX_HINT_LEN) | st.just("0" * (MAX_HINT_LEN + 1))
            for name in HINT_NAMES},
         "LOCAL_RANK": st.none() | st.text(max_size=20) | st.just(" 1 "),
+    }) | st.dictionaries(st.text(max_size=10), json_scalars, max_size=3),
+    "serving": st.fixed_dictionaries({}, optional={
+        name: st.none() | st.floats(-1.0, 2 * limit) | st.integers(-2, int(2 * limit)) | st.sampled_from([limit, True, "1"])
+        for name, limit in SERVING_LIMITS.items()
     }) | st.dictionaries(st.text(max_size=10), json_scalars, max_size=3),
 }
 report_like = st.fixed_dictionaries({}, optional={name: values | json_values for name, values in FIELD_VALUES.items()})

@@ -41,7 +41,7 @@ import atexit
 import os
 import threading
 import time
-from typing import Any
+from typing import Any, Mapping
 
 from .fields import DTYPES, HINT_ENV, MAX_HINT_LEN, MAX_STR_LEN  # noqa: F401 (importable here, as before the split)
 from .reporter import LIVE, Reporter, log  # noqa: F401 (log: the "roofwatch.client" logger)
@@ -68,7 +68,7 @@ def get_reporter() -> Reporter:
 def report(*, step_time_s: float | None = None, tokens: float | None = None, tokens_per_s: float | None = None,
            flops_per_token: float | None = None, dtype: Any = None, model_bytes: float | None = None,
            rank: int | None = None, world_size: int | None = None, step: int | None = None,
-           job: str | None = None, gpu: str | int | None = None) -> None:
+           job: str | None = None, gpu: str | int | None = None, serving: Mapping[str, float] | None = None) -> None:
     """Report one step to the local agent through the default :class:`Reporter`. Never blocks or raises.
 
     ``step_time_s``: wall time of the step; ``tokens``: tokens the whole job processed in it (the
@@ -77,12 +77,14 @@ def report(*, step_time_s: float | None = None, tokens: float | None = None, tok
     ``model_bytes``: bytes of weights read per step; ``dtype``: fp8/bf16/fp16/tf32/fp32/fp64 or
     a torch dtype. ``rank``/``world_size`` default to ``RANK``/``WORLD_SIZE``; ``job`` to
     ``ROOFWATCH_JOB`` or ``SLURM_JOB_ID``; ``gpu`` (UUID or host index) only when the agent cannot
-    tell by itself which GPU this process drives.
+    tell by itself which GPU this process drives. ``serving`` (inference servers the agent does not
+    scrape): a dict of running, waiting, max_running, kv_usage, kv_cache_bytes, preemptions_per_s,
+    tpot_s, ttft_s, prefill_share, generated_tokens_per_s (docs/serving.md).
     """
     try:
         get_reporter().report(step_time_s=step_time_s, tokens=tokens, tokens_per_s=tokens_per_s,
                               flops_per_token=flops_per_token, dtype=dtype, model_bytes=model_bytes, rank=rank,
-                              world_size=world_size, step=step, job=job, gpu=gpu)
+                              world_size=world_size, step=step, job=job, gpu=gpu, serving=serving)
     except Exception:
         pass
 

@@ -31,7 +31,11 @@ _DTYPE_ALIASES = {
 
 _FLOAT_FIELDS = ("step_time_s", "tokens", "tokens_per_s", "flops_per_token", "model_bytes")
 _INT_FIELDS = ("rank", "world_size", "step")
-_MEANINGFUL = ("step_time_s", "tokens", "tokens_per_s", "flops_per_token", "model_bytes", "dtype", "step")
+_MEANINGFUL = ("step_time_s", "tokens", "tokens_per_s", "flops_per_token", "model_bytes", "dtype", "step", "serving")
+SERVING_FIELDS = ("running", "waiting", "max_running", "kv_usage", "kv_cache_bytes", "preemptions_per_s", "tpot_s",
+                  "ttft_s", "prefill_share", "generated_tokens_per_s")
+"""What an inference job may say about its serving (agent.model.serving.ServingReport, docs/serving.md)."""
+_SERVING_RATIOS = ("kv_usage", "prefill_share")
 
 
 class Invalid(Exception):
@@ -71,8 +75,11 @@ def build_report(kw: Mapping[str, Any], defaults: JobDefaults) -> dict[str, Any]
             item[name] = _integer(name, value)
     if kw["dtype"] is not None:
         item["dtype"] = _dtype(kw["dtype"])
+    if kw.get("serving") is not None:
+        item["serving"] = _serving(kw["serving"])
     if not any(name in item for name in _MEANINGFUL):
-        raise Invalid("nothing to report: give step_time_s, tokens, tokens_per_s, flops_per_token, model_bytes, dtype or step")
+        raise Invalid("nothing to report: give step_time_s, tokens, tokens_per_s, flops_per_token, model_bytes, dtype, "
+                      "step or serving")
     if "rank" not in item and defaults.rank is not None:
         item["rank"] = defaults.rank
     if "world_size" not in item and defaults.world_size is not None:
@@ -97,6 +104,24 @@ def build_report(kw: Mapping[str, Any], defaults: JobDefaults) -> dict[str, Any]
     if defaults.hints:
         item["hints"] = defaults.hints
     return item
+
+
+def _serving(value: Any) -> dict[str, float]:
+    """A serving dict: known keys only, each a finite non-negative number (ratios at most 1)."""
+    if not isinstance(value, Mapping):
+        raise Invalid("serving must be a dict of " + ", ".join(SERVING_FIELDS))
+    out = {}
+    for key, number in value.items():
+        if key not in SERVING_FIELDS:
+            raise Invalid(f"serving has no field {str(key)[:32]!r} (fields: {', '.join(SERVING_FIELDS)})")
+        if number is None:
+            continue
+        out[key] = _number(f"serving.{key}", number)
+        if key in _SERVING_RATIOS and out[key] > 1.0:
+            raise Invalid(f"serving.{key} is a ratio: 0 to 1")
+    if not out:
+        raise Invalid("serving is empty")
+    return out
 
 
 def _number(name: str, value: Any) -> float:

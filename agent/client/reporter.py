@@ -18,7 +18,7 @@ import os
 import threading
 import time
 import weakref
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from .fields import Invalid, JobDefaults, build_report
 from .transport import BACKOFF_STATUSES, DEFAULT_SOCKET, REPORT_PATH, Unreachable, open_connection, post
@@ -84,12 +84,14 @@ class Reporter:
     def report(self, *, step_time_s: float | None = None, tokens: float | None = None,
                tokens_per_s: float | None = None, flops_per_token: float | None = None, dtype: Any = None,
                model_bytes: float | None = None, rank: int | None = None, world_size: int | None = None,
-               step: int | None = None, job: str | None = None, gpu: str | int | None = None) -> None:
+               step: int | None = None, job: str | None = None, gpu: str | int | None = None,
+               serving: Mapping[str, float] | None = None) -> None:
         """Queue one report; returns at once. ``tokens`` is what the *whole job* processed this step."""
         try:
             item = build_report(dict(step_time_s=step_time_s, tokens=tokens, tokens_per_s=tokens_per_s,
                                      flops_per_token=flops_per_token, dtype=dtype, model_bytes=model_bytes,
-                                     rank=rank, world_size=world_size, step=step, job=job, gpu=gpu), self._defaults)
+                                     rank=rank, world_size=world_size, step=step, job=job, gpu=gpu,
+                                     serving=serving), self._defaults)
         except Invalid as exc:
             with self._lock:
                 self._invalid += 1

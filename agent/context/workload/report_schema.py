@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from agent.model import WorkloadReport
+from agent.model import ServingReport, WorkloadReport
 
 MAX_BODY_BYTES = 16 * 1024
 
@@ -46,6 +46,26 @@ class ReportHints(BaseModel):
     LOCAL_RANK: Annotated[str, Field(max_length=16)] | None = None
 
 
+Ratio = Annotated[float, Field(ge=0.0, le=1.0)]
+
+
+class ServingFields(BaseModel):
+    """What an inference job says about its serving (agent.model.serving.ServingReport)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False, frozen=True)
+
+    running: Count | None = None
+    waiting: Count | None = None
+    max_running: Count | None = None
+    kv_usage: Ratio | None = None
+    kv_cache_bytes: Count | None = None
+    preemptions_per_s: Count | None = None
+    tpot_s: Seconds | None = None
+    ttft_s: Seconds | None = None
+    prefill_share: Ratio | None = None
+    generated_tokens_per_s: Count | None = None
+
+
 class ReportRequest(BaseModel):
     """One ``POST /api/v1/report`` body. Strict: a string where a number belongs is an error, not a guess."""
 
@@ -68,6 +88,7 @@ class ReportRequest(BaseModel):
     pid: Annotated[int, Field(ge=1, le=2**22)] | None = None
     """The reporter's PID in its own namespace (may be a container's)."""
     hints: ReportHints | None = None
+    serving: ServingFields | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> "ReportRequest":
@@ -78,7 +99,8 @@ class ReportRequest(BaseModel):
         return self
 
 
-MEANINGFUL_FIELDS = ("step_time_s", "tokens", "tokens_per_s", "flops_per_token", "model_bytes", "dtype", "step")
+MEANINGFUL_FIELDS = ("step_time_s", "tokens", "tokens_per_s", "flops_per_token", "model_bytes", "dtype", "step",
+                     "serving")
 
 
 def to_workload_report(request: ReportRequest) -> WorkloadReport:
@@ -88,7 +110,19 @@ def to_workload_report(request: ReportRequest) -> WorkloadReport:
     return WorkloadReport(job=request.job, rank=request.rank, world_size=request.world_size, step=request.step,
                           step_time_s=request.step_time_s, tokens_per_s=tokens_per_s,
                           flops_per_token=request.flops_per_token, model_bytes=request.model_bytes,
-                          dtype=request.dtype, source="client")
+                          dtype=request.dtype, source="client", serving=_serving(request))
+
+
+def _serving(request: ReportRequest) -> ServingReport | None:
+    """The serving figures of a client report: the job names the server, its model_bytes are the weights."""
+    s = request.serving
+    if s is None:
+        return None
+    return ServingReport(server=request.job, weight_bytes=request.model_bytes, kv_cache_bytes=s.kv_cache_bytes,
+                         kv_usage=s.kv_usage, running=s.running, waiting=s.waiting, max_running=s.max_running,
+                         preemptions_per_s=s.preemptions_per_s, tpot_s=s.tpot_s, ttft_s=s.ttft_s,
+                         prefill_share=s.prefill_share, generated_tokens_per_s=s.generated_tokens_per_s,
+                         gpus=request.world_size)
 
 
 def describe_validation_error(exc: ValidationError) -> str:
