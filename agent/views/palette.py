@@ -6,7 +6,7 @@ classes, so the terminal, the status page, the report and the dashboards agree.
 
 from __future__ import annotations
 
-from agent.model import WORKLOAD_CLASSES
+from agent.model import SERVING_STATES, WORKLOAD_CLASSES
 
 CLASS_COLOURS: dict[str, str] = {
     "idle": "#8e8e8e",
@@ -54,3 +54,36 @@ def mfu_colour(mfu: float | None) -> str:
     if mfu is None:
         return CLASS_COLOURS["unknown"]
     return next(colour for floor, colour in _MFU_COLOURS if mfu >= floor)
+
+
+SERVING_COLOURS: dict[str, str] = {
+    "at_floor": "#73bf69",       # green: the hardware, not the software, sets the latency
+    "near_floor": "#96d98d",     # light green: within reach of the floor
+    "under_batched": "#ff9830",  # orange: memory-bound with KV room and requests to spare
+    "prefill_heavy": "#b877d9",  # purple: prefill stalls decode
+    "kv_saturated": "#f2495c",   # red: the replica holds no more requests
+    "above_floor": "#fade2a",    # yellow: time goes outside the weight read
+    "unknown": "#4a4a4a",
+}
+"""The serving states (agent.model.SERVING_STATES) in the same Grafana colours: green is fine, the
+others name the knob that moves the server (docs/views.md, "Serving cards")."""
+
+SERVING_LABELS: dict[str, str] = {
+    "at_floor": "at the floor",
+    "near_floor": "near the floor",
+    "under_batched": "under-batched",
+    "prefill_heavy": "prefill-heavy",
+    "kv_saturated": "KV-saturated",
+    "above_floor": "above the floor",
+    "unknown": "floor unknown",
+}
+
+assert set(SERVING_COLOURS) == set(SERVING_STATES) == set(SERVING_LABELS), "every serving state needs a colour and a label"
+
+
+def serving_colour(state: str | None) -> str:
+    return SERVING_COLOURS.get(state or "unknown", SERVING_COLOURS["unknown"])
+
+
+def serving_label(state: str | None) -> str:
+    return SERVING_LABELS.get(state or "unknown", state or "unknown")

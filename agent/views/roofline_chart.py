@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Sequence
 
 from agent.views.palette import class_colour, class_label
 from agent.views.svg import LogScale, esc, line, num, polyline, si, text
@@ -47,6 +48,26 @@ class ChartPoint:
         return bool(self.intensity and self.flops and self.intensity > 0 and self.flops > 0)
 
 
+@dataclass(frozen=True, slots=True)
+class DecodePoint:
+    """One inference server's decode step, per GPU: the FLOPs of a step over the bytes it reads
+    (weights + KV cache), at the rate its time per output token implies. Drawn as a diamond with a
+    dotted line up to the roof above it: that gap is TPOT / the decode floor (agent.views.serving_cards)."""
+
+    intensity: float | None
+    flops: float | None
+    roof_flops: float | None
+    """The roof at ``intensity`` (what a step at the floor would reach); None draws no gap line."""
+    colour: str
+    label: str = ""
+    title: str = ""
+    server: str = ""
+
+    @property
+    def plottable(self) -> bool:
+        return bool(self.intensity and self.flops and self.intensity > 0 and self.flops > 0)
+
+
 def position(achieved_flops: float | None, achieved_bytes_per_s: float | None, mfu_workload: float | None,
              peak_flops: float | None) -> tuple[float | None, float | None, bool]:
     """(intensity, FLOP/s, reported?) of a GPU on the chart.
@@ -76,19 +97,22 @@ _LEFT, _RIGHT, _TOP, _BOTTOM = 64, 16, 16, 48
 
 
 def roofline_svg(roofs: list[Roof], points: list[ChartPoint], *, radius: float = 7.0, opacity: float = 1.0,
-                 width: int = WIDTH, height: int = HEIGHT, chart_id: str = "roofline") -> str:
-    """Log-log chart of ``points`` under ``roofs``; points without coordinates are left out (the
-    caller says why beside the chart). Axes span whole decades around the roofs and the points."""
+                 width: int = WIDTH, height: int = HEIGHT, chart_id: str = "roofline",
+                 decodes: Sequence[DecodePoint] = ()) -> str:
+    """Log-log chart of ``points`` (and serving ``decodes``) under ``roofs``; points without coordinates
+    are left out (the caller says why beside the chart). Axes span whole decades around the roofs and the points."""
     roofs = list(dict.fromkeys(roofs))
     plotted = [p for p in points if p.plottable]
-    if not roofs and not plotted:
+    steps = [d for d in decodes if d.plottable]
+    if not roofs and not plotted and not steps:
         return (f'<svg id="{esc(chart_id)}" class="roofline empty" viewBox="0 0 {width} 80" role="img" '
                 f'aria-label="roofline chart">{text(width / 2, 44, "no roofline: no GPU has a known peak or a measured position", anchor="middle", cls="note")}</svg>')
-    xs = [r.ridge / 100 for r in roofs] + [r.ridge * 10 for r in roofs] + [p.intensity for p in plotted]  # type: ignore[misc]
-    ys = [r.peak_flops * 1.5 for r in roofs] + [p.flops for p in plotted]  # type: ignore[misc]
+    placed: list[ChartPoint | DecodePoint] = [*plotted, *steps]
+    xs = [r.ridge / 100 for r in roofs] + [r.ridge * 10 for r in roofs] + [p.intensity for p in placed]  # type: ignore[misc]
+    ys = [r.peak_flops * 1.5 for r in roofs] + [p.flops for p in placed]  # type: ignore[misc]
     # Floor: a decade under the lowest point, and at least two decades under the lowest peak, so a
     # starved GPU's distance from its roof stays visible without empty decades below it.
-    floors = [p.flops / 2 for p in plotted] + [r.peak_flops / 50 for r in roofs]  # type: ignore[operator]
+    floors = [p.flops / 2 for p in placed] + [r.peak_flops / 50 for r in roofs]  # type: ignore[operator]
     ys.append(min(floors))
     x = LogScale.around(xs, _LEFT, width - _RIGHT)
     y = LogScale.around(ys, height - _BOTTOM, _TOP)
@@ -99,6 +123,7 @@ def roofline_svg(roofs: list[Roof], points: list[ChartPoint], *, radius: float =
         parts += _roof(roof, x, y, i)
     for point in sorted(plotted, key=lambda p: p.cls == "idle"):  # busy GPUs drawn last, on top
         parts.append(_point(point, x, y, radius, opacity))
+    parts += [_decode(step, x, y, radius) for step in steps]
     for (lx, ly), labels in _label_clusters(plotted, x, y, radius):
         parts.append(text(lx + radius + 3, ly + 4, _joined(labels), cls="point-label"))
     parts.append("</svg>")
@@ -147,6 +172,18 @@ def _point(point: ChartPoint, x: LogScale, y: LogScale, radius: float, opacity: 
     return f'<g class="gpu-point" data-gpu="{esc(point.label)}">{dot}</g>'
 
 
+def _decode(step: DecodePoint, x: LogScale, y: LogScale, radius: float) -> str:
+    """A diamond in the serving state's colour, its label on the left (GPU labels sit on the right),
+    and a dotted line up to the roof: the decode floor's distance, on the chart's log scale."""
+    cx, cy = x(step.intensity), y(step.flops)  # type: ignore[arg-type]
+    r = radius * 1.3
+    gap = line(cx, cy - r, cx, y(step.roof_flops), "decode-gap") if step.roof_flops and step.roof_flops > step.flops else ""  # type: ignore[operator]
+    diamond = (f'<polygon points="{num(cx)},{num(cy - r)} {num(cx + r)},{num(cy)} {num(cx)},{num(cy + r)} {num(cx - r)},{num(cy)}" '
+               f'fill="{esc(step.colour)}" class="decode"><title>{esc(step.title)}</title></polygon>')
+    label = text(cx - r - 3, cy + 4, step.label, anchor="end", cls="decode-label") if step.label else ""
+    return f'<g class="decode-point" data-server="{esc(step.server)}">{gap}{diamond}{label}</g>'
+
+
 def _label_clusters(points: list[ChartPoint], x: LogScale, y: LogScale, radius: float) -> list[tuple[tuple[float, float], list[str]]]:
     """One label per group of overlapping points ("3,4,5"), beside the group's rightmost point:
     GPUs of one job sit on top of each other, and their ids must stay readable. Groups are
@@ -180,4 +217,7 @@ svg.roofline .roof-label{font-size:11px;fill:#c0392b}
 svg.roofline .note{font-size:13px;fill:#666}
 svg.roofline circle.point:not(.reported){stroke:#222;stroke-width:1}
 svg.roofline .point-label{font-size:12px;font-weight:bold;fill:#222}
+svg.roofline polygon.decode{stroke:#222;stroke-width:1.5}
+svg.roofline .decode-gap{stroke:#222;stroke-width:1.5;stroke-dasharray:2 3}
+svg.roofline .decode-label{font-size:12px;font-style:italic;fill:#222}
 """

@@ -16,6 +16,7 @@ from agent import __version__
 from agent.views.html_parts import bar, class_badge, class_chip, fmt, mfu_html, page, pct, script_hash
 from agent.views.palette import CLASS_LABELS, DOWN_COLOUR, MFU_POOR, WASTED_CLASSES, class_colour, class_label
 from agent.views.roofline_chart import ChartPoint, Roof, position, roof_for, roofline_svg
+from agent.views.serving_cards import SERVING_CSS, ServingGroup, decode_points, serving_groups, serving_section
 from agent.views.svg import esc, si
 
 DEFAULT_REFRESH_S = 5.0
@@ -52,11 +53,13 @@ def status_page(data: dict[str, Any], *, refresh_s: float = DEFAULT_REFRESH_S, s
     snapshot should not be trusted (the collector stopped publishing), shown as a banner."""
     verdicts = {v["gpu"]: v for v in data.get("verdicts") or []}
     devices = data.get("devices") or []
+    servers = serving_groups(devices, verdicts)
     live = (
         f'<div id="live" data-sequence="{esc(data.get("sequence", 0))}">'
         + _header(data, verdicts, stale)
-        + '<div class="overview"><div class="chart-box"><h2>Roofline</h2>' + _chart(devices, verdicts) + "</div>"
+        + '<div class="overview"><div class="chart-box"><h2>Roofline</h2>' + _chart(devices, verdicts, servers) + "</div>"
         + _attention(devices, verdicts) + "</div>"
+        + serving_section(servers)
         + '<h2>GPUs</h2><div class="cards">' + "".join(_card(d, verdicts.get(d["info"]["gpu"])) for d in devices) + "</div>"
         + "</div>"
     )
@@ -69,7 +72,7 @@ def status_page(data: dict[str, Any], *, refresh_s: float = DEFAULT_REFRESH_S, s
         f'{refresh_s:g} s (<a href="?refresh=0">stop</a>)</footer>'
     )
     return page(f"roofwatch · {data.get('node', '')}", body, script=REFRESH_SCRIPT if refresh_s > 0 else "",
-                body_attrs=f' data-refresh="{refresh_s:g}"', extra_css=PAGE_CSS)
+                body_attrs=f' data-refresh="{refresh_s:g}"', extra_css=PAGE_CSS + SERVING_CSS)
 
 
 def _header(data: dict[str, Any], verdicts: dict[str, dict[str, Any]], stale: str | None) -> str:
@@ -99,7 +102,7 @@ def _header(data: dict[str, Any], verdicts: dict[str, dict[str, Any]], stale: st
     return "".join(lines)
 
 
-def _chart(devices: list[dict[str, Any]], verdicts: dict[str, dict[str, Any]]) -> str:
+def _chart(devices: list[dict[str, Any]], verdicts: dict[str, dict[str, Any]], servers: list[ServingGroup]) -> str:
     roofs: list[Roof] = []
     points: list[ChartPoint] = []
     missing: list[str] = []
@@ -126,7 +129,8 @@ def _chart(devices: list[dict[str, Any]], verdicts: dict[str, dict[str, Any]]) -
     if by_report:
         note += (f'<p class="muted small" id="reported">Hollow: placed from the FLOPs the job reported (no FLOP counter): '
                  f'GPU {esc(", ".join(by_report))}.</p>')
-    return roofline_svg(roofs, points) + note
+    decodes, decode_note = decode_points(servers)
+    return roofline_svg(roofs, points, decodes=decodes) + note + decode_note
 
 
 def _attention(devices: list[dict[str, Any]], verdicts: dict[str, dict[str, Any]]) -> str:
