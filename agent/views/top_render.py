@@ -22,6 +22,7 @@ from rich.text import Text
 from agent.model import WORKLOAD_CLASSES
 from agent.views import palette
 from agent.views.safe_text import printable
+from agent.views.top_serving import render_serving
 from agent.views.top_source import GpuKey, GpuRow, NodeView
 
 SORT_ORDERS = ("gpu", "mfu", "class", "power")
@@ -346,6 +347,8 @@ def render_frame(state: TopState, width: int = 200, interactive: bool = True) ->
     else:
         rows = sort_rows(state.view.rows, state.sort)
         parts += [render_summary(rows), render_table(rows, state.history, width)]
+        if state.view.serving:
+            parts.append(render_serving(state.view.serving, width))
     if interactive:
         parts.append(render_footer(state.sort))
     return Group(*parts)

@@ -19,6 +19,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from agent.app.config import DEFAULT_PORT
 from agent.views.http_get import FetchError, bounded_get, one_line
+from agent.views.top_serving import PREFIX as SERVING_PREFIX
+from agent.views.top_serving import ServingRow, ServingSeries
 
 DEFAULT_TIMEOUT_S = 2.0
 """Longest wait for any one read of a poll."""
@@ -83,6 +85,8 @@ class NodeView:
     gpus_visible: int | None = None
     gpus_expected: int | None = None
     version: str | None = None
+    serving: tuple[ServingRow, ...] = ()
+    """One row per inference server (agent.views.top_serving); empty where no GPU serves."""
 
     @property
     def nodes(self) -> tuple[str, ...]:
@@ -179,11 +183,15 @@ def parse_exposition(text: str, url: str, fetched_at: float | None = None) -> No
     fields: dict[GpuKey, dict[str, object]] = {}
     by_source: dict[GpuKey, dict[str, dict[str, float]]] = {}
     node_facts: dict[str, object] = {}
+    serving = ServingSeries()
     seen_info = False
     for sample in _samples(text, url):
         name, labels, value = sample.name, sample.labels, _value(sample.value)
         if "gpu" not in labels:
             _node_fact(node_facts, name, labels, value)
+            continue
+        if name.startswith(SERVING_PREFIX):
+            serving.add(name, labels, value)
             continue
         if not name.startswith("roofwatch_gpu_"):
             continue
@@ -196,7 +204,7 @@ def parse_exposition(text: str, url: str, fetched_at: float | None = None) -> No
     return NodeView(
         url=url, rows=rows, fetched_at=time.time() if fetched_at is None else fetched_at,
         gpus_visible=node_facts.get("gpus_visible"), gpus_expected=node_facts.get("gpus_expected"),
-        version=node_facts.get("version"),
+        version=node_facts.get("version"), serving=serving.rows(),
     )
 
 
