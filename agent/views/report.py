@@ -18,6 +18,7 @@ from agent.classifier.peaks import spec_for_sample
 from agent.model import WORKLOAD_CLASSES, GpuSample, Verdict
 from agent.views.html_parts import class_badge, mfu_html, page, pct
 from agent.views.palette import CLASS_LABELS, MFU_POOR, MFU_TARGET, WASTED_CLASSES, class_colour, class_label
+from agent.views.report_serving import serving_section
 from agent.views.roofline_chart import ChartPoint, Roof, position, roof_for, roofline_svg
 from agent.views.svg import LinearScale, esc, line, num, polyline, text
 
@@ -127,6 +128,7 @@ def build_report(samples: Sequence[GpuSample], verdicts: Sequence[Verdict], *, t
         "<h2>Verdict timeline</h2>", _timeline(gpus, start, end), _legend(),
         "<h2>MFU over time</h2>", _mfu_chart(gpus, start, end),
         "<h2>Roofline</h2>", _scatter(gpus),
+        serving_section(verdicts),
         f"<footer>roofwatch {esc(__version__)} report of {esc(', '.join(sources) or 'a trace')}, generated "
         f"{_utc(time.time())}. Classes, thresholds and sources: docs/classification.md.</footer>",
     ]
