@@ -84,7 +84,7 @@ def test_the_card_shows_the_floor_the_batch_and_the_queue(data):
 def test_a_server_without_a_floor_says_what_is_missing(data):
     card = card_of(status_page(data, refresh_s=0), "GPU 7")
     assert "TPOT 10 ms; no floor to compare it with" in card
-    assert "floor unknown" in card and "advice: report_model_bytes" in card
+    assert 'data-state="unknown">unknown</span>' in card and "advice: report_model_bytes" in card
     assert "set model_bytes for this server" in card
     assert "tokens/s per GPU <b>—</b>" in card and "waiting <b>—</b>" in card
 
@@ -207,8 +207,8 @@ def test_top_shows_a_serving_line_per_server(view):
     pair = lines[header + 2]
     assert re.search(r"^vllm 10\.0\.0\.7:8000\s+llama-70b\s+under-batched\s+31 ms\s+1\.3x of 23\.9 ms\s+24/~120\s+"
                      r"40\s+20%\s+10%\s+1,2\s*$", pair), pair
-    assert re.search(r"KV-saturated\s+40 ms\s+2\.4x of 16\.4 ms\s+64/~66\s+12\s+97%\s+20%\s+6\s*$", lines[header + 3])
-    assert re.search(r"^GPU 7\s+—\s+floor unknown\s+10 ms\s+—\s+4\s+—\s+—\s+—\s+7\s*$", lines[header + 4])
+    assert re.search(r"KV cache saturated\s+40 ms\s+2\.4x of 16\.4 ms\s+64/~66\s+12\s+97%\s+20%\s+6\s*$", lines[header + 3])
+    assert re.search(r"^GPU 7\s+—\s+unknown\s+10 ms\s+—\s+4\s+—\s+—\s+—\s+7\s*$", lines[header + 4])
 
 
 def test_top_draws_names_as_text_and_cuts_them(view):

@@ -73,10 +73,11 @@ SERVING_LABELS: dict[str, str] = {
     "near_floor": "near the floor",
     "under_batched": "under-batched",
     "prefill_heavy": "prefill-heavy",
-    "kv_saturated": "KV-saturated",
-    "above_floor": "above the floor",
-    "unknown": "floor unknown",
+    "kv_saturated": "KV cache saturated",
+    "above_floor": "far above the floor",
+    "unknown": "unknown",
 }
+"""As ``roofwatch report`` names them (agent.views.report_serving)."""
 
 assert set(SERVING_COLOURS) == set(SERVING_STATES) == set(SERVING_LABELS), "every serving state needs a colour and a label"
 

@@ -149,7 +149,7 @@ DROP_ORDER = ("GPUS", "MODEL", "TPOT", "PREFILL", "WAITING")
 """Left out first on a narrow terminal: the state, the floor multiple, the batch and the KV cache
 (what says which knob to turn) stay."""
 COLUMN_GAP = 3
-MIN_SERVER = 16
+MIN_SERVER = 12
 """Narrowest the server's name is cut to before a column is dropped for it."""
 
 
