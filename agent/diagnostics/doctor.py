@@ -16,6 +16,7 @@ from typing import Any
 
 from agent.diagnostics.amd import amd_findings, check_amd_device_nodes
 from agent.diagnostics.findings import Finding, Report, package_version
+from agent.diagnostics.inference import inference_findings
 from agent.diagnostics.nvidia import check_device_nodes, nvml_findings
 
 
@@ -59,6 +60,7 @@ def run_doctor(settings: Any, *, root: Path = Path("/"), environ: dict[str, str]
             backend.close()
         if report.gpus:
             break
+    report.add(*inference_findings(settings))
     if report.gpus == 0:
         report.add(Finding("summary", "info", "no GPU telemetry here. To try roofwatch without a GPU, run "
                                               "`roofwatch demo`."))

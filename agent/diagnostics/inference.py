@@ -1,0 +1,58 @@
+"""``roofwatch doctor`` on the configured inference servers: reachable, recognised, and which serving signals they give.
+
+A serving verdict rests on what the server exports (batch, queue, KV-cache usage, inter-token
+latency, prefill time) and on what only the configuration can say (the model's weight bytes): each
+finding names what is there, what is missing, and what that costs. One scrape per endpoint, with
+the agent's own fetch and parser, so doctor sees what the agent will see.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agent.context.workload.inference.fetch import describe_error, http_fetch
+from agent.context.workload.inference.parse import ExpositionError, detect, parse, totals
+from agent.diagnostics.findings import Finding
+
+MAX_BYTES = 4 * 1024 * 1024
+SIGNALS = (("running", "running requests"), ("waiting", "waiting requests"), ("kv_usage", "KV-cache usage"),
+           ("itl", "inter-token latency"), ("prefill_s", "prefill time"))
+
+
+def inference_findings(settings: Any, *, timeout_s: float | None = None) -> list[Finding]:
+    """One finding per configured endpoint (none when no endpoint is configured)."""
+    timeout = timeout_s if timeout_s is not None else getattr(settings, "inference_timeout_s", 2.0)
+    endpoints, models = getattr(settings, "inference_endpoints", ()), getattr(settings, "models", {})
+    return [_endpoint(i, endpoint, models, timeout) for i, endpoint in enumerate(endpoints)]
+
+
+def _endpoint(i: int, ep: Any, models: dict[str, Any], timeout_s: float) -> Finding:
+    check = f"inference endpoint {ep.url}"
+    costs = "workload MFU/MBU and the serving view (decode floor, TPOT/floor, advice) of the GPUs it serves"
+    try:
+        expo = parse(http_fetch(ep.url, timeout_s, MAX_BYTES).decode("utf-8", errors="replace"))
+        kind = detect(expo) if ep.kind == "auto" else ep.kind
+        if kind is None:
+            raise ExpositionError("no vLLM, SGLang or TGI token counters in the response")
+        current = totals(expo, kind)
+    except Exception as exc:
+        detail = str(exc) if isinstance(exc, ExpositionError) else describe_error(exc, timeout_s)
+        return Finding(check, "warn", detail, costs, "check the URL (vLLM and SGLang serve /metrics on their API port; "
+                       "SGLang needs --enable-metrics) and that the agent can reach it")
+    serving = current.serving
+    present = [label for name, label in SIGNALS if serving is not None and getattr(serving, name) is not None]
+    missing = [label for name, label in SIGNALS if label not in present]
+    model = current.models[0] if len(current.models) == 1 else None
+    facts = models.get(model) if model else None
+    weights = ep.model_bytes if ep.model_bytes is not None else getattr(facts, "model_bytes", None)
+    detail = (f"{kind}, model {model or ', '.join(current.models) or 'not named'}; serving signals: "
+              f"{', '.join(present) or 'none'}" + (f"; not exported: {', '.join(missing)}" if missing else ""))
+    if weights is None:
+        name = model or "<model name>"
+        return Finding(check, "warn", detail + "; weight bytes unknown", "the decode floor, TPOT/floor and the serving "
+                       "advice (the serving state stays unknown)", f"set inference_endpoints[{i}].model_bytes, or "
+                       f"models: {{{name!r}: {{model_bytes: ...}}}} (parameters x bytes per parameter)")
+    if "inter-token latency" in missing:
+        return Finding(check, "warn", detail, "TPOT/floor and the serving state", "upgrade the server: its metrics "
+                       "lack an inter-token latency histogram")
+    return Finding(check, "ok", detail + f"; weights {weights / 1e9:.3g} GB")

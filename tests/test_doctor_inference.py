@@ -1,0 +1,54 @@
+"""``roofwatch doctor`` on inference endpoints: which serving signals each server gives, and what is missing.
+
+Against the real fixture HTTP server (tests/inference_server.py) and, once, the real CLI in a child process.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+from agent.app.config import Settings
+from agent.diagnostics.inference import inference_findings
+from tests.agent_process import clean_env, roofwatch_cmd
+from tests.inference_server import server  # noqa: F401 (a fixture)
+
+
+def findings(**settings):
+    return inference_findings(Settings(backend="nvml-virtual", **settings), timeout_s=5.0)
+
+
+def test_a_full_vllm_endpoint_with_weight_bytes_is_ok_and_names_its_signals(server):
+    (f,) = findings(inference_endpoints=[{"url": server.seq("vllm-serving-1.prom"), "model_bytes": 16.06e9}])
+    assert f.status == "ok", f
+    assert "vllm, model meta-llama/Llama-3.1-8B-Instruct" in f.detail
+    assert "running requests, waiting requests, KV-cache usage, inter-token latency, prefill time" in f.detail
+    assert "weights 16.1 GB" in f.detail
+
+
+def test_weight_bytes_from_the_models_setting_count_and_their_absence_is_a_warning_with_the_fix(server):
+    url = server.seq("vllm-serving-1.prom")
+    (known,) = findings(inference_endpoints=[{"url": url}],
+                        models={"meta-llama/Llama-3.1-8B-Instruct": {"model_bytes": 16.06e9}})
+    assert known.status == "ok"
+    (unknown,) = findings(inference_endpoints=[{"url": url}])
+    assert unknown.status == "warn" and "weight bytes unknown" in unknown.detail
+    assert "models: {'meta-llama/Llama-3.1-8B-Instruct': {model_bytes: ...}}" in unknown.fix
+
+
+def test_a_server_without_latency_histograms_or_a_missing_endpoint_is_a_warning(server):
+    tgi, missing = findings(inference_endpoints=[{"url": server.seq("tgi-1.prom"), "model_bytes": 16e9},
+                                                 {"url": server.seq("404")}])
+    assert tgi.status == "warn" and "not exported: KV-cache usage, inter-token latency" in tgi.detail
+    assert "inter-token latency histogram" in tgi.fix
+    assert missing.status == "warn" and "404" in missing.detail
+
+
+def test_the_cli_reports_endpoints_and_exits_degraded_on_a_warning(server, tmp_path):
+    config = tmp_path / "roofwatch.yaml"
+    config.write_text(json.dumps({"inference_endpoints": [{"url": server.seq("vllm-serving-1.prom")}]}))
+    result = subprocess.run(roofwatch_cmd("doctor", "--backend", "nvml-virtual", "--config", str(config), "--json"),
+                            capture_output=True, text=True, timeout=120, env=clean_env())
+    report = json.loads(result.stdout)
+    (endpoint,) = [f for f in report["findings"] if f["check"].startswith("inference endpoint")]
+    assert endpoint["status"] == "warn" and result.returncode == 3, (result.returncode, endpoint)
