@@ -113,7 +113,8 @@ def _decide(s: ServingReport, ratio: float | None, floor: float | None, floor_me
     queued = s.waiting is not None and s.waiting >= t.serving_queue and s.waiting > 0
     kv_full = (s.kv_usage is not None and s.kv_usage >= t.serving_kv_full) or bool(s.preemptions_per_s)
     if queued and kv_full:
-        why = (f"KV cache {s.kv_usage:.0%} full" if s.kv_usage is not None else "requests preempted") + \
+        full = s.kv_usage is not None and s.kv_usage >= t.serving_kv_full
+        why = (f"KV cache {s.kv_usage:.0%} full" if full else f"{s.preemptions_per_s:.2g} requests preempted a second") + \
             f" with {s.waiting:.0f} requests waiting"
         reasons.append(why)
         return "kv_saturated", (f"{why}: the replica holds no more requests; add replicas (scale out), not GPUs "

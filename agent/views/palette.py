@@ -77,7 +77,7 @@ SERVING_LABELS: dict[str, str] = {
     "above_floor": "far above the floor",
     "unknown": "unknown",
 }
-"""As ``roofwatch report`` names them (agent.views.report_serving)."""
+"""How the status page, ``top`` and ``roofwatch report`` (agent.views.report_serving) name them."""
 
 assert set(SERVING_COLOURS) == set(SERVING_STATES) == set(SERVING_LABELS), "every serving state needs a colour and a label"
 

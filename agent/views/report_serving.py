@@ -13,13 +13,9 @@ from typing import Sequence
 
 from agent.model import ServingView, Verdict
 from agent.views.html_parts import pct
+from agent.views.palette import serving_label
 from agent.views.svg import esc
 
-STATE_LABELS = {
-    "at_floor": "at the floor", "near_floor": "near the floor", "under_batched": "under-batched",
-    "prefill_heavy": "prefill-heavy", "kv_saturated": "KV cache saturated", "above_floor": "far above the floor",
-    "unknown": "unknown",
-}
 
 
 def _median(values: list[float]) -> float | None:
@@ -53,7 +49,7 @@ def serving_section(verdicts: Sequence[Verdict]) -> str:
         states = Counter(v.state for v in views)
         state, _ = states.most_common(1)[0]
         latest = next(v for v in reversed(views) if v.state == state)
-        shares = ", ".join(f"{STATE_LABELS[s]} {pct(n / len(views))}" for s, n in states.most_common())
+        shares = ", ".join(f"{serving_label(s)} {pct(n / len(views))}" for s, n in states.most_common())
         multiple = _median([v.floor_ratio for v in views if v.floor_ratio is not None])
         rows.append(
             f'<tr data-server="{esc(name)}"><td>{esc(name)}</td><td>{esc(latest.model or "—")}</td><td>{esc(shares)}</td>'
