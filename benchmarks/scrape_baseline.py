@@ -44,7 +44,7 @@ def baseline_registry(exposition: str) -> CollectorRegistry:
     defined_labels = {d.name: d.labels for d in m.METRICS}
     for family in text_string_to_metric_families(exposition):
         if kinds.get(family.name) == "info":
-            _add_info(registry, family)
+            _add_info(registry, family, defined_labels[family.name])
         elif family.type == "counter":
             _add_counter(registry, family, defined_labels[family.name + "_total"])
         else:
@@ -71,8 +71,10 @@ def _add_counter(registry: CollectorRegistry, family: Metric, defined: tuple[str
         counter.labels(*(s.labels[n] for n in names)).inc(s.value)
 
 
-def _add_info(registry: CollectorRegistry, family: Metric) -> None:
-    names = [n for n in family.samples[0].labels if n in _INFO_KEY_LABELS] if family.samples else []
+def _add_info(registry: CollectorRegistry, family: Metric, defined: tuple[str, ...]) -> None:
+    # An empty family still needs its key labels: an unlabelled Info exports one series of its own.
+    keys = list(family.samples[0].labels) if family.samples else list(defined)
+    names = [n for n in keys if n in _INFO_KEY_LABELS]
     info = Info(family.name.removesuffix("_info"), family.documentation, names, registry=registry)
     for s in family.samples:
         values = {k: v for k, v in s.labels.items() if k not in _INFO_KEY_LABELS}
