@@ -108,6 +108,29 @@ def test_thresholds_are_one_group_of_constant_series():
         assert used.count(rule["record"]) >= 2, f"{rule['record']} is never used"
 
 
+def test_serving_thresholds_are_the_classifiers_defaults():
+    """The serving alerts judge what the agent's verdict judges: ServingUnderBatched is the
+    classifier's far-above-the-floor and under-batched limits, ServingKvCacheSaturated its
+    kv_full and queue limits (agent/classifier/thresholds.py), so the two cannot drift apart."""
+    from agent.classifier.thresholds import DEFAULT_THRESHOLDS
+
+    values = {rule["record"].rsplit(":", 1)[1]: float(re.fullmatch(r"vector\(([0-9.]+)\)", rule["expr"].strip())[1])
+              for rule in rules() if rule.get("record", "").startswith("roofwatch:alert_threshold:serving_")}
+    assert set(values) == {"serving_far_ratio", "serving_under_batched", "serving_kv_full", "serving_queue"}
+    for key, value in values.items():
+        assert value == getattr(DEFAULT_THRESHOLDS, key), key
+
+
+def test_serving_rules_keep_one_series_per_replica():
+    """Every per-server rule keeps node with server and model: a server is named by its metrics URL,
+    the same localhost:8000 on every node, and merging those would join unrelated replicas."""
+    serving = [r for r in rules() if r.get("record", "").startswith("roofwatch_server:serving_")]
+    assert len(serving) >= 10
+    for rule in serving:
+        for by in re.findall(r"by \(([^)]*)\)", rule["expr"]):
+            assert {"cluster", "node", "server", "model"} <= {x.strip() for x in by.split(",")}, rule["record"]
+
+
 def test_alerts_say_what_why_and_what_to_do():
     docs = ALERT_DOCS.read_text()
     anchors = {"#" + re.sub(r"[^a-z0-9 -]", "", h.lower()).replace(" ", "-")
@@ -152,6 +175,8 @@ def test_alertmanager_example_is_valid():
     (["alertname=LowMFU", "severity=warning", "scope=job"], "ml-efficiency"),
     (["alertname=GpuJobStraggler", "severity=warning"], "ml-efficiency"),
     (["alertname=GpuThrottled", "severity=warning"], "gpu-hardware"),
+    (["alertname=ServingUnderBatched", "severity=warning", "model=llama-70b"], "ml-efficiency"),
+    (["alertname=ServingKvCacheSaturated", "severity=warning"], "ml-efficiency"),
     (["alertname=RoofwatchAgentDown", "severity=warning"], "monitoring"),
     (["alertname=SomethingElse"], "gpu-platform"),
 ])
