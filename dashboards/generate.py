@@ -18,7 +18,7 @@ from pathlib import Path
 
 from grafana_foundation_sdk.builders.dashboard import Dashboard
 
-from dashboards import cluster, job, node
+from dashboards import cluster, job, node, serving
 from dashboards.common import encode
 
 DIRECTORY = Path(__file__).resolve().parent
@@ -28,6 +28,7 @@ BUILDERS: dict[str, Callable[[], Dashboard]] = {
     f"{cluster.UID}.json": cluster.build,
     f"{node.UID}.json": node.build,
     f"{job.UID}.json": job.build,
+    f"{serving.UID}.json": serving.build,
 }
 
 

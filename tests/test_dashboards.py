@@ -20,7 +20,7 @@ from grafana_foundation_sdk.cog.plugins import register_default_plugins
 from grafana_foundation_sdk.models.dashboard import Dashboard as DashboardModel
 
 from agent.model import WORKLOAD_CLASSES
-from dashboards import cluster, generate, job, node
+from dashboards import cluster, generate, job, node, serving
 from dashboards.common import CLASS_CODES
 from exporters.metrics import METRICS
 from tests.agent_process import AgentProcess, http_get, poll
@@ -28,7 +28,9 @@ from tests.prometheus_server import PrometheusServer
 
 REPO = Path(__file__).resolve().parent.parent
 RULES = REPO / "deploy" / "prometheus" / "roofwatch-rules.yml"
-MODULES = {cluster.UID: cluster, node.UID: node, job.UID: job}
+MODULES = {cluster.UID: cluster, node.UID: node, job.UID: job, serving.UID: serving}
+LIVE = {cluster.UID: cluster, node.UID: node, job.UID: job}
+"""The dashboards the fleet below fills; the serving dashboard has its own (tests/test_dashboard_serving.py)."""
 
 ALLOWED_PANEL_TYPES = {"row", "stat", "timeseries", "table", "bargauge", "state-timeline", "xychart",
                        "piechart", "gauge", "status-history", "heatmap", "barchart", "histogram", "text"}
@@ -134,6 +136,7 @@ def test_the_dashboards_have_the_variables_their_subject_needs():
     assert names[cluster.UID] >= {"datasource", "cluster"}
     assert names[node.UID] >= {"datasource", "cluster", "node", "gpu"}
     assert names[job.UID] >= {"datasource", "cluster", "job"}
+    assert names[serving.UID] >= {"datasource", "cluster", "model", "server"}
 
 
 def test_every_metric_a_query_names_exists():
@@ -273,7 +276,7 @@ def dashboard_problems(prom: PrometheusServer, uid: str) -> list[str]:
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("uid", MODULES)
+@pytest.mark.parametrize("uid", LIVE)
 def test_every_panel_query_runs_and_returns_data(fleet, uid):
     """Polls until every panel has data (rules need a few evaluations), then reports what lacks it."""
     problems = until_no_problems(lambda: dashboard_problems(fleet, uid))
@@ -281,7 +284,7 @@ def test_every_panel_query_runs_and_returns_data(fleet, uid):
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("uid", MODULES)
+@pytest.mark.parametrize("uid", LIVE)
 def test_variable_queries_list_the_fleet(fleet, uid):
     expected = {"cluster": {"train", "lab"}, "node": {"node-a", "node-b", "node-c", "demo-node"},
                 "gpu": {str(i) for i in range(8)}, "job": {"pretrain-7b", "finetune-a", "llama-8b-finetune"}}
