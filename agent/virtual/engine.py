@@ -33,6 +33,7 @@ from agent.virtual.physics import clamp, hash_prefix, noise16
 from agent.virtual.plans import GpuPlan, compile_scenario, true_label
 from agent.virtual.sampling import GpuState, sample_device
 from agent.virtual.scenario import Scenario
+from agent.virtual.serving.job import ServingJob
 
 
 class VirtualEngine:
@@ -44,6 +45,7 @@ class VirtualEngine:
         self._plans: dict[tuple[str, str], GpuPlan] = fleet.plans
         self._devices: dict[str, list[DeviceInfo]] = fleet.devices
         self._host_sources = fleet.host_sources
+        self._serving = fleet.serving
         self._host_keys = {n.name: hash_prefix(scenario.seed, n.name, "host") for n in scenario.nodes}
         self._host_cache: dict[str, tuple[int, HostSample]] = {}
         self._state = self._fresh_state()
@@ -99,6 +101,10 @@ class VirtualEngine:
             t0, t1 = (k - 1) * interval_s, k * interval_s
             for plan in plans:
                 yield sample_device(plan, state[(plan.node, plan.gpu)], t0, t1, start_ts + t1, True, self._host)
+
+    def serving_jobs(self, node: str) -> list[ServingJob]:
+        """The serving jobs of ``node`` (what its fake inference servers export; agent.virtual.serving)."""
+        return list(self._serving[self._check_node(node)])
 
     def faults(self, node: str) -> list[Fault]:
         """The scenario's fault windows for ``node`` (used by the virtual backend)."""

@@ -25,7 +25,8 @@ from agent.virtual.devices import (
     partitionable,
 )
 from agent.virtual.profiles import AmdProfile, NvmlProfile
-from agent.virtual.workloads import GpuRef, StrictModel, Workload, gpu_parent
+from agent.virtual.serving.figures import ServingError, phase_figures
+from agent.virtual.workloads import GpuRef, ServingPhase, StrictModel, Workload, gpu_parent
 
 FaultKind = Literal["error", "lost", "hang", "xid"]
 
@@ -110,6 +111,11 @@ class Node(StrictModel):
             memory, what = min((self._memory_of(gpu, spec) for gpu in workload.gpus), key=lambda mw: mw[0] or 0)
             for p_i, phase in enumerate(workload.phases):
                 _check_phase_limits(phase, spec, f"{where}.phases.{p_i}", what, memory)
+                if isinstance(phase, ServingPhase):
+                    try:  # what the GPUs cannot run (more KV cache than the pool, prefill past the peak) is an error here
+                        phase_figures(phase, gpus=len(workload.gpus), model=self.model, spec=spec, dtype=workload.dtype)
+                    except ServingError as exc:
+                        raise ValueError(f"{where}.phases.{p_i}.{exc.field}: {exc.message}") from None
         for f_i, fault in enumerate(self.faults):
             self._check_ref(fault.gpu, f"faults.{f_i}.gpu", whole_ok=True)
         return self

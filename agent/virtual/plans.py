@@ -29,11 +29,15 @@ from agent.virtual.kinds import PhasePlan, Placement, compile_phase
 from agent.virtual.nodes import Node
 from agent.virtual.physics import DeviceModel, hash_prefix, unit_hash
 from agent.virtual.scenario import Scenario
+from agent.virtual.serving.figures import phase_figures
+from agent.virtual.serving.job import ServingJob
+from agent.virtual.serving.plan import ServingPlan
 from agent.virtual.timeline import JobClock, Schedule
-from agent.virtual.workloads import IdlePhase, InputStarvedPhase, Workload
+from agent.virtual.workloads import IdlePhase, InputStarvedPhase, ServingPhase, Workload
 
 _IDLE_PHASE = IdlePhase(kind="idle", duration_s=3600.0)
 _DEFAULT_PROCESS = {"memory": "vllm", "latency": "vllm", "comm_jitter": "torchrun"}
+_SERVER_PROCESS = {"vllm": "vllm", "sglang": "sglang", "tgi": "text-generation-launcher"}
 
 IowaitSource = tuple[Schedule, tuple[float, ...]]
 """A job that drives host iowait: its schedule and the iowait each of its phases causes."""
@@ -72,6 +76,8 @@ class CompiledFleet:
     plans: dict[tuple[str, str], GpuPlan] = field(default_factory=dict)
     devices: dict[str, list[DeviceInfo]] = field(default_factory=dict)
     host_sources: dict[str, list[IowaitSource]] = field(default_factory=dict)
+    serving: dict[str, list[ServingJob]] = field(default_factory=dict)
+    """The serving jobs of each node, in workload order (their fake servers' state)."""
 
 
 def compile_scenario(scenario: Scenario) -> CompiledFleet:
@@ -87,6 +93,8 @@ def compile_scenario(scenario: Scenario) -> CompiledFleet:
         counters = node.counters or default_counters(node.model, spec.vendor)
         targets = _node_devices(seed, node, spec, view, counters)
         fleet.devices[node.name] = [info for info, _ in targets]
+        servers = _serving_jobs(node, spec, clocks)
+        fleet.serving[node.name] = list(servers.values())
         owner = {str(g): w for w in node.workloads for g in w.gpus}
         for info, dev in targets:
             workload = owner.get(info.gpu)
@@ -97,7 +105,7 @@ def compile_scenario(scenario: Scenario) -> CompiledFleet:
                 multi_node=len(nodes_of.get(job, ())) > 1 if job else False,
                 peak_flops=info.spec.peak_flops.get(workload.dtype if workload else "bf16", 0.0),
                 clock=clocks.get(job) if job else None)
-            plan = _gpu_plan(seed, node, info, dev, workload, where, clocks)
+            plan = _gpu_plan(seed, node, info, dev, workload, where, clocks, servers.get(job) if job else None)
             # A MIG instance has no power or bus readings of its own. An AMD partition keeps
             # its share here: the fake libamd_smi sums the shares into partition 0's socket power.
             mig_instance = "/" in info.gpu and node.partitions == 1
@@ -117,8 +125,28 @@ def true_label(plan: GpuPlan, t: float) -> str:
     return plan.plans[plan.schedule.locate(t).index].label
 
 
+def _serving_jobs(node: Node, spec: GpuSpec, clocks: dict[str, JobClock]) -> dict[str, ServingJob]:
+    """The server state of each serving workload of ``node`` (validation already ran these figures)."""
+    out = {}
+    for w in node.workloads:
+        if w.serving is None:
+            continue
+        figures = [phase_figures(p, gpus=len(w.gpus), model=node.model, spec=spec, dtype=w.dtype)
+                   if isinstance(p, ServingPhase) else None for p in w.phases]
+        out[w.job] = ServingJob(w.job, [str(g) for g in w.gpus], w.dtype, clocks[w.job].schedule, w.phases, figures)
+    return out
+
+
+def _phase_plan(phase: object, index: int, dev: DeviceModel, where: Placement, job: str,
+                server: ServingJob | None) -> PhasePlan:
+    if isinstance(phase, ServingPhase):
+        assert server is not None
+        return ServingPlan(phase, dev, where, server, index)
+    return compile_phase(phase, dev, where, job)
+
+
 def _gpu_plan(seed: int, node: Node, info: DeviceInfo, dev: DeviceModel, workload: Workload | None,
-              where: Placement, clocks: dict[str, JobClock]) -> GpuPlan:
+              where: Placement, clocks: dict[str, JobClock], server: ServingJob | None) -> GpuPlan:
     idle_where = Placement(rank=0, world=1, multi_node=False, peak_flops=0.0, clock=None)
     before = compile_phase(_IDLE_PHASE, dev, idle_where, None)
     if workload is None:
@@ -126,10 +154,11 @@ def _gpu_plan(seed: int, node: Node, info: DeviceInfo, dev: DeviceModel, workloa
         dtype, name, job = None, "python", "-"
     else:
         schedule = clocks[workload.job].schedule
-        plans = tuple(compile_phase(p, dev, where, workload.job) for p in workload.phases)
+        plans = tuple(_phase_plan(p, i, dev, where, workload.job, server) for i, p in enumerate(workload.phases))
         dtype, job = workload.dtype, workload.job
         busy = [p.kind for p in workload.phases if not isinstance(p, IdlePhase)]
-        name = workload.process or _DEFAULT_PROCESS.get(busy[0] if busy else "", "python")
+        default = _SERVER_PROCESS[server.server] if server else _DEFAULT_PROCESS.get(busy[0] if busy else "", "python")
+        name = workload.process or default
     key = hash_prefix(seed, node.name, info.gpu)  # "3" hashes as 3 did: whole-GPU noise unchanged
     pid = 2000 + int(unit_hash(hash_prefix(seed, "pid", job, where.rank), node.name) * 4_000_000)
     if workload is not None and workload.pid is not None:

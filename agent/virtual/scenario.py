@@ -53,7 +53,7 @@ from pydantic import Field, ValidationError, model_validator
 from agent.virtual.nodes import Node
 from agent.virtual.workloads import PHASE_KINDS, CommJitterPhase, StrictModel, Workload
 
-BUILTIN_SCENARIOS: tuple[str, ...] = ("demo", "cluster", "mi300x", "fleet")
+BUILTIN_SCENARIOS: tuple[str, ...] = ("demo", "cluster", "mi300x", "fleet", "serving")
 """Scenarios shipped in ``agent/virtual/scenarios/<name>.yaml``."""
 
 
@@ -90,6 +90,9 @@ class Scenario(StrictModel):
                         "phases/repeat/dtype; the ranks of one job must run the same schedule (use a YAML anchor)"
                     )
         for job, (where, workload) in first.items():
+            if workload.serving is not None and world[job] > len(workload.gpus):
+                raise ValueError(f"{where}: serving job {job!r} runs on more than one node; a serving replica is "
+                                 "simulated on one node")
             for p_i, phase in enumerate(workload.phases):
                 if isinstance(phase, CommJitterPhase) and world[job] < 2:
                     raise ValueError(

@@ -26,10 +26,15 @@ KIND_CLASS: dict[str, str] = {
     "latency": "latency_bound",
     "idle": "idle",
     "idle_held": "idle",
+    "serving": "memory_bound",
 }
 """The true workload class of each phase kind (the label a perfect classifier would give)."""
 
 TRAINING_KINDS = frozenset({"compute", "input_starved", "comm_jitter"})
+
+SERVING_MIN_FLOOR_MULTIPLE = 1.12
+"""A decode step can take no less than this many times its floor: 1 / 0.9, the DRAM activity ceiling of
+agent.virtual.physics (no GPU streams HBM at its datasheet peak), rounded up."""
 
 
 class StrictModel(BaseModel):
@@ -113,6 +118,53 @@ class LatencyPhase(_PhaseBase):
         return self
 
 
+class ServingPhase(_PhaseBase):
+    """An inference server (one model replica on the workload's GPUs) decoding a steady batch.
+
+    The decode step takes ``floor_multiple`` x the floor its GPUs allow (weights and KV cache read
+    from HBM, or the batch's FLOPs at the dense peak); prefill takes ``prefill_share`` of the GPU
+    time. The engine derives the rest (agent.virtual.serving.figures): request rate, latencies,
+    KV-cache usage, counters; the fake server of ``server`` exports them (agent.virtual.serving).
+    """
+
+    kind: Literal["serving"]
+    server: Literal["vllm", "sglang", "tgi"] = Field("vllm", description="Which server's /metrics to export.")
+    model: str = Field(min_length=1, max_length=200, description="Model name the server reports (model_name).")
+    weight_bytes: float = Field(gt=0.0, le=1e15, description="Bytes of weights of the replica, read once per decode step.")
+    params: float | None = Field(None, gt=0.0, le=1e15, description="Parameters (2 x params FLOPs per token); "
+                                 "default weight_bytes / 2 (16-bit weights).")
+    kv_bytes_per_token: float = Field(131072.0, gt=0.0, le=1e9, description="KV-cache bytes per token of context "
+                                      "over all layers: 2 x layers x KV heads x head dim x bytes per value.")
+    kv_cache_bytes: float | None = Field(None, gt=0.0, le=1e15, description="KV-cache pool of the replica; default "
+                                         "90% of its GPUs' memory less the weights and 1 GiB workspace per GPU.")
+    running: int = Field(ge=1, le=100_000, description="Requests in the running batch.")
+    waiting: int = Field(0, ge=0, le=1_000_000, description="Requests queued for admission.")
+    max_running: int | None = Field(None, ge=1, le=1_000_000, description="The server's batch cap "
+                                    "(vLLM max_num_seqs, SGLang max_running_requests); not exported by any server.")
+    prompt_tokens: int = Field(1024, ge=1, le=10_000_000, description="Mean prompt length of a request.")
+    output_tokens: int = Field(256, ge=2, le=10_000_000, description="Mean output length of a request.")
+    floor_multiple: float = Field(1.2, ge=SERVING_MIN_FLOOR_MULTIPLE, le=100.0,
+                                  description="Decode step time / the floor at this batch.")
+    prefill_share: float = Field(0.05, gt=0.0, le=0.9, description="Share of GPU time spent in prefill.")
+    preemptions_per_s: float = Field(0.0, ge=0.0, le=1e6, description="Requests preempted (vLLM) or retracted "
+                                     "(SGLang) per second for lack of KV cache; TGI exports none.")
+    device_timer: bool = Field(False, description="SGLang only: run with SGLANG_ENABLE_METRICS_DEVICE_TIMER=1, which "
+                               "exports GPU seconds by forward mode (sglang:forward_execution_seconds_total).")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "ServingPhase":
+        if self.max_running is not None and self.running > self.max_running:
+            raise ValueError(f"running: {self.running} exceeds max_running ({self.max_running})")
+        if self.device_timer and self.server != "sglang":
+            raise ValueError(f"device_timer: only SGLang has a device timer, not {self.server}")
+        return self
+
+    def replica(self) -> tuple[object, ...]:
+        """What stays fixed for one server process whatever its traffic (checked across a workload's phases)."""
+        return (self.server, self.model, self.weight_bytes, self.params, self.kv_bytes_per_token,
+                self.kv_cache_bytes, self.max_running, self.device_timer)
+
+
 class IdlePhase(_PhaseBase):
     """Nothing running; ``held`` (or kind ``idle_held``) keeps a process holding memory."""
 
@@ -125,7 +177,7 @@ class IdlePhase(_PhaseBase):
 
 
 Phase = Annotated[
-    Union[ComputePhase, MemoryPhase, InputStarvedPhase, CommJitterPhase, LatencyPhase, IdlePhase],
+    Union[ComputePhase, MemoryPhase, InputStarvedPhase, CommJitterPhase, LatencyPhase, ServingPhase, IdlePhase],
     Field(discriminator="kind"),
 ]
 PHASE_KINDS: tuple[str, ...] = tuple(KIND_CLASS)
@@ -181,3 +233,28 @@ class Workload(StrictModel):
         if len(set(gpus)) != len(gpus):
             raise ValueError(f"GPU listed twice: {gpus}")
         return gpus
+
+    @model_validator(mode="after")
+    def _one_server(self) -> "Workload":
+        """A serving workload is one server process: its model and configuration cannot change between phases,
+        and it only serves or idles (the fake server keeps answering, with nothing moving, while it idles)."""
+        serving = [(i, p) for i, p in enumerate(self.phases) if isinstance(p, ServingPhase)]
+        if not serving:
+            return self
+        for i, phase in enumerate(self.phases):
+            if not isinstance(phase, (ServingPhase, IdlePhase)):
+                raise ValueError(f"phases.{i}.kind: a serving workload only serves or idles, not {phase.kind}")
+        first = serving[0][1].replica()
+        for i, phase in serving[1:]:
+            if phase.replica() != first:
+                raise ValueError(f"phases.{i}: server, model, weight_bytes, params, kv_bytes_per_token, kv_cache_bytes, "
+                                 "max_running and device_timer must be the same in every serving phase of a workload "
+                                 "(one server)")
+        if any(isinstance(g, str) for g in self.gpus):
+            raise ValueError("gpus: a serving workload runs on whole GPUs, not MIG instances or partitions")
+        return self
+
+    @property
+    def serving(self) -> ServingPhase | None:
+        """The first serving phase (the server's fixed configuration), or None for any other workload."""
+        return next((p for p in self.phases if isinstance(p, ServingPhase)), None)
