@@ -111,7 +111,9 @@ def test_a_saturated_loader_worker_makes_the_verdict_dataloader(node: Node) -> N
         return verdict if verdict is not None and (verdict.cls, verdict.detail) == ("input_starved", "dataloader") else None
 
     verdict = poll(starved_by_loader, 60, interval=0.0, what="an input_starved/dataloader verdict for GPU 0")
-    assert "1 loader workers use" in verdict.reasons[1]
+    # The reason names the loader workers; on a loaded machine the host's real CPU pressure (PSI) may be
+    # what it blames them on ("while tasks wait for a CPU") rather than their saturation: both are dataloader.
+    assert "loader workers use" in verdict.reasons[1]
     proc = node.collector.snapshot.devices[0].sample.processes[0]
     assert proc.pid == node.trainer.pid and proc.workers == 1
     assert proc.cpu_workers_cores >= 0.5 > proc.cpu_main_cores
