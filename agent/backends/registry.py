@@ -35,10 +35,19 @@ def open_virtual(settings: Settings, reports: WorkloadSource | None = None) -> B
         raise BackendUnavailable(f"virtual backend: {exc}") from None
     # The scenario started VIRTUAL_HEAD_START_S ago: the first sample already shows the workloads,
     # and the classifier can be primed with that minute (VirtualBackend.warm_samples).
-    return VirtualBackend(
+    backend = VirtualBackend(
         scenario, node=settings.virtual_node, interval_s=settings.interval_s,
         start_time=time.time() - settings.interval_s - VIRTUAL_HEAD_START_S,
     )
+    # Serving jobs get fake vLLM/SGLang/TGI endpoints, scraped over HTTP as on a real node.
+    from agent.backends.virtual_serving import serve_virtual_endpoints
+
+    try:
+        serve_virtual_endpoints(backend, settings)
+    except OSError as exc:
+        backend.close()
+        raise BackendUnavailable(f"virtual backend: cannot start the fake inference servers: {exc}") from None
+    return backend
 
 
 def open_local_host(settings: Settings, reports: WorkloadSource | None = None) -> LocalHost:

@@ -9,6 +9,10 @@ tests) make ``sample`` raise :class:`DeviceError`, raise :class:`DeviceLostError
 ``hang_s`` passes or :meth:`close` is called, so the collector's isolation, back-off and
 recovery paths can be exercised without a broken GPU.
 
+The GPUs of a scenario's serving jobs take their workload reports from an attached source
+(:meth:`VirtualBackend.attach_workloads`): the inference scraper of the node's fake servers
+(agent.backends.virtual_serving), as a real node takes them from its scraper.
+
 A GPU the scenario puts in MIG mode is discovered as its instances (``"0/1"``, ``"0/2"``), each
 sampled on its own. A fault on the whole GPU (``0``) takes all its instances down with it; a
 fault on ``"0/1"`` only that instance.
@@ -16,16 +20,20 @@ fault on ``"0/1"`` only that instance.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Literal, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Literal, Sequence
 
 from agent.backends.base import BackendUnavailable, DeviceError, DeviceLostError
 from agent.model import DeviceInfo, GpuSample
 from agent.virtual.engine import VirtualEngine
 from agent.virtual.scenario import Scenario, resolve_scenario
+
+if TYPE_CHECKING:
+    from agent.context.sources import WorkloadSource
 
 FaultKind = Literal["error", "lost", "hang", "xid"]
 
@@ -103,6 +111,9 @@ class VirtualBackend:
         self._closed = threading.Event()
         self._hung = 0
         self._hung_lock = threading.Lock()
+        self._workloads: WorkloadSource | None = None
+        self._scraped: frozenset[str] = frozenset()
+        self._closers: list[Callable[[], None]] = []
 
     # ------------------------------------------------------------------ Backend protocol
 
@@ -125,7 +136,20 @@ class VirtualBackend:
             t0 = slot.last_t if slot.last_t is not None and slot.last_t < t1 else t1 - self.interval_s
             sample = self.engine.sample(self.node, gpu, t0, t1, ts=now)
             slot.last_t = t1
+        if self._workloads is not None and gpu in self._scraped:
+            pids = [p.pid for p in sample.processes or ()]
+            report = self._workloads.report_for(gpu=gpu, uuid=sample.uuid, pids=pids, now=now)
+            sample = dataclasses.replace(sample, workload=report)
         return sample
+
+    def attach_workloads(self, source: WorkloadSource, gpus: Iterable[str],
+                         closers: Sequence[Callable[[], None]] = ()) -> None:
+        """Take the workload reports of ``gpus`` from ``source`` (the inference scraper of the scenario's fake
+        servers, agent.backends.virtual_serving) instead of the simulation's own, as a real node takes them
+        from its scraper; ``closers`` run on :meth:`close`."""
+        self._workloads = source
+        self._scraped = frozenset(gpus)
+        self._closers.extend(closers)
 
     def warm_samples(self, now: float, seconds: float, interval_s: float = 1.0) -> list[GpuSample]:
         """Samples of the ``seconds`` before ``now``, as if the agent had been watching already.
@@ -142,12 +166,19 @@ class VirtualBackend:
             t0 = t1 - interval_s
             if t0 < 0.0:
                 continue
-            out.extend(engine.sample(self.node, d.gpu, t0, t1, ts=self.start_time + t1) for d in self._devices)
+            for d in self._devices:
+                sample = engine.sample(self.node, d.gpu, t0, t1, ts=self.start_time + t1)
+                if d.gpu in self._scraped:  # scraped reports only: nothing was scraped before the agent started
+                    sample = dataclasses.replace(sample, workload=None)
+                out.append(sample)
         return out
 
     def close(self) -> None:
-        """Release any call hanging in a fault window; later calls fail."""
+        """Release any call hanging in a fault window, and stop attached sources; later calls fail."""
         self._closed.set()
+        closers, self._closers = self._closers, []
+        for close in closers:
+            close()
 
     # ------------------------------------------------------------------ faults
 
