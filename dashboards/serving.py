@@ -43,6 +43,8 @@ F = 'cluster=~"$cluster", model=~"$model"'
 KEY = "cluster, node, server, model"
 """What identifies a replica: servers are named by their metrics URL, often the same on every node."""
 SERVER = "{{server}} on {{node}}"
+UNNAMED = "(model not named)"
+"""Where a server names no single model (TGI, or several models), its model label is empty."""
 TOP = 10
 
 STATE_COLOURS: dict[str, str] = {
@@ -73,6 +75,7 @@ FILL = server("batch_fill:ratio")
 RUNNING = server("requests:max", f'{S}, state="running"')
 WAITING = server("requests:max", f'{S}, state="waiting"')
 SATURATED = server("info:max", f'{S}, state="kv_saturated"')
+PREFILL_HEAVY = server("info:max", f'{S}, state="prefill_heavy"')
 
 
 def state_colours(panel):
@@ -101,7 +104,8 @@ def build() -> Dashboard:
     far = "roofwatch:alert_threshold:serving_far_ratio"
     under = "roofwatch:alert_threshold:serving_under_batched"
     under_batched = (f"{MULTIPLE} > on () group_left () {far}\n"
-                     f"and on ({KEY}) {FILL} < on () group_left () {under}")
+                     f"and on ({KEY}) {FILL} < on () group_left () {under}\n"
+                     f"unless on ({KEY}) {PREFILL_HEAVY}")
     least_filled = f"bottomk(5, {FILL})"
     furthest = f"topk(5, {MULTIPLE})"
     return (
@@ -151,8 +155,9 @@ def build() -> Dashboard:
             .thresholds(MULTIPLE_STEPS).color_mode(cm.BigValueColorMode.BACKGROUND))
         .with_panel(
             stat_panel("Under-batched, far from floor", "Replicas now more than serving_far_ratio times their "
-                       "floor with a batch under serving_under_batched of what their KV cache holds: the "
-                       "ServingUnderBatched condition. Raise the batch cap or consolidate replicas.",
+                       "floor with a batch under serving_under_batched of what their KV cache holds, prefill-heavy "
+                       "ones aside: the ServingUnderBatched condition. Raise the batch cap or consolidate "
+                       "replicas.",
                        f"count(\n{under_batched}\n) or vector(0)", "none", w=3)
             .thresholds(steps((None, "green"), (1, "orange"))).color_mode(cm.BigValueColorMode.BACKGROUND))
         .with_panel(
@@ -192,10 +197,12 @@ def build() -> Dashboard:
             .min(0), "far above the floor"))
         .with_panel(
             timeseries_panel("Output tokens/s per GPU by model", "Output tokens per second per serving GPU for "
-                "each model. Compare a model with itself over time, or with what it reaches on the best "
-                "replicas: the gap is what batching and the advice below recover.", "short",
-                prom(f"sum by (model) (roofwatch_cluster:serving_output_tokens_per_second:sum{{{F}}})\n"
-                     f"/ sum by (model) (roofwatch_cluster:serving_gpus:count{{{F}}})", "{{model}}"))
+                f"each model ({UNNAMED}: servers that name none, or several). Compare a model with itself over "
+                "time, or with what its best replicas reach: the gap is what batching and the advice below "
+                "recover.", "short",
+                prom(f"label_replace(\n  sum by (model) (roofwatch_cluster:serving_output_tokens_per_second:sum{{{F}}})\n"
+                     f"  / sum by (model) (roofwatch_cluster:serving_gpus:count{{{F}}}),\n"
+                     f'  "model", "{UNNAMED}", "model", ""\n)', "{{model}}"))
             .min(0))
 
         .with_row(Row("Servers: the worst ten by each panel's figure, or those picked"))
