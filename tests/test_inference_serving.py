@@ -160,3 +160,17 @@ def test_a_server_without_serving_gauges_reports_unknowns_not_zeros():
     assert "tgi_request_input_length_sum" in text  # still a TGI exposition
     t = totals(parse(text), "tgi").serving
     assert (t.running, t.waiting, t.kv_usage, t.itl) == (None, None, None, None)
+
+
+def test_the_pool_in_tokens_times_kv_bytes_per_token_sizes_the_kv_cache(server):
+    per_token = 131072  # Llama-3.1-8B: 2 x 32 layers x 8 KV heads x 128 x 2 bytes
+    vllm = serving_report(server, "vllm", gpus=["0"], model_bytes=16.06e9, kv_bytes_per_token=per_token).serving
+    (config,) = [labels for labels, _ in fixture_series("vllm-serving-2.prom", "vllm:cache_config_info")]
+    tokens = float(config["num_gpu_blocks"]) * float(config["block_size"])
+    assert vllm.kv_cache_bytes == pytest.approx(tokens * per_token)
+    tgi = serving_report(server, "tgi", gpus=["0"], model_bytes=16e9, kv_bytes_per_token=per_token).serving
+    assert tgi.kv_cache_bytes == pytest.approx(gauge("tgi", "tgi_batch_max_total_tokens") * per_token)
+    sglang = serving_report(server, "sglang", gpus=["0", "1", "2", "3"], model_bytes=145e9,
+                            kv_bytes_per_token=327680).serving  # Qwen2.5-72B: 2 x 80 x 8 x 128 x 2
+    assert sglang.kv_cache_bytes == pytest.approx(gauge("sglang", "sglang:max_total_num_tokens") * 327680)
+    assert serving_report(server, "tgi", gpus=["0"], model_bytes=16e9).serving.kv_cache_bytes is None

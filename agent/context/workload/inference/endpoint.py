@@ -26,7 +26,10 @@ class ModelFacts(BaseModel):
     flops_per_token: float | None = Field(None, gt=0.0, le=1e16, description="Forward FLOPs per token.")
     dtype: Dtype | None = Field(None, description="Math precision, picks the peak MFU is measured against.")
     kv_cache_bytes: float | None = Field(None, gt=0.0, le=1e15, description="KV-cache pool of one replica, all "
-                                         "its GPUs; default: estimated from the memory the server holds.")
+                                         "its GPUs; default: the pool in tokens x kv_bytes_per_token, else "
+                                         "estimated from the memory the server holds.")
+    kv_bytes_per_token: float | None = Field(None, gt=0.0, le=1e10, description="KV-cache bytes per token: 2 x "
+                                             "layers x KV heads x head dimension x bytes per element.")
     max_running: int | None = Field(None, ge=1, le=1_000_000, description="The server's cap on the running batch "
                                     "(vLLM max_num_seqs, SGLang max_running_requests); no server exports it.")
 
@@ -49,6 +52,8 @@ class InferenceEndpoint(BaseModel):
                                       "the serving floor); default: the models: entry of the server's model.")
     kv_cache_bytes: float | None = Field(None, gt=0.0, le=1e15, description="KV-cache pool of the server, all its "
                                          "GPUs; default: the server's own figure, else estimated from memory held.")
+    kv_bytes_per_token: float | None = Field(None, gt=0.0, le=1e10, description="KV-cache bytes per token; with "
+                                             "the pool size in tokens the server exports, gives the pool in bytes.")
     max_running: int | None = Field(None, ge=1, le=1_000_000, description="The server's cap on the running batch "
                                     "(vLLM max_num_seqs, SGLang max_running_requests).")
     dtype: Dtype | None = Field(None, description="Math precision, picks the peak MFU is measured against.")

@@ -259,8 +259,10 @@ class InferenceScraper:
         if s is None:
             return None
         ep = state.endpoint
+        per_token = ep.kv_bytes_per_token or facts.kv_bytes_per_token
         pool = ep.kv_cache_bytes or facts.kv_cache_bytes or (
-            s.kv_cache_bytes_per_gpu * world if s.kv_cache_bytes_per_gpu is not None else None)
+            s.kv_cache_bytes_per_gpu * world if s.kv_cache_bytes_per_gpu is not None else None) or (
+            s.kv_pool_tokens * per_token if s.kv_pool_tokens is not None and per_token else None)
         parts = urlsplit(ep.url)
         return ServingReport(
             server=ep.job or f"{state.kind} {parts.netloc}", model=state.models[0] if len(state.models) == 1 else None,

@@ -12,13 +12,15 @@ the servers' sources (the newest name first; an older one stands in where a rele
   ``vllm:time_per_output_token_seconds``, gone in 0.15), ``vllm:time_to_first_token_seconds``,
   ``vllm:request_prefill_time_seconds`` and ``vllm:request_decode_time_seconds`` (per request,
   observed when it finishes); ``vllm:cache_config_info`` (value 1, the cache config as labels,
-  among them ``kv_cache_memory_bytes`` when set, per GPU).
+  among them ``kv_cache_memory_bytes`` when set, per GPU, and ``num_gpu_blocks`` x ``block_size``,
+  the pool in tokens).
 * **SGLang** (``sglang/srt/observability/metrics_collector.py``, formerly ``srt/metrics/collector.py``;
   labels ``model_name``, ``engine_type``, ranks): gauges ``sglang:num_running_reqs``,
   ``sglang:num_queue_reqs``, ``sglang:token_usage`` (0..1); counter
   ``sglang:num_retracted_requests_total``; histograms ``sglang:inter_token_latency_seconds``
   (``sglang:time_per_output_token_seconds`` before 0.4.5), ``sglang:time_to_first_token_seconds``,
-  ``sglang:per_stage_req_latency_seconds{stage="prefill_forward"|"chunked_prefill"}``; with
+  ``sglang:per_stage_req_latency_seconds{stage="prefill_forward"|"chunked_prefill"}``, the pool size
+  ``sglang:max_total_num_tokens`` (from 0.5.12); with
   ``SGLANG_ENABLE_METRICS_DEVICE_TIMER=1`` the counter ``sglang:forward_execution_seconds_total{category}``.
 * **TGI** (``router/src/server.rs``, ``backends/v3``; no model or rank labels): gauges
   ``tgi_batch_current_size``, ``tgi_queue_size``, ``tgi_batch_current_max_tokens`` and
@@ -62,6 +64,8 @@ class ServingNames:
     device_time: str | None
     """Counter of GPU time by forward mode (SGLang device timer)."""
     cache_config: str | None
+    pool_tokens: str | None = None
+    """Gauge of the KV-cache pool's size in tokens (SGLang, TGI); vLLM's comes from ``cache_config_info``."""
 
 
 SERVING_NAMES: dict[str, ServingNames] = {
@@ -78,12 +82,14 @@ SERVING_NAMES: dict[str, ServingNames] = {
         kv_tokens_used=None, kv_tokens_total=None, preemptions=("sglang:num_retracted_requests",),
         itl=("sglang:inter_token_latency_seconds", "sglang:time_per_output_token_seconds"),
         ttft=("sglang:time_to_first_token_seconds",), prefill_time="sglang:per_stage_req_latency_seconds",
-        decode_time=None, phase_time=None, device_time="sglang:forward_execution_seconds", cache_config=None),
+        decode_time=None, phase_time=None, device_time="sglang:forward_execution_seconds", cache_config=None,
+        pool_tokens="sglang:max_total_num_tokens"),
     "tgi": ServingNames(
         running=("tgi_batch_current_size",), waiting=("tgi_queue_size",), kv_usage=(),
         kv_tokens_used="tgi_batch_current_max_tokens", kv_tokens_total="tgi_batch_max_total_tokens", preemptions=(),
         itl=("tgi_request_mean_time_per_token_duration",), ttft=(), prefill_time=None, decode_time=None,
-        phase_time="tgi_batch_forward_duration", device_time=None, cache_config=None),
+        phase_time="tgi_batch_forward_duration", device_time=None, cache_config=None,
+        pool_tokens="tgi_batch_max_total_tokens"),
 }
 
 _SGLANG_PREFILL_STAGES = frozenset({"prefill_forward", "chunked_prefill"})
@@ -97,7 +103,7 @@ SERVING_WANTED: frozenset[str] = frozenset(
     name for n in SERVING_NAMES.values()
     for name in (*n.running, *n.waiting, *n.kv_usage, n.kv_tokens_used, n.kv_tokens_total, *n.preemptions,
                  *(h for base in (*n.itl, *n.ttft, n.prefill_time, n.decode_time, n.phase_time) for h in _histogram_names(base)),
-                 n.device_time, n.cache_config)
+                 n.device_time, n.cache_config, n.pool_tokens)
     if name
 )
 """Every sample name this module reads; parse keeps these besides its own."""
@@ -142,6 +148,8 @@ class ServingTotals:
     decode_per_request: bool
     """True when ``decode_s`` sums each request's decode time, so a batch counts it once per request."""
     kv_cache_bytes_per_gpu: float | None
+    kv_pool_tokens: float | None = None
+    """Tokens the KV-cache pool holds (all replicas): vLLM blocks x block size, SGLang, TGI gauges."""
 
 
 def _sum(series: Series | None) -> float | None:
@@ -161,6 +169,28 @@ def _hist(samples: Mapping[str, Series], bases: tuple[str, ...]) -> tuple[float,
         if total is not None and count is not None:
             return total, count
     return None
+
+
+def _label_number(labels: SeriesKey, name: str) -> float | None:
+    for key, value in labels:
+        if key == name:
+            try:
+                number = float(value)
+            except ValueError:
+                return None
+            return number if math.isfinite(number) and number > 0 else None
+    return None
+
+
+def _vllm_pool_tokens(series: Series | None) -> float | None:
+    """``num_gpu_blocks`` x ``block_size`` of each engine's ``cache_config_info``, engines summed."""
+    total = 0.0
+    for key in series or {}:
+        blocks, size = _label_number(key, "num_gpu_blocks"), _label_number(key, "block_size")
+        if blocks is None or size is None:
+            return None
+        total += blocks * size
+    return total or None
 
 
 def _kv_cache_bytes(series: Series | None) -> float | None:
@@ -208,6 +238,8 @@ def serving_totals(samples: Mapping[str, Series], kind: str) -> ServingTotals:
         itl=_hist(samples, n.itl), ttft=_hist(samples, n.ttft), prefill_s=prefill_s, decode_s=decode_s,
         decode_per_request=per_request,
         kv_cache_bytes_per_gpu=_kv_cache_bytes(samples.get(n.cache_config)) if n.cache_config else None,
+        kv_pool_tokens=(_vllm_pool_tokens(samples.get(n.cache_config)) if n.cache_config
+                        else _sum(samples.get(n.pool_tokens)) if n.pool_tokens else None),
     )
 
 
@@ -223,6 +255,7 @@ class ServingRates:
     ttft_s: float | None
     prefill_share: float | None
     kv_cache_bytes_per_gpu: float | None
+    kv_pool_tokens: float | None = None
 
 
 def _increase(a: float | None, b: float | None) -> float | None:
@@ -260,4 +293,5 @@ def serving_rates(prev: ServingTotals, cur: ServingTotals, dt_s: float) -> Servi
         preemptions_per_s=preempted / dt_s if preempted is not None and dt_s > 0 else None,
         tpot_s=_mean_between(prev.itl, cur.itl), ttft_s=_mean_between(prev.ttft, cur.ttft),
         prefill_share=_prefill_share(prev, cur, dt_s), kv_cache_bytes_per_gpu=cur.kv_cache_bytes_per_gpu,
+        kv_pool_tokens=cur.kv_pool_tokens,
     )
