@@ -114,3 +114,16 @@ def test_missing_weights_or_latency_give_unknown_with_what_is_missing():
 def test_tokens_per_second_per_gpu():
     v = view(running=8, tpot_s=0.01, generated_tokens_per_s=800.0, gpus=2)
     assert v.tokens_per_s_per_gpu == pytest.approx(400.0)
+
+
+def test_a_serving_gpus_workload_mbu_counts_the_kv_cache_read():
+    from agent.classifier.engine import classify_samples
+
+    serving = ServingReport(running=32, kv_usage=0.5, kv_cache_bytes=16.8e9, tpot_s=0.01, gpus=1)
+    report = WorkloadReport(model_bytes=WEIGHTS, flops_per_token=FLOPS, world_size=1, dtype="bf16",
+                            tokens_per_s=3200.0, step_time_s=0.01, serving=serving)
+    samples = [GpuSample(ts=1_800_000_000.0 + i, gpu="0", model="NVIDIA H100 80GB HBM3", interval_s=1.0, gr_active=0.95,
+                         dram_active=0.7, workload=report) for i in range(30)]
+    verdict = list(classify_samples(samples))[-1]
+    assert verdict.roofline.mbu_workload == pytest.approx((WEIGHTS + 8.4e9) / 0.01 / BW)  # Databricks: params + KV
+    assert verdict.roofline.mbu_workload > WEIGHTS / 0.01 / BW  # what the report's weights alone would say

@@ -20,7 +20,7 @@ from agent.classifier.features import split_at_change, window_features
 from agent.classifier.peaks import spec_for_sample
 from agent.classifier.roofline import roofline, roofline_notes
 from agent.classifier.rules import Decision, JobContext, decide
-from agent.classifier.serving import serving_view
+from agent.classifier.serving import serving_mbu, serving_view
 from agent.classifier.thresholds import DEFAULT_THRESHOLDS, Thresholds
 from agent.model import GpuSample, GpuSpec, Verdict, WindowFeatures
 
@@ -143,14 +143,15 @@ class Classifier:
         if features.workload is not None:
             reasons += roofline_notes(features, track.spec, self.dtype)  # a report's unit error, said once
         last = window[-1] if window else None
+        serving = serving_view(features.workload, track.spec, window, t, self.dtype)
         return Verdict(
             node=track.node, gpu=track.gpu, uuid=last.uuid if last else None,
             window_start=round(start, 3), window_end=round(now, 3),
             cls=published, detail=detail, confidence=confidence, throttled=decision.throttled,
             throttle_severe=decision.throttle_severe, reasons=reasons, scores=decision.scores,
-            raw_class=decision.cls, roofline=roofline(features, track.spec, self.dtype), features=features,
+            raw_class=decision.cls, roofline=serving_mbu(roofline(features, track.spec, self.dtype), serving), features=features,
             job=job.job or (features.workload.job if features.workload else None), rank_skew=job.rank_skew, truth=last.label if last else None,
-            serving=serving_view(features.workload, track.spec, window, t, self.dtype),
+            serving=serving,
         )
 
 

@@ -14,11 +14,12 @@ functions of the latest report, the GPU's spec and the memory the window saw hel
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Sequence
 
-from agent.classifier.roofline import DEFAULT_DTYPE
+from agent.classifier.roofline import DEFAULT_DTYPE, MAX_UTILISATION
 from agent.classifier.thresholds import Thresholds
-from agent.model import GpuSample, GpuSpec, ServingReport, ServingState, ServingView, WorkloadReport
+from agent.model import GpuSample, GpuSpec, Roofline, ServingReport, ServingState, ServingView, WorkloadReport
 
 MIN_KV_USAGE_FOR_CAPACITY = 0.01
 """Below this KV-cache usage the batch the pool could hold is not extrapolated (it would be huge and noisy)."""
@@ -104,6 +105,15 @@ def serving_view(workload: WorkloadReport | None, spec: GpuSpec | None, window: 
         floor_ratio=ratio, tokens_per_s_per_gpu=per_gpu, prefill_share=serving.prefill_share, batch=batch,
         possible_batch=possible, waiting=serving.waiting, kv_usage=serving.kv_usage,
         preemptions_per_s=serving.preemptions_per_s, gpus=gpus)
+
+
+def serving_mbu(r: Roofline, view: ServingView | None) -> Roofline:
+    """A serving GPU's workload MBU as Databricks defines it: (weights + KV cache) bytes per step / TPOT / bandwidth,
+    i.e. the memory floor over the time per output token. The report's own MBU counts the weights only."""
+    if view is None or view.floor_memory_s is None or not view.tpot_s:
+        return r
+    mbu = view.floor_memory_s / view.tpot_s
+    return dataclasses.replace(r, mbu_workload=mbu) if 0.0 <= mbu <= MAX_UTILISATION else r
 
 
 def _decide(s: ServingReport, ratio: float | None, floor: float | None, floor_memory: float | None,

@@ -150,6 +150,8 @@ def sglang_metrics(job: ServingJob, t: float, start: float) -> bytes:
         gauge("sglang:num_queue_reqs", "The number of requests in the waiting queue.",
               [(r, f.waiting if f else 0.0) for r in ranks]),
         gauge("sglang:token_usage", "The token usage.", [(r, f.kv_usage if f else 0.0) for r in ranks]),
+        gauge("sglang:max_total_num_tokens", "Maximum total number of tokens in the KV cache pool.",
+              [(r, float(math.floor(job.kv_pool_bytes / job.kv_bytes_per_token))) for r in ranks]),
         gauge("sglang:gen_throughput", "The generation throughput (token/s).",
               [(r, f.generated_tokens_per_s if f else 0.0) for r in ranks]),
         counter("sglang:num_retracted_requests", "Total number of retracted requests due to kvcache full.",

@@ -145,6 +145,9 @@ class InferenceScraper:
                 state.pids, state.pid_error, state.pids_checked = pids, problem, time.monotonic()
         try:
             body = self._fetch(ep.url, self._timeout_s, self._max_bytes)
+            # Stamped when the body arrived, not after parsing: rates divide by the time between two
+            # stamps, and parsing time under load would stretch one interval and shrink the next.
+            arrived = now if now is not None else self._clock()
             expo = parse(body.decode("utf-8", errors="replace"))
             kind = detect(expo) if ep.kind == "auto" else ep.kind
             if kind is None:
@@ -156,7 +159,7 @@ class InferenceScraper:
             self._failed(state, describe_error(exc, self._timeout_s) if not isinstance(exc, ExpositionError)
                          else str(exc))
             return
-        t = now if now is not None else self._clock()
+        t = arrived
         with self._lock:
             prev, prev_ts = state.prev, state.prev_ts
         new_rates, note = None, None
