@@ -174,3 +174,14 @@ def test_the_pool_in_tokens_times_kv_bytes_per_token_sizes_the_kv_cache(server):
                             kv_bytes_per_token=327680).serving  # Qwen2.5-72B: 2 x 80 x 8 x 128 x 2
     assert sglang.kv_cache_bytes == pytest.approx(gauge("sglang", "sglang:max_total_num_tokens") * 327680)
     assert serving_report(server, "tgi", gpus=["0"], model_bytes=16e9).serving.kv_cache_bytes is None
+
+
+def test_a_configured_model_names_a_tgi_server_and_keys_the_models_setting(server):
+    facts = {"mistralai/Mistral-7B-Instruct-v0.3": ModelFacts(model_bytes=14.5e9)}
+    scraper = InferenceScraper([InferenceEndpoint(url=server.seq("tgi-serving-1.prom", "tgi-serving-2.prom"), gpus=["0"],
+                                                  model="mistralai/Mistral-7B-Instruct-v0.3")],
+                               models=facts, clock=lambda: pytest.fail("clock"))
+    for t in (T0, T0 + DT):
+        scraper.scrape_once(now=t)
+    s = scraper.report_for(gpu="0", uuid=None, pids=[], now=T0 + DT).serving
+    assert (s.model, s.weight_bytes) == ("mistralai/Mistral-7B-Instruct-v0.3", 14.5e9)

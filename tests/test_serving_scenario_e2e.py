@@ -82,7 +82,7 @@ def test_snapshot_shows_each_servers_floor_ratio_prefill_share_and_state(settled
     for gpu in e.gpus:
         view = settled[gpu]
         assert (view["server"], view["state"], view["advice_code"]) == (job, e.state, e.advice)
-        assert view["model"] == (None if e.server == "tgi" else e.model)  # TGI exports no model name
+        assert view["model"] == e.model  # TGI exports none: the endpoint's configured model names it
         assert view["floor_s"] == pytest.approx(e.floor_s, abs=1e-6)  # rounded to the microsecond in JSON
         assert view["floor_ratio"] == pytest.approx(e.ratio, abs=1e-3)
         assert_prefill_share(view["prefill_share"], e, abs=1e-3)

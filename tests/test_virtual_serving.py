@@ -110,7 +110,7 @@ def test_record_simulate_writes_the_serving_figures_into_the_trace(engine: Virtu
     read = [s for s in read_trace(path) if s.gpu == "2"]
     assert len(read) == 3 and all(s.label == "memory_bound" for s in read)
     serving = read[-1].workload.serving
-    assert serving.prefill_share == 0.55 and serving.server == "rag-7b" and serving.model is None  # TGI: no model_name
+    assert serving.prefill_share == 0.55 and serving.server == "rag-7b" and serving.model == "mistralai/Mistral-7B-Instruct-v0.3"  # as its endpoint names it
     assert serving.tpot_s == pytest.approx(EXPECTED["rag-7b"].ratio * EXPECTED["rag-7b"].floor_s)
 
 

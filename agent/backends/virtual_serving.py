@@ -23,7 +23,8 @@ def endpoint_for(job: ServingJob, url: str) -> InferenceEndpoint:
     """The ``inference_endpoints`` entry a user would write for this server (kind detected, as with ``auto``)."""
     return InferenceEndpoint(url=url, kind="auto", gpus=list(job.gpus), model_bytes=job.weight_bytes,
                              kv_cache_bytes=job.kv_pool_bytes, max_running=job.max_running, params=job.params,
-                             dtype=job.dtype, job=job.name)  # type: ignore[arg-type]
+                             dtype=job.dtype, job=job.name,  # type: ignore[arg-type]
+                             model=job.model if job.server == "tgi" else None)  # TGI exports no model name
 
 
 def serve_virtual_endpoints(backend: VirtualBackend, settings: Settings) -> list[FakeInferenceServer]:

@@ -163,7 +163,7 @@ class ServingJob:
             return None
         tgi = self.server == "tgi"
         serving = ServingReport(
-            server=self.name, model=None if tgi else self.model, weight_bytes=f.weight_bytes,
+            server=self.name, model=self.model, weight_bytes=f.weight_bytes,
             kv_cache_bytes=f.kv_pool_bytes, kv_usage=self.kv_usage(f), running=f.running, waiting=f.waiting,
             max_running=self.max_running, preemptions_per_s=None if tgi else f.preemptions_per_s,
             tpot_s=f.request_tpot_s if tgi else f.itl_s, ttft_s=None if tgi else f.ttft_s,

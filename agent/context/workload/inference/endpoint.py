@@ -60,6 +60,9 @@ class InferenceEndpoint(BaseModel):
     world_size: int | None = Field(None, ge=1, le=65536, description="GPUs of the whole server (all nodes); "
                                    "default: the GPUs this endpoint maps to on this node.")
     job: str | None = Field(None, min_length=1, max_length=256, description="Job name put on the reports.")
+    model: str | None = Field(None, min_length=1, max_length=256, description="The served model's name, for "
+                              "servers that do not export one (TGI): shown on the serving view, and the key "
+                              "into models:. Default: the server's model_name label.")
 
     @field_validator("url")
     @classmethod

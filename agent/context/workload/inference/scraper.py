@@ -223,11 +223,17 @@ class InferenceScraper:
             del state.seen[gpu]
         return max(1, len(state.seen))
 
+    @staticmethod
+    def _model_name(state: _State) -> str | None:
+        """The configured name, else the one model the server reports (None for several, or none)."""
+        if state.endpoint.model is not None:
+            return state.endpoint.model
+        return state.models[0] if len(state.models) == 1 else None
+
     def _model_facts(self, state: _State) -> ModelFacts:
-        """The ``models:`` entry of the one model the server reports, else an empty one."""
-        if len(state.models) == 1 and state.models[0] in self._models:
-            return self._models[state.models[0]]
-        return ModelFacts()
+        """The ``models:`` entry of the server's model, else an empty one."""
+        name = self._model_name(state)
+        return self._models.get(name, ModelFacts()) if name is not None else ModelFacts()
 
     def _report(self, state: _State, now: float) -> WorkloadReport | None:
         r = state.rates
@@ -268,7 +274,7 @@ class InferenceScraper:
             s.kv_pool_tokens * per_token if s.kv_pool_tokens is not None and per_token else None)
         parts = urlsplit(ep.url)
         return ServingReport(
-            server=ep.job or f"{state.kind} {parts.netloc}", model=state.models[0] if len(state.models) == 1 else None,
+            server=ep.job or f"{state.kind} {parts.netloc}", model=self._model_name(state),
             weight_bytes=weights, kv_cache_bytes=pool, kv_usage=s.kv_usage, running=s.running, waiting=s.waiting,
             max_running=ep.max_running or facts.max_running, preemptions_per_s=s.preemptions_per_s, tpot_s=s.tpot_s,
             ttft_s=s.ttft_s, prefill_share=s.prefill_share, generated_tokens_per_s=r.generated_per_s, gpus=world)
