@@ -42,7 +42,7 @@ def _endpoint(i: int, ep: Any, models: dict[str, Any], timeout_s: float) -> Find
     serving = current.serving
     present = [label for name, label in SIGNALS if serving is not None and getattr(serving, name) is not None]
     missing = [label for name, label in SIGNALS if label not in present]
-    model = current.models[0] if len(current.models) == 1 else None
+    model = ep.model or (current.models[0] if len(current.models) == 1 else None)
     facts = models.get(model) if model else None
     weights = ep.model_bytes if ep.model_bytes is not None else getattr(facts, "model_bytes", None)
     detail = (f"{kind}, model {model or ', '.join(current.models) or 'not named'}; serving signals: "
