@@ -10,7 +10,6 @@ regression to a hang or a runaway allocation fails the example instead of the ma
 from __future__ import annotations
 
 import contextlib
-import time
 import tracemalloc
 from typing import Iterator
 
@@ -20,9 +19,6 @@ from hypothesis import strategies as st
 FUZZ = settings(max_examples=30, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                        HealthCheck.function_scoped_fixture])
-
-SECONDS_PER_INPUT = 10.0
-"""Far above what any input takes (milliseconds); a hang used to take forever."""
 
 BYTES_PER_INPUT = 256 * 2**20
 """Traced Python allocations per input: a 4 MiB line cap and a 16 MiB body cap fit many times over."""
@@ -47,19 +43,17 @@ def deep(depth: int) -> str:
 
 @contextlib.contextmanager
 def bounded(what: str) -> Iterator[None]:
-    """Fail when the block takes longer than ``SECONDS_PER_INPUT`` or allocates more than ``BYTES_PER_INPUT``."""
+    """Fail when the block allocates more than ``BYTES_PER_INPUT`` (its time is not asserted: speed
+    belongs in benchmarks/)."""
     tracing = tracemalloc.is_tracing()
     if not tracing:
         tracemalloc.start()
     tracemalloc.reset_peak()
     base = tracemalloc.get_traced_memory()[0]
-    started = time.monotonic()
     try:
         yield
     finally:
-        took = time.monotonic() - started
         peak = tracemalloc.get_traced_memory()[1] - base
         if not tracing:
             tracemalloc.stop()
-    assert took < SECONDS_PER_INPUT, f"{what}: {took:.1f} s for one input"
     assert peak < BYTES_PER_INPUT, f"{what}: {peak / 2**20:.0f} MiB for one input"

@@ -11,7 +11,6 @@ import io
 import json
 import resource
 import subprocess
-import time
 
 import pytest
 
@@ -55,10 +54,8 @@ def test_a_first_sample_at_ts_0_is_replayed_in_bounded_time(tmp_path, command):
     trace.write_text("\n".join([busy(0.0)] + minute(T0)) + "\n")
     out = tmp_path / "r.html"
     extra = ("--out", str(out)) if command == "report" else ()
-    started = time.monotonic()
-    result = run(command, str(trace), *extra, timeout=60)
+    result = run(command, str(trace), *extra, timeout=60)  # 10^8 evaluations would run past the timeout
     assert result.returncode == 0, result.stderr
-    assert time.monotonic() - started < 30
     if command == "classify":
         verdicts = [json.loads(line) for line in result.stdout.splitlines()]
         late = [v for v in verdicts if v["window_end"] > T0]

