@@ -159,6 +159,11 @@ class GpuSample:
     fp32_active: Ratio | None = None
     fp16_active: Ratio | None = None
     dram_active: Ratio | None = None
+    mem_busy: Ratio | None = None
+    """Share of the interval in which device memory was read or written (NVML utilization.memory,
+    DCGM MEM_COPY_UTIL): a busy-time ratio, not a fraction of peak bandwidth like ``dram_active``.
+    A memory-bound kernel keeps it near 100% and so does a GEMM streaming its tiles, so it is weak
+    evidence on its own (see docs/classification.md)."""
 
     pcie_tx_bytes_per_s: NonNegative | None = None
     pcie_rx_bytes_per_s: NonNegative | None = None
