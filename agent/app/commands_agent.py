@@ -34,16 +34,25 @@ def register(sub: argparse._SubParsersAction) -> dict[str, Callable[[argparse.Na
     run.add_argument("--driver-wait", dest="driver_wait_s", type=float, metavar="SECONDS",
                      help="wait this long for a GPU driver that does not answer yet, serving /healthz meanwhile "
                           "(default 0: exit at once)")
+    add_dcgm_exporter_flag(run)
 
     demo = sub.add_parser("demo", help="run the agent on a simulated 8-GPU node", description="Run the agent on the virtual GPU fleet and print its URL.")
     add_settings_flags(demo, backend=False)
-    demo.add_argument("--backend", choices=DEMO_BACKENDS, default="virtual",
+    demo.add_argument("--backend", choices=(*DEMO_BACKENDS, "dcgm-exporter"), default="virtual",
                       help="virtual: the simulator directly; nvml-virtual: the real NVML backend over a fake "
                            "driver playing the same simulation; amd-virtual: the real AMD backend (amdsmi) over a "
                            "fake libamd_smi, on the 8 x MI300X scenario unless --scenario says otherwise "
-                           "(default virtual)")
+                           "(default virtual); dcgm-exporter: a running dcgm-exporter at --dcgm-exporter-url")
     demo.add_argument("--record", metavar="FILE", help="also append every sample to this trace")
+    add_dcgm_exporter_flag(demo)
     return {"run": cmd_run, "demo": cmd_demo}
+
+
+def add_dcgm_exporter_flag(parser: argparse.ArgumentParser) -> None:
+    """``--dcgm-exporter-url``: the node's dcgm-exporter, joined to NVML or read alone (docs/nvidia.md)."""
+    parser.add_argument("--dcgm-exporter-url", metavar="URL",
+                        help="a dcgm-exporter /metrics URL: fills the profiling counters NVML lacks before Hopper, "
+                             "or with --backend dcgm-exporter is the only source")
 
 
 def serve(read_settings: Callable[[], Settings], record: str | None, *, announce: bool) -> int:

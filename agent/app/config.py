@@ -73,10 +73,11 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="ROOFWATCH_", env_nested_delimiter="__", extra="forbid",
                                       validate_default=True)
 
-    backend: Literal["auto", "nvml", "amd", "virtual", "nvml-virtual", "amd-virtual"] = Field(
+    backend: Literal["auto", "nvml", "amd", "virtual", "nvml-virtual", "amd-virtual", "dcgm-exporter"] = Field(
         "auto", description="Telemetry source: auto tries NVML, then AMD; virtual runs the simulated fleet; "
         "nvml-virtual / amd-virtual run the NVML / AMD backend over a fake driver library that plays the simulated "
-        "fleet (amd-virtual defaults to the mi300x scenario)."
+        "fleet (amd-virtual defaults to the mi300x scenario); dcgm-exporter reads the GPUs from a dcgm-exporter's "
+        "/metrics alone (dcgm_exporter_url; docs/nvidia.md)."
     )
     driver_wait_s: float = Field(
         0.0, ge=0.0, le=86_400.0, description="How long `run` waits for the GPU driver when none answers at "
@@ -134,6 +135,18 @@ class Settings(BaseSettings):
     inference_interval_s: float = Field(5.0, ge=0.5, le=300.0, description="Seconds between scrapes of each "
                                         "inference endpoint; reports older than 3 intervals are dropped.")
     inference_timeout_s: float = Field(2.0, gt=0.0, le=30.0, description="Deadline for one inference endpoint scrape.")
+    dcgm_exporter_url: str | None = Field(
+        None, min_length=1, description="A dcgm-exporter's /metrics URL (http://127.0.0.1:9400/metrics): with the "
+        "NVML backend it fills the profiling counters NVML lacks before Hopper (SM, tensor, FP pipes, DRAM) for the "
+        "GPU with the same UUID; with backend dcgm-exporter it is the only source (docs/nvidia.md).")
+    dcgm_exporter_interval_s: float = Field(5.0, ge=0.2, le=300.0, description="Seconds between reads of "
+                                            "dcgm_exporter_url, in the background (never inside a scrape).")
+    dcgm_exporter_timeout_s: float = Field(2.0, gt=0.0, le=30.0, description="Deadline for one read of "
+                                           "dcgm_exporter_url, the whole body included.")
+    dcgm_exporter_stale_s: float = Field(
+        120.0, ge=1.0, le=86_400.0, description="dcgm-exporter values count as stale (GPUs down) when the last good "
+        "read, the exporter's own sample timestamps, or a powered GPU's energy counter are older than this "
+        "(dcgm-exporter refreshes every 30 s by default).")
     report_socket: str | None = Field(
         None, description="Unix socket for workload reports (agent.client looks for /run/roofwatch/report.sock); "
         "unset = no socket.")
@@ -164,6 +177,13 @@ class Settings(BaseSettings):
     @classmethod
     def _check_listen(cls, value: str) -> str:
         parse_listen(value)
+        return value
+
+    @field_validator("dcgm_exporter_url")
+    @classmethod
+    def _check_dcgm_exporter_url(cls, value: str | None) -> str | None:
+        if value is not None and not (value.startswith(("http://", "https://")) and len(value) > 8):
+            raise ValueError(f"'{value}' is not an http:// or https:// URL (for example http://127.0.0.1:9400/metrics)")
         return value
 
     @model_validator(mode="after")
