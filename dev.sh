@@ -7,8 +7,9 @@
 #   ./dev.sh setup            only create/refresh the virtualenv
 #
 # Setup: a virtualenv in .venv (override with ROOFWATCH_VENV) with roofwatch installed editable,
-# and for tests the Debian packages prometheus, prometheus-alertmanager, systemd, nodejs, npm, tmux
-# and chromium (promtool, amtool, systemd-analyze, node, a terminal, a headless browser), installed
+# and for tests the Debian packages prometheus, prometheus-alertmanager, systemd, nodejs, npm, tmux,
+# chromium and victoria-metrics (promtool, amtool, systemd-analyze, node, a terminal, a headless browser,
+# VictoriaMetrics with vmagent and vmalert), installed
 # with apt when root or with password-less sudo.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -63,7 +64,7 @@ ensure_venv() {
 
 ensure_test_tools() {
     # The tests run the real tools: promtool and prometheus (rules, scrapes), amtool (routing),
-    # systemd-analyze (the unit file), node and npm (Grafana's own transformation code, which the
+    # systemd-analyze (the unit file), victoria-metrics, vmagent and vmalert, node and npm (Grafana's own transformation code, which the
     # tests npm-ci into tests/grafana), tmux and chromium. Install what is missing in one apt call.
     local packages=() had_service=0
     command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1 || packages+=(prometheus)
@@ -73,12 +74,14 @@ ensure_test_tools() {
     command -v npm >/dev/null 2>&1 || packages+=(npm)
     command -v tmux >/dev/null 2>&1 || packages+=(tmux)          # roofwatch top, driven with send-keys
     command -v chromium >/dev/null 2>&1 || packages+=(chromium)  # the status page and the report, rendered headless
+    command -v victoria-metrics >/dev/null 2>&1 && command -v vmagent >/dev/null 2>&1 \
+        && command -v vmalert >/dev/null 2>&1 || packages+=(victoria-metrics)  # remote write, vmagent, vmalert
     [ ${#packages[@]} -eq 0 ] && return 0
     [ -e /lib/systemd/system/prometheus.service ] && had_service=1
     if apt_install "${packages[@]}"; then
         # The packages start servers where systemd runs; tests start their own.
         if [ "$had_service" = 0 ] && command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
-            as_root systemctl disable --now prometheus prometheus-node-exporter prometheus-alertmanager >/dev/null 2>&1 || true
+            as_root systemctl disable --now prometheus prometheus-node-exporter prometheus-alertmanager victoria-metrics >/dev/null 2>&1 || true
         fi
     else
         say "cannot install ${packages[*]} without root: run 'sudo apt-get install ${packages[*]}'."
