@@ -1,0 +1,141 @@
+"""A small synthetic fleet with known answers, as stored series, for the fleet-report tests.
+
+Three nodes in two clusters, 24 GPUs, 60 s resolution over two 2-hour periods (plus 10 minutes of
+lead-in), ending at ``end``. The raw roofwatch series are what the agents export
+(docs/metrics.md); the recording-rule outputs the report reads (``roofwatch:gpu_straggler_lead:ratio``,
+``roofwatch_job:gpu_class:ratio``) and the ``ALERTS`` series are written directly as Prometheus
+would have recorded them, rather than evaluated with ``promtool tsdb create-blocks-from rules``:
+the test then states the incident it planted instead of depending on the rules' arithmetic.
+
+A sample at time t stands for the step (t - 60, t]; the current period is (end - 2h, end], the
+previous one (end - 4h, end - 2h]. The jobs, current period:
+
+* east/e1 GPUs 0-7, ``train-a`` (alice, ns ml): compute-bound at MFU 0.45 throughout.
+* east/e2 GPUs 0-3, ``notebook-b`` (bob, ns research): idle all period: 8 idle-allocated GPU-hours
+  (previous period: memory-bound at MFU 0.05).
+* east/e2 GPUs 4-7, ``loader-c`` (carol, ns ml): input-starved (MFU 0.10) the first hour, then
+  compute-bound (MFU 0.30): 4 wasted GPU-hours (previous period: compute-bound at 0.30).
+* west/w1 GPUs 0-3, ``ddp-d`` (alice, ns ml): communication-jittered (MFU 0.20) the first 30 min,
+  then compute-bound (MFU 0.50): 2 wasted GPU-hours; GPU 2 leads the job's median tensor
+  activity by 0.30 in the last 40 minutes (straggler), GpuJobStraggler fires the last 30 minutes.
+* west/w1 GPUs 4-7: no job, idle (idle capacity, not waste).
+
+Series that change labels (the reason info) end without a staleness marker in a backfill, so
+Prometheus still sees them up to 5 minutes after they end; the tests allow for it there only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from agent.model import WORKLOAD_CLASSES
+
+STEP = 60
+PERIOD = 7200
+LEAD_IN = 600
+H100 = ("NVIDIA H100 80GB HBM3", "h100-sxm")
+A100 = ("NVIDIA A100-SXM4-80GB", "a100-sxm-80gb")
+POWER_W = {"compute_bound": 600.0, "memory_bound": 450.0, "idle": 100.0, "input_starved": 250.0,
+           "communication_jittered": 300.0}
+REASONS = {"compute_bound": "leaning", "memory_bound": "at_roof", "idle": "idle_held", "input_starved": "dataloader",
+           "communication_jittered": "straggler_victim"}
+
+
+@dataclass(frozen=True)
+class Gpu:
+    cluster: str
+    node: str
+    gpu: int
+    model: tuple[str, str]
+    job: str | None = None
+    user: str | None = None
+    namespace: str | None = None
+
+    @property
+    def uuid(self) -> str:
+        return f"GPU-{self.cluster}-{self.node}-{self.gpu:04d}"
+
+    def labels(self) -> str:
+        return f'cluster="{self.cluster}",gpu="{self.gpu}",node="{self.node}",uuid="{self.uuid}"'
+
+
+def fleet() -> list[Gpu]:
+    gpus = [Gpu("east", "e1", i, H100, "train-a", "alice", "ml") for i in range(8)]
+    gpus += [Gpu("east", "e2", i, H100, "notebook-b", "bob", "research") for i in range(4)]
+    gpus += [Gpu("east", "e2", i, H100, "loader-c", "carol", "ml") for i in range(4, 8)]
+    gpus += [Gpu("west", "w1", i, A100, "ddp-d", "alice", "ml") for i in range(4)]
+    gpus += [Gpu("west", "w1", i, A100) for i in range(4, 8)]
+    return gpus
+
+
+def state(g: Gpu, t: float, end: float) -> tuple[str, float | None]:
+    """(class, MFU or None) of GPU ``g`` for the step ending at ``t``."""
+    current = t > end - PERIOD
+    since = t - (end - PERIOD)  # seconds into the current period
+    if g.job == "train-a":
+        return "compute_bound", 0.45
+    if g.job == "notebook-b":
+        return ("idle", 0.0) if current else ("memory_bound", 0.05)
+    if g.job == "loader-c":
+        return ("input_starved", 0.10) if current and since <= 3600 else ("compute_bound", 0.30)
+    if g.job == "ddp-d":
+        return ("communication_jittered", 0.20) if current and since <= 1800 else ("compute_bound", 0.50)
+    return "idle", None
+
+
+def times(end: float) -> list[int]:
+    start = int(end) - 2 * PERIOD - LEAD_IN
+    return list(range(start, int(end) + 1, STEP))
+
+
+def samples(end: float) -> list[tuple[str, float, int]]:
+    """Every (series, value, unix seconds), time-major (each series in time order)."""
+    out: list[tuple[str, float, int]] = []
+    gpus = fleet()
+    energy = dict.fromkeys((g.uuid for g in gpus), 0.0)
+    for t in times(end):
+        for g in gpus:
+            lab = g.labels()
+            cls, mfu = state(g, t, end)
+            energy[g.uuid] += POWER_W[cls] * STEP
+            out.append((f'roofwatch_gpu_info{{{lab},model="{g.model[0]}",spec="{g.model[1]}",vendor="nvidia"}}', 1, t))
+            for c in WORKLOAD_CLASSES:
+                out.append((f'roofwatch_gpu_workload_class{{{lab},class="{c}"}}', 1 if c == cls else 0, t))
+            out.append((f'roofwatch_gpu_workload_reason_info{{{lab},class="{cls}",detail="{REASONS[cls]}",throttle="none"}}', 1, t))
+            out.append((f'roofwatch_gpu_energy_joules_total{{{lab}}}', energy[g.uuid], t))
+            if mfu is not None:
+                source = "workload" if g.job == "train-a" else "counters"
+                out.append((f'roofwatch_gpu_mfu_ratio{{{lab},dtype="bf16",source="{source}"}}', mfu, t))
+            if g.job:
+                out.append((f'roofwatch_gpu_job_info{{{lab},job_id="{g.job}",partition="gpu",user="{g.user}"}}', 1, t))
+                out.append((f'roofwatch_gpu_pod_info{{{lab},container="main",namespace="{g.namespace}",'
+                            f'pod="{g.job}-{g.node}"}}', 1, t))
+            if g.job == "ddp-d":
+                lead = 0.30 if g.gpu == 2 and t > end - 2400 else 0.01
+                out.append((f'roofwatch:gpu_straggler_lead:ratio{{{lab},job_id="ddp-d"}}', lead, t))
+        jittered = 1.0 if end - PERIOD < t <= end - PERIOD + 1800 else 0.0
+        out.append(('roofwatch_job:gpu_class:ratio{class="communication_jittered",cluster="west",job_id="ddp-d"}', jittered, t))
+        if t > end - 1800:
+            out.append(('ALERTS{alertname="GpuJobStraggler",alertstate="firing",cluster="west",gpu="2",job_id="ddp-d",'
+                        'node="w1",severity="warning",uuid="GPU-west-w1-0002"}', 1, t))
+    return out
+
+
+def energy_kwh(end: float, start: float) -> float:
+    """The fleet's energy over (start, end] from the same power table (what increase() must give)."""
+    total = 0.0
+    for g in fleet():
+        for t in times(end):
+            if start < t <= end:
+                total += POWER_W[state(g, t, end)[0]] * STEP
+    return total / 3.6e6
+
+
+def openmetrics(end: float) -> str:
+    """For ``promtool tsdb create-blocks-from openmetrics`` (timestamps in seconds)."""
+    return "".join(f"{s} {v} {t}\n" for s, v, t in samples(end)) + "# EOF\n"
+
+
+def prometheus_text(end: float) -> str:
+    """For VictoriaMetrics' ``/api/v1/import/prometheus`` (timestamps in milliseconds)."""
+    return "".join(f"{s} {v} {t * 1000}\n" for s, v, t in samples(end))
