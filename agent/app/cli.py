@@ -2,7 +2,7 @@
 
 * agent.app.commands_agent: ``run`` and ``demo``, the agent itself;
 * agent.app.commands_node: ``snapshot``, ``record``, ``doctor``, ``selftest``, ``top``, about this node's GPUs;
-* agent.app.commands_offline: ``classify``, ``report``, ``specs``, which need no GPU.
+* agent.app.commands_offline: ``classify``, ``report``, ``specs``, ``fleet-report``, which need no GPU.
 
 Exit statuses and the one-line error are shared (agent.app.cli_base).
 """

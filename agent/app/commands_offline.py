@@ -41,9 +41,11 @@ def register(sub: argparse._SubParsersAction) -> dict[str, Callable[[argparse.Na
                         help="precision behind the peak FLOP/s when the trace does not say (default bf16, flagged as assumed)")
     report.add_argument("--skip-bad-lines", action="store_true", help=SKIP_HELP)
 
+    _register_fleet_report(sub)
+
     specs = sub.add_parser("specs", help="print the GPU peak-spec catalogue", description="Print dense peak FLOP/s, bandwidth and ridge points per GPU model.")
     specs.add_argument("--json", action="store_true", help="print JSON (SI units)")
-    return {"classify": cmd_classify, "report": cmd_report, "specs": cmd_specs}
+    return {"classify": cmd_classify, "report": cmd_report, "specs": cmd_specs, "fleet-report": cmd_fleet_report}
 
 
 SKIP_HELP = ("skip lines that break the trace contract (and a cut-off gzip end) with one warning that counts them, "
@@ -139,4 +141,72 @@ def cmd_specs(args: argparse.Namespace) -> int:
         print(json.dumps(specs_table.specs_json(), indent=2))
     else:
         print(specs_table.specs_table())
+    return EXIT_OK
+
+
+def _register_fleet_report(sub: argparse._SubParsersAction) -> None:
+    fleet = sub.add_parser(
+        "fleet-report", help="the weekly efficiency review of a fleet, from Prometheus, as one HTML page",
+        description="Query a Prometheus-compatible store (Prometheus, VictoriaMetrics, Thanos, Mimir) for the fleet's "
+                    "GPU-hours by class, wasted GPU-hours and their cost, MFU distribution, worst jobs, straggler and "
+                    "jitter incidents and energy, against the previous period; write one self-contained HTML page "
+                    "(docs/fleet-report.md).")
+    fleet.add_argument("--prometheus", required=True, metavar="URL", help="the store's API root, e.g. http://prometheus:9090")
+    fleet.add_argument("--range", default="7d", metavar="DURATION", help="period to review (default 7d; 10m to 400d)")
+    fleet.add_argument("--end", metavar="TIME", help="end of the period: unix seconds or RFC 3339 (default now)")
+    fleet.add_argument("--cluster", metavar="C", help="only series whose cluster label is C")
+    fleet.add_argument("--out", default="fleet.html", metavar="FILE", help="HTML file to write (default fleet.html)")
+    fleet.add_argument("--json", metavar="FILE", help="also write the computed numbers as JSON")
+    fleet.add_argument("--source", choices=["roofwatch", "dcgm"], default="roofwatch",
+                       help="roofwatch agents' series (default), or dcgm-exporter's classified by roofwatch's classifier")
+    fleet.add_argument("--cost-per-gpu-hour", dest="costs", action="append", default=[], metavar="MODEL=USD",
+                       help="price of a GPU-hour by spec (h100-sxm) or model name; default=USD for the rest (default 2.0)")
+    fleet.add_argument("--header", dest="headers", action="append", default=[], metavar="'NAME: VALUE'",
+                       help="extra HTTP header for every query (e.g. X-Scope-OrgID: team-a for Mimir)")
+    fleet.add_argument("--bearer-token-file", metavar="FILE", help="send the token in FILE as a bearer token")
+    fleet.add_argument("--basic-auth-file", metavar="FILE", help="send user:password from FILE as basic auth")
+    fleet.add_argument("--timeout", dest="timeout_s", type=float, default=60.0, metavar="SECONDS",
+                       help="per-query timeout, passed to the server too (default 60)")
+    fleet.add_argument("--top", type=int, default=25, metavar="N", help="rows of the worst-jobs and incident tables (default 25)")
+    fleet.add_argument("--max-gpus", type=int, default=64, metavar="N", help="--source dcgm: GPUs read at most (default 64)")
+    fleet.add_argument("--title", metavar="TEXT", help="page title")
+    fleet.add_argument("--config", metavar="FILE", help="YAML settings file whose classifier: section sets the thresholds (dcgm)")
+
+
+def cmd_fleet_report(args: argparse.Namespace) -> int:
+    from agent.app.output_files import OutputRefused, check_target, write_whole
+    from agent.views.fleet_report.render import build_page
+    from agent.views.fleet_report.run import OptionError, Options, build, terminal_progress
+
+    for flag, target in (("--out", args.out), ("--json", args.json)):
+        try:
+            if target:
+                check_target(Path(target))
+        except OutputRefused as exc:
+            raise CliError(f"{flag}: {exc}", EXIT_USAGE) from None
+    settings = settings_from(argparse.Namespace(config=args.config))
+    opts = Options(prometheus=args.prometheus, range=args.range, end=args.end, cluster=args.cluster, source=args.source,
+                   costs=args.costs, headers=args.headers, bearer_token_file=args.bearer_token_file,
+                   basic_auth_file=args.basic_auth_file, timeout_s=args.timeout_s, top=args.top,
+                   max_gpus=args.max_gpus, title=args.title)
+    progress = terminal_progress()
+    try:
+        report = build(opts, settings.classifier, progress)
+    except OptionError as exc:
+        raise CliError(str(exc), EXIT_USAGE if exc.usage else 1) from None
+    finally:
+        if sys.stderr.isatty():
+            sys.stderr.write("\r\x1b[K")
+    outputs = [(args.out, build_page(report, title=args.title))]
+    if args.json:
+        outputs.append((args.json, json.dumps(report.to_json(), indent=1, sort_keys=True) + "\n"))
+    for target, text in outputs:
+        try:
+            write_whole(target, text.encode("utf-8", "replace"))
+        except OutputRefused as exc:
+            raise CliError(f"{'--out' if target == args.out else '--json'}: {exc}", EXIT_USAGE) from None
+        except OSError as exc:
+            raise CliError(f"cannot write {target}: {exc.strerror or exc}") from None
+    missing = f", {len(report.problems)} sections incomplete (listed on the page)" if report.problems else ""
+    print(f"wrote {args.out}: {report.queries} queries{missing}")
     return EXIT_OK

@@ -1,0 +1,202 @@
+"""The fleet report as one self-contained HTML page (the look of ``roofwatch report``: same
+palette, shell and stylesheet), with the computed numbers embedded as JSON for machines.
+
+Sections: the headline numbers against the previous period, GPU-hours by class, waste by
+cluster, namespace and user, the worst jobs with their verdict reasons, the MFU distribution
+against the 40% target, straggler/jitter incidents, energy, the dcgm verdicts (``--source dcgm``),
+the definitions, and what could not be computed.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+from agent import __version__
+from agent.views.fleet_report.collect import FleetReport
+from agent.views.fleet_report.data import DEFAULT_COST_PER_GPU_HOUR, USEFUL_CLASSES
+from agent.views.fleet_report.render_tables import class_table, hours, incidents_table, jobs_table, usd, waste_table
+from agent.views.html_parts import page, pct
+from agent.views.palette import MFU_TARGET, WASTED_CLASSES, class_label, mfu_colour
+from agent.views.svg import LinearScale, esc, line, num, text
+
+FLEET_CSS = """
+.cards{display:flex;flex-wrap:wrap;gap:10px;margin:10px 0}
+.card{background:#fff;border:1px solid #ddd;border-radius:6px;padding:8px 14px;min-width:170px}
+.card .v{font-size:22px;font-weight:600}
+.card .d{font-size:12px}
+.up{color:#c4162a}.down{color:#37872d}
+.share{display:flex;width:220px;height:12px;border-radius:3px;overflow:hidden;background:#e8e8ea}
+.share span{display:block;height:100%}
+table.wide{width:100%;max-width:1400px}
+svg.chart{width:100%;max-width:900px;height:auto;background:#fff;border:1px solid #ddd;border-radius:6px}
+svg.chart .grid{stroke:#eee}
+svg.chart .tick{font-size:11px;fill:#555}
+svg.chart .target{stroke:#c4162a;stroke-width:2;stroke-dasharray:6 4}
+dl.defs dt{font-weight:600;margin-top:6px}
+dl.defs dd{margin-left:16px}
+"""
+
+
+def build_page(report: FleetReport, *, title: str | None = None) -> str:
+    w = report.window
+    scope = f"cluster {report.cluster}" if report.cluster else "all clusters"
+    title = title or f"roofwatch fleet report · {scope} · {_utc(w.start)} – {_utc(w.end)}"
+    data = json.dumps(report.to_json(), sort_keys=True).replace("<", "\\u003c")
+    body = [
+        f"<h1>{esc(title)}</h1>",
+        f'<p class="muted">{_utc(w.start)} – {_utc(w.end)} ({_span(w.range_s)}), compared with the {_span(w.range_s)} before · '
+        f"{esc(scope)} · source: {esc(report.source)} · sampled every {w.step_s} s</p>",
+        _problems_banner(report),
+        _cards(report),
+    ]
+    if report.source == "roofwatch":
+        body += [
+            "<h2>GPU-hours by class</h2>", class_table(report.fleet),
+            "<h2>Wasted GPU-hours and their cost</h2>",
+            '<p class="muted small">Held GPUs only (roofwatch_gpu_job_info). Wasted = idle-allocated + input-starved + '
+            "comm-jittered GPU-hours; * marks a price assumed, not configured.</p>",
+            "<h3>By cluster</h3>", waste_table(report.held, ("cluster",), "waste-cluster"),
+            "<h3>By namespace</h3>", waste_table(report.namespaces, ("cluster", "namespace"), "waste-namespace"),
+            "<h3>By user</h3>", waste_table(report.users, ("cluster", "user"), "waste-user"),
+            "<h2>Worst jobs</h2>", jobs_table(report.jobs),
+            "<h2>MFU distribution</h2>", _mfu_section(report),
+            "<h2>Straggler and jitter incidents</h2>", _incidents(report),
+            "<h2>Energy</h2>", _energy(report),
+        ]
+    if report.dcgm is not None:
+        from agent.views.fleet_report.render_dcgm import dcgm_section
+        body += ["<h2>GPU-hours by class</h2>", class_table(report.fleet), dcgm_section(report.dcgm)]
+    body += [_definitions(report), "<h2>What this report could not compute</h2>", _problems(report),
+             f'<script type="application/json" id="fleet-data">{data}</script>',
+             f"<footer>roofwatch {esc(__version__)} fleet report, {report.queries} queries, generated "
+             f"{_utc(time.time())}. Definitions and limits: docs/fleet-report.md.</footer>"]
+    return page(title, "".join(body), extra_css=FLEET_CSS)
+
+
+def _cards(report: FleetReport) -> str:
+    now, before = report.totals(), report.previous
+    cards = [("GPU-hours", "gpu_hours", hours, False), ("wasted GPU-hours", "wasted_gpu_hours", hours, True),
+             ("wasted cost", "wasted_cost_usd", usd, True), ("idle-allocated GPU-hours", "idle_allocated_gpu_hours", hours, True),
+             ("busy MFU (mean)", "mfu_mean", pct, False), ("kWh per useful GPU-hour", "kwh_per_useful_gpu_hour",
+                                                           lambda v: "—" if v is None else f"{v:.2f}", True)]
+    if report.source != "roofwatch":
+        cards = cards[:1] + cards[4:5]
+    out = []
+    for label, key, show, lower_is_better in cards:
+        value, old = now.get(key), before.get(key)
+        delta = ""
+        if isinstance(value, (int, float)) and isinstance(old, (int, float)):
+            change = value - old
+            worse = change > 0 if lower_is_better else change < 0
+            css = "up" if worse and change else "down" if change else "muted"
+            delta = f'<div class="d {css}">{"+" if change > 0 else ""}{show(change)} vs previous ({show(old)})</div>'
+        elif before:
+            delta = '<div class="d muted">no previous value</div>'
+        out.append(f'<div class="card" data-card="{key}"><div class="muted small">{esc(label)}</div>'
+                   f'<div class="v">{show(value)}</div>{delta}</div>')
+    return '<div class="cards">' + "".join(out) + "</div>"
+
+
+def _mfu_section(report: FleetReport) -> str:
+    mfu = report.mfu
+    histogram = {int(k): float(v) for k, v in dict(mfu.get("histogram") or {}).items()}
+    if not histogram:
+        return '<p class="muted">No MFU readings from busy GPUs in this period.</p>'
+    width, height, left, bottom, top = 900, 260, 50, 225, 15
+    x = LinearScale(0, 100, left, width - 20)
+    peak = max(histogram.values())
+    y = LinearScale(0, peak, bottom, top)
+    parts = [f'<svg class="chart" id="mfu-histogram" viewBox="0 0 {width} {height}" role="img" '
+             f'aria-label="Busy GPU-hours per percent of MFU">']
+    for tick in range(0, 101, 10):
+        parts.append(line(x(tick), top, x(tick), bottom, "grid"))
+        parts.append(text(x(tick), bottom + 16, f"{tick}%", cls="tick", anchor="middle"))
+    parts.append(text(left - 6, top + 8, hours(peak), cls="tick", anchor="end"))
+    parts.append(text(left - 6, bottom, "0", cls="tick", anchor="end"))
+    for bucket, value in sorted(histogram.items()):
+        bar_top = y(value)
+        parts.append(f'<rect x="{num(x(bucket) + 0.5)}" y="{num(bar_top)}" width="{num(x(1) - x(0) - 1)}" '
+                     f'height="{num(bottom - bar_top)}" fill="{mfu_colour(bucket / 100)}"><title>{bucket}%: '
+                     f"{hours(value)} GPU-h</title></rect>")
+    parts.append(line(x(MFU_TARGET * 100), top, x(MFU_TARGET * 100), bottom, "target"))
+    parts.append(text(x(MFU_TARGET * 100) + 4, top + 10, f"target {MFU_TARGET:.0%}", cls="tick"))
+    parts.append(text(width / 2, height - 4, "MFU of busy GPU-time (workload-reported, else counter estimate)",
+                      cls="tick", anchor="middle"))
+    parts.append("</svg>")
+    stats = (f'<p data-mfu-mean="{mfu.get("mean")}">Mean {pct(_f(mfu.get("mean")), 1)} · p10 {pct(_f(mfu.get("p10")))} · '
+             f'median {pct(_f(mfu.get("p50")))} · p90 {pct(_f(mfu.get("p90")))} · '
+             f'<b>{pct(_f(mfu.get("below_target_share")))}</b> of {hours(_f(mfu.get("busy_gpu_hours")))} busy GPU-hours '
+             f"below the {MFU_TARGET:.0%} target. Idle GPU-time is left out.</p>")
+    return "".join(parts) + stats
+
+
+def _incidents(report: FleetReport) -> str:
+    return (
+        "<h3>Stragglers</h3>" + incidents_table(
+            report.stragglers, (("cluster", "cluster"), ("job_id", "job"), ("node", "node"), ("gpu", "GPU"),
+                                ("hours", "hours above the lead threshold"), ("peak_lead", "peak lead")),
+            "stragglers", "No GPU led its job's median tensor activity by more than 15% (roofwatch:gpu_straggler_lead:ratio).")
+        + "<h3>Communication jitter</h3>" + incidents_table(
+            report.jitter, (("cluster", "cluster"), ("job_id", "job"), ("hours", "hours with >50% of GPUs jittered")),
+            "jitter", "No job had most of its GPUs communication-jittered (roofwatch_job:gpu_class:ratio).")
+        + "<h3>Firing alerts</h3>" + incidents_table(
+            report.alerts, (("alertname", "alert"), ("cluster", "cluster"), ("job_id", "job"), ("hours", "firing hours")),
+            "alerts", "No efficiency alert fired (ALERTS series), or this store does not keep them."))
+
+
+def _energy(report: FleetReport) -> str:
+    totals = report.totals()
+    by_cluster = dict(report.energy.get("by_cluster") or {})  # type: ignore[call-overload]
+    rows = "".join(f'<tr><td>{esc(c or "(none)")}</td><td class="num">{float(v):,.1f}</td></tr>' for c, v in sorted(by_cluster.items()))
+    return (f'<p>{hours(_f(totals.get("energy_kwh")))} kWh for {hours(_f(totals.get("useful_gpu_hours")))} useful GPU-hours: '
+            f'<b>{_f(totals.get("kwh_per_useful_gpu_hour")) or 0:.2f} kWh per useful GPU-hour</b> (all GPUs\' energy, idle '
+            "ones too, over the hours spent in " + ", ".join(class_label(c) for c in USEFUL_CLASSES) + ").</p>"
+            + (f"<table><tr><th>cluster</th><th>kWh</th></tr>{rows}</table>" if rows else ""))
+
+
+def _definitions(report: FleetReport) -> str:
+    prices = ", ".join(f"{esc(k)} ${v:g}" for k, v in sorted(report.prices.rates.items())) or "none configured"
+    default = (f"${report.prices.default:g} (configured)" if report.prices.default_configured
+               else f"${DEFAULT_COST_PER_GPU_HOUR:g} (assumed; set --cost-per-gpu-hour default=USD)")
+    return (
+        '<h2>Definitions</h2><dl class="defs">'
+        "<dt>GPU-hours</dt><dd>Each GPU counts one step for every query step it reported a class "
+        f"(every {report.window.step_s} s), so a GPU present half the period counts half.</dd>"
+        "<dt>Wasted GPU-hours</dt><dd>Hours a job held the GPU (roofwatch_gpu_job_info) while roofwatch classified it "
+        + ", ".join(class_label(c) for c in WASTED_CLASSES) + ". Whole verdict windows count, so this is an upper "
+        "bound of the time not computing; idle-allocated alone is the lower bound. GPUs nobody held are idle capacity, "
+        "not waste.</dd>"
+        "<dt>Useful GPU-hours</dt><dd>Hours classified " + ", ".join(class_label(c) for c in USEFUL_CLASSES) + ".</dd>"
+        f"<dt>Cost</dt><dd>GPU-hours × $/GPU-hour of the GPU's model: {prices}; other models {default}.</dd>"
+        f"<dt>MFU</dt><dd>The job's reported MFU where it reports one, else the counter estimate; busy GPU-time only. "
+        f"Target {MFU_TARGET:.0%}.</dd></dl>")
+
+
+def _problems_banner(report: FleetReport) -> str:
+    if not report.problems:
+        return ""
+    sections = sorted({p.section for p in report.problems})
+    return f'<div class="banner">Incomplete: {esc(", ".join(sections))} (see the last section).</div>'
+
+
+def _problems(report: FleetReport) -> str:
+    if not report.problems:
+        return '<p class="muted" id="problems">Nothing: every query answered.</p>'
+    rows = "".join(f"<tr><td>{esc(p.section)}</td><td>{esc(p.error)}</td><td class='small'><code>{esc(p.query[:600])}</code>"
+                   "</td></tr>" for p in report.problems)
+    return f'<table id="problems" class="wide"><tr><th>section</th><th>why</th><th>query</th></tr>{rows}</table>'
+
+
+def _f(value: object) -> float | None:
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+def _utc(ts: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(ts))
+
+
+def _span(seconds: int) -> str:
+    if seconds % 86400 == 0:
+        return f"{seconds // 86400} d"
+    return f"{seconds / 3600:g} h"

@@ -1,0 +1,101 @@
+"""The report's tables: GPU-hours by class, waste by cluster/namespace/user, the worst jobs, the
+incidents and the dcgm verdicts. Rows carry ``data-*`` attributes so a reader (or a test) can find
+them; every name in them comes from the store and is escaped (agent.views.svg.esc)."""
+
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+from agent.model import WORKLOAD_CLASSES
+from agent.views.fleet_report.data import Group
+from agent.views.html_parts import class_badge, pct
+from agent.views.palette import class_colour, class_label, mfu_colour
+from agent.views.svg import esc
+
+
+def hours(value: float | None) -> str:
+    return "—" if value is None else f"{value:,.1f}"
+
+
+def usd(value: float | None) -> str:
+    return "—" if value is None else f"${value:,.0f}" if abs(value) >= 100 else f"${value:,.2f}"
+
+
+def share_bar(group: Group) -> str:
+    total = group.total
+    if not total:
+        return '<span class="muted">no GPU-hours</span>'
+    cells = "".join(f'<span style="width:{group.hours[c] / total * 100:.1f}%;background:{class_colour(c)}" '
+                    f'title="{esc(class_label(c))}: {hours(group.hours[c])} GPU-h"></span>'
+                    for c in WORKLOAD_CLASSES if group.hours.get(c, 0) > 0)
+    return f'<span class="share">{cells}</span>'
+
+
+def _cell(group: Group, name: str) -> str:
+    value = group.key.get(name, "")
+    return f"<td>{esc(value) if value else '<span class=muted>(none)</span>'}</td>"
+
+
+def class_table(groups: Sequence[Group], key: str = "cluster") -> str:
+    """GPU-hours per class of every GPU, one row per cluster."""
+    head = "".join(f"<th>{esc(class_label(c))}</th>" for c in WORKLOAD_CLASSES)
+    rows = "".join(
+        f'<tr data-{key}="{esc(g.key.get(key, ""))}">{_cell(g, key)}<td>{share_bar(g)}</td>'
+        + "".join(f'<td class="num">{hours(g.hours.get(c, 0.0))}</td>' for c in WORKLOAD_CLASSES)
+        + f'<td class="num">{hours(g.total)}</td><td class="num">{usd(g.cost)}</td></tr>' for g in groups)
+    return (f'<table class="wide"><tr><th>{esc(key)}</th><th>time per class</th>{head}<th>GPU-h</th><th>cost</th></tr>'
+            f"{rows}</table>")
+
+
+def waste_table(groups: Sequence[Group], keys: Iterable[str], table_id: str, limit: int = 25) -> str:
+    """Held GPU-hours and what of them was wasted (idle-allocated, starved, jittered), most costly first."""
+    keys = tuple(keys)
+    if not groups:
+        return '<p class="muted">No GPUs held in this period.</p>'
+    rows = []
+    for g in groups[:limit]:
+        attrs = " ".join(f'data-{k}="{esc(g.key.get(k, ""))}"' for k in keys)
+        rows.append(
+            f"<tr {attrs}>" + "".join(_cell(g, k) for k in keys)
+            + f'<td class="num">{hours(g.total)}</td><td class="num">{hours(g.hours.get("idle", 0.0))}</td>'
+            f'<td class="num">{hours(g.hours.get("input_starved", 0.0))}</td>'
+            f'<td class="num">{hours(g.hours.get("communication_jittered", 0.0))}</td>'
+            f'<td class="num"><b>{hours(g.wasted)}</b></td><td class="num">{pct(g.wasted / g.total if g.total else None)}</td>'
+            f'<td class="num"><b>{usd(g.wasted_cost)}</b>{"*" if g.assumed_price else ""}</td></tr>')
+    more = f'<p class="muted small">{len(groups) - limit} more rows in the JSON data.</p>' if len(groups) > limit else ""
+    head = "".join(f"<th>{esc(k)}</th>" for k in keys)
+    return (f'<table id="{table_id}" class="wide"><tr>{head}<th>held GPU-h</th><th>idle-allocated</th><th>input-starved</th>'
+            f"<th>comm-jittered</th><th>wasted GPU-h</th><th>wasted share</th><th>wasted cost</th></tr>{''.join(rows)}</table>{more}")
+
+
+def jobs_table(jobs: Sequence[Group]) -> str:
+    if not jobs:
+        return '<p class="muted">No job wasted GPU-hours in this period.</p>'
+    rows = []
+    for g in jobs:
+        dominant = max(WORKLOAD_CLASSES, key=lambda c: g.hours.get(c, 0.0))
+        reasons = ", ".join(f'{esc(class_label(str(r["class"])))}/{esc(r["detail"])} ({hours(float(r["gpu_hours"]))} GPU-h)'
+                            for r in g.reasons[:3]) or "—"
+        mfu = f'<span style="color:{mfu_colour(g.mfu)}">{pct(g.mfu)}</span>'
+        rows.append(
+            f'<tr data-job="{esc(g.key.get("job_id", ""))}">{_cell(g, "job_id")}{_cell(g, "user")}{_cell(g, "cluster")}'
+            f'<td>{share_bar(g)}</td><td>{class_badge(dominant)}</td><td class="num">{mfu}</td>'
+            f'<td class="num">{hours(g.wasted)}</td><td class="num"><b>{usd(g.wasted_cost)}</b></td>'
+            f'<td class="small">{reasons}</td></tr>')
+    return ('<table id="jobs" class="wide"><tr><th>job</th><th>user</th><th>cluster</th><th>time per class</th><th>mostly</th>'
+            '<th>busy MFU</th><th>wasted GPU-h</th><th>wasted cost</th><th>verdict reasons (GPU-hours)</th></tr>'
+            + "".join(rows) + "</table>")
+
+
+def incidents_table(rows: Sequence[dict[str, object]], columns: Sequence[tuple[str, str]], table_id: str, empty: str) -> str:
+    if not rows:
+        return f'<p class="muted">{esc(empty)}</p>'
+    head = "".join(f"<th>{esc(title)}</th>" for _, title in columns)
+    body = "".join("<tr>" + "".join(_incident_cell(row.get(name)) for name, _ in columns) + "</tr>" for row in rows)
+    return f'<table id="{table_id}"><tr>{head}</tr>{body}</table>'
+
+
+def _incident_cell(value: object) -> str:
+    if isinstance(value, float):
+        return f'<td class="num">{value:,.2f}</td>'
+    return f"<td>{esc(value) if value not in (None, '') else '—'}</td>"

@@ -1,0 +1,120 @@
+"""From checked options to the written page: the part of ``roofwatch fleet-report`` that is not
+argument parsing (which lives in agent/app/commands_offline.py). Errors are :class:`OptionError`
+naming the flag, so the command can print them and exit 2 (bad input) or 1 (server unusable)."""
+
+from __future__ import annotations
+
+import sys
+import urllib.parse
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, TextIO
+
+from agent.classifier.thresholds import Thresholds
+from agent.views.fleet_report.collect import FleetReport, collect
+from agent.views.fleet_report.data import Prices
+from agent.views.fleet_report.promapi import PromClient, PromError
+from agent.views.fleet_report.window import Window, parse_duration, parse_time
+
+
+class OptionError(Exception):
+    """Bad input (``usage`` True: exit 2) or a server that cannot be used (exit 1); names the flag."""
+
+    def __init__(self, message: str, *, usage: bool = True) -> None:
+        super().__init__(message)
+        self.usage = usage
+
+
+@dataclass
+class Options:
+    prometheus: str
+    range: str = "7d"
+    end: str | None = None
+    cluster: str | None = None
+    source: str = "roofwatch"
+    costs: list[str] = field(default_factory=list)
+    headers: list[str] = field(default_factory=list)
+    bearer_token_file: str | None = None
+    basic_auth_file: str | None = None
+    timeout_s: float = 60.0
+    top: int = 25
+    max_gpus: int = 64
+    title: str | None = None
+
+
+def client_for(opts: Options) -> PromClient:
+    parsed = urllib.parse.urlsplit(opts.prometheus)
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        raise OptionError(f"--prometheus: {opts.prometheus!r} is not an http(s) URL such as http://prometheus:9090")
+    if not 0 < opts.timeout_s <= 3600:
+        raise OptionError(f"--timeout: {opts.timeout_s:g} must be between 0 and 3600 seconds")
+    headers: dict[str, str] = {}
+    for item in opts.headers:
+        name, sep, value = item.partition(":")
+        if not sep or not name.strip() or any(c in item for c in "\r\n"):
+            raise OptionError(f"--header: {item!r} is not 'Name: value'")
+        headers[name.strip()] = value.strip()
+    token = _read_secret(opts.bearer_token_file, "--bearer-token-file")
+    basic = _read_secret(opts.basic_auth_file, "--basic-auth-file")
+    if basic is not None and ":" not in basic:
+        raise OptionError("--basic-auth-file: the file must hold user:password")
+    headers.update(PromClient.auth_headers(token, basic))
+    return PromClient(opts.prometheus, timeout_s=opts.timeout_s, headers=headers)
+
+
+def _read_secret(path: str | None, flag: str) -> str | None:
+    if path is None:
+        return None
+    try:
+        return Path(path).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise OptionError(f"{flag}: cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
+
+
+def window_for(opts: Options) -> Window:
+    try:
+        range_s = parse_duration(opts.range)
+    except ValueError as exc:
+        raise OptionError(f"--range: {exc}") from None
+    try:
+        end = parse_time(opts.end)
+    except ValueError as exc:
+        raise OptionError(f"--end: {exc}") from None
+    return Window.pick(end, range_s)
+
+
+def build(opts: Options, thresholds: Thresholds, progress: Callable[[str], None]) -> FleetReport:
+    """Check the options, make sure the server answers, and run every section."""
+    try:
+        prices = Prices.parse(opts.costs)
+    except ValueError as exc:
+        raise OptionError(f"--cost-per-gpu-hour: {exc}") from None
+    if opts.top < 1 or opts.max_gpus < 1:
+        raise OptionError("--top and --max-gpus must be at least 1")
+    window = window_for(opts)
+    client = client_for(opts)
+    try:  # one cheap query first: a wrong URL or an unreachable server is one clear error, not ten
+        client.query("vector(1)", window.end)
+    except PromError as exc:
+        raise OptionError(f"--prometheus {opts.prometheus}: {exc} (the API root: Prometheus :9090, VictoriaMetrics "
+                          f":8428, Mimir .../prometheus)", usage=False) from None
+    if opts.source == "dcgm":
+        from agent.views.fleet_report.dcgm import dcgm_report, dcgm_step, dcgm_thresholds
+
+        return dcgm_report(client, window, cluster=opts.cluster, prices=prices, max_gpus=opts.max_gpus,
+                           thresholds=dcgm_thresholds(thresholds, dcgm_step(window.range_s)), progress=progress)
+    return collect(client, window, cluster=opts.cluster, prices=prices, top=opts.top, progress=progress)
+
+
+def terminal_progress(stream: TextIO = sys.stderr) -> Callable[[str], None]:
+    """One overwritten status line on a terminal; nothing when stderr is a file or a pipe."""
+    if not stream.isatty():
+        return lambda _: None
+    count = [0]
+
+    def show(what: str) -> None:
+        count[0] += 1
+        stream.write(f"\r\x1b[Kfleet-report: query {count[0]}: {what}")
+        stream.flush()
+
+    return show
