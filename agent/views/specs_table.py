@@ -18,18 +18,25 @@ _COLUMNS = ("key", "name", "BF16 TF/s", "FP8 TF/s", "TF32 TF/s", "FP32 TF/s", "H
             "Mem GiB", "TDP W", "Ridge BF16", "PCI ids")
 
 
+def _half(spec: GpuSpec) -> str:
+    """BF16, or FP16 marked ``*`` on GPUs whose tensor cores have no BF16 (V100, T4)."""
+    return "fp16" if "bf16" not in spec.peak_flops and "fp16" in spec.peak_flops else "bf16"
+
+
 def _row(spec: GpuSpec) -> tuple[str, ...]:
-    p = spec.peak_flops
+    p, half = spec.peak_flops, _half(spec)
+    mark = "*" if half == "fp16" else ""
     return (spec.key, spec.name + (" (estimated)" if spec.estimated else ""),
-            _fmt(p.get("bf16"), TERA, 1), _fmt(p.get("fp8"), TERA, 1), _fmt(p.get("tf32"), TERA, 1),
+            _fmt(p.get(half), TERA, 1) + mark, _fmt(p.get("fp8"), TERA, 1), _fmt(p.get("tf32"), TERA, 1),
             _fmt(p.get("fp32"), TERA, 1), _fmt(spec.mem_bandwidth_bytes_per_s, TERA, 3),
             _fmt(spec.memory_bytes, GIB, 0), _fmt(spec.tdp_w, 1, 0),
-            _fmt(spec.ridge_point("bf16"), 1, 0),
+            _fmt(spec.ridge_point(half), 1, 0) + mark,
             ",".join(f"{i:04x}" for i in spec.pci_device_ids) or "—")
 
 
 def specs_table(specs: Sequence[GpuSpec] = CATALOGUE) -> str:
-    """Aligned plain-text table for ``roofwatch specs`` (dense peaks; ridge in FLOP/byte)."""
+    """Aligned plain-text table for ``roofwatch specs`` (dense peaks; ridge in FLOP/byte; ``*``: FP16,
+    the GPU has no BF16 tensor cores)."""
     rows = [_COLUMNS, *(_row(s) for s in specs)]
     widths = [max(len(r[i]) for r in rows) for i in range(len(_COLUMNS))]
 

@@ -32,4 +32,20 @@ AMD: tuple[GpuSpec, ...] = (
           "derived: 5e15 / (256 x 8192) = 2384 MHz; max 2400 MHz. FP32 157.3 was recalled, not "
           "read from a source (unconfirmed). TF32 not listed (believed removed in CDNA4). FP64 "
           "omitted (unconfirmed)."),
+    # CDNA4 MI350X: the air-cooled MI355X sibling. pci.ids: 75a0 "Aqua Vanjaram [Instinct MI350X]".
+    _spec("mi350x", "AMD Instinct MI350X", "amd", bf16=2306.9, fp8=4613.7, fp32=144.2, fp64=72.1,
+          hbm_tbs=8.0, mem_gib=288, tdp=1000, sms=256, ref=2200, max_clk=2200, pci=(0x75A0,),
+          notes="AMD Hot Chips 2025 (wccftech, thefilibusterblog copies): MI350X 1000 W TBP, max "
+          "clock 2.2 GHz, 288 GB HBM3E at 8 TB/s, 256 CUs (8 XCDs). Peaks derived at that clock "
+          "with the CDNA4 rates behind the MI355X entry: 256 CU x 4096 BF16 FLOP/clk x 2.2 GHz = "
+          "2306.9 TF (AMD: 2.3 PF), x 8192 FP8 = 4613.7 TF, FP32 vector 256 x 256 x 2.2 GHz = "
+          "144.2 TF, FP64 vector half of FP32 = 72.1 TF. No TF32 hardware in CDNA4 (emulated with "
+          "BF16: webtagr.com, AMD interview). XGMI per-direction bandwidth not confirmed: None."),
+    # CDNA3 MI308X: an MI300X-family part for China. pci.ids: 74a2 "Aqua Vanjaram [Instinct MI308X]".
+    _spec("mi308x", "AMD Instinct MI308X", "amd", hbm_tbs=None, mem_gib=None, tdp=None, sms=80,
+          ref=None, max_clk=None, pci=(0x74A2,),
+          notes="No AMD data sheet found. 80 CUs (gfx942) from an amd-smi report of an MI308X node "
+          "(third-party log). Memory size, peaks, bandwidth, clocks and TDP unknown: all FLOP peaks left out rather than scaled from "
+          "MI300X (80/304 CUs x MI300X would be ~344 TF BF16 at 2.1 GHz, an unconfirmed guess). "
+          "Set them with a `specs` override in the config once measured."),
 )

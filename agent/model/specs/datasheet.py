@@ -15,15 +15,17 @@ GIB = 2**30
 
 
 def datasheet_spec(key: str, name: str, vendor: Vendor, *, bf16: float | None = None, fp8: float | None = None,
-          tf32: float | None = None, fp32: float | None = None, fp64: float | None = None,
+          fp16: float | None = None, tf32: float | None = None, fp32: float | None = None, fp64: float | None = None,
           hbm_tbs: float | None, mem_gib: float | None, tdp: float | None, sms: int | None,
           ref: float | None, max_clk: float | None, link_gbs: float | None = None,
           pci: tuple[int, ...] = (), notes: str = "") -> GpuSpec:
     """One entry in datasheet units (TFLOP/s, TB/s, GiB, GB/s per direction) -> SI units.
 
-    FP16 always equals BF16: gpu-specs.md §2 lists them as one "BF16/FP16 TC" column.
+    FP16 equals BF16 unless given: gpu-specs.md §2 lists them as one "BF16/FP16 TC" column. Only
+    GPUs without BF16 tensor cores (Volta, Turing) give ``fp16`` alone, and then have no BF16 peak.
     """
-    tflops = {"fp8": fp8, "bf16": bf16, "fp16": bf16, "tf32": tf32, "fp32": fp32, "fp64": fp64}
+    tflops = {"fp8": fp8, "bf16": bf16, "fp16": bf16 if fp16 is None else fp16, "tf32": tf32,
+              "fp32": fp32, "fp64": fp64}
     return GpuSpec(
         key=key, name=name, vendor=vendor,
         peak_flops={k: v * TERA for k, v in tflops.items() if v is not None},
