@@ -49,8 +49,8 @@ def make_collector(settings: Settings, backend):
     # A virtual agent plays one scenario node; naming it after that node (not this host) keeps
     # several demo agents on one machine apart, as real nodes would be.
     node = settings.node_name
-    if "node_name" not in settings.model_fields_set and getattr(backend, "name", "") in DEMO_BACKENDS:
-        node = getattr(backend, "node", node)
+    if "node_name" not in settings.model_fields_set and getattr(backend, "name", "") in (*DEMO_BACKENDS, "dcgm-exporter"):
+        node = getattr(backend, "node", None) or node  # dcgm-exporter: its Hostname label, when it has one
     try:
         collector = Collector(
             backend,

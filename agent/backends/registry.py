@@ -80,14 +80,46 @@ def open_nvml(settings: Settings, reports: WorkloadSource | None = None) -> Back
     from agent.backends.nvml import NvmlBackend, load_pynvml
 
     nvml = load_pynvml()  # fails fast (no driver) before any background source starts
-    return NvmlBackend(nvml, node=settings.node_name, host=open_local_host(settings, reports))
+    return with_dcgm_exporter(settings, NvmlBackend(nvml, node=settings.node_name,
+                                                    host=open_local_host(settings, reports)))
 
 
 def open_nvml_virtual(settings: Settings, reports: WorkloadSource | None = None) -> Backend:
     """The real NVML backend over the fake driver that plays the virtual scenario."""
     from agent.backends.nvml_virtual import VirtualNvmlBackend
 
-    return VirtualNvmlBackend(open_virtual(settings))  # type: ignore[arg-type]
+    return with_dcgm_exporter(settings, VirtualNvmlBackend(open_virtual(settings)))  # type: ignore[arg-type]
+
+
+def dcgm_exporter_reader(settings: Settings):
+    """The background reader of ``dcgm_exporter_url`` (agent.backends.dcgm_exporter.reader)."""
+    from agent.backends.dcgm_exporter import ExporterReader
+
+    assert settings.dcgm_exporter_url is not None
+    return ExporterReader(settings.dcgm_exporter_url, interval_s=settings.dcgm_exporter_interval_s,
+                          timeout_s=settings.dcgm_exporter_timeout_s, stale_s=settings.dcgm_exporter_stale_s)
+
+
+def with_dcgm_exporter(settings: Settings, backend: Backend) -> Backend:
+    """An NVML backend completed by the node's dcgm-exporter when ``dcgm_exporter_url`` is set."""
+    if not settings.dcgm_exporter_url:
+        return backend
+    from agent.backends.dcgm_exporter import DcgmExporterJoin
+
+    return DcgmExporterJoin(backend, dcgm_exporter_reader(settings))  # type: ignore[return-value]
+
+
+def open_dcgm_exporter(settings: Settings, reports: WorkloadSource | None = None) -> Backend:
+    """The GPUs as the node's dcgm-exporter lists them, with no driver access (docs/nvidia.md)."""
+    from agent.backends.dcgm_exporter import DcgmExporterBackend
+
+    if not settings.dcgm_exporter_url:
+        raise BackendUnavailable("dcgm-exporter backend: no exporter to read: set dcgm_exporter_url "
+                                 "(--dcgm-exporter-url URL, ROOFWATCH_DCGM_EXPORTER_URL)")
+    node = settings.node_name if "node_name" in settings.model_fields_set else None
+    backend = DcgmExporterBackend(dcgm_exporter_reader(settings), node=node)
+    backend.first_read()  # fails fast, and names the node after the exporter's Hostname label
+    return backend  # type: ignore[return-value]
 
 
 def open_amd(settings: Settings, reports: WorkloadSource | None = None) -> Backend:
@@ -111,7 +143,7 @@ def open_amd_virtual(settings: Settings, reports: WorkloadSource | None = None) 
 
 
 OPENERS = {"nvml": open_nvml, "amd": open_amd, "virtual": open_virtual, "nvml-virtual": open_nvml_virtual,
-           "amd-virtual": open_amd_virtual}
+           "amd-virtual": open_amd_virtual, "dcgm-exporter": open_dcgm_exporter}
 
 
 def open_backend(settings: Settings, reports: WorkloadSource | None = None) -> Backend:

@@ -1,0 +1,129 @@
+"""``--backend dcgm-exporter``: the GPUs as a dcgm-exporter on the node sees them, with no driver access.
+
+For an agent that runs beside the GPU Operator's exporter (a sidecar, a locked-down pod) and for
+pre-Hopper fleets where only DCGM has the profiling counters. Discovery is the first read: every
+GPU and MIG instance in the exposition becomes a device named as the trace format names it
+(``"3"``, ``"3/7"`` for GPU instance 7). Each sample is the latest exposition's values for that
+device, mapped by :mod:`agent.backends.dcgm_exporter.mapping`, answered from the reader's memory.
+When the reader refuses a device's values (exporter down, stale, frozen, device gone: see
+:mod:`agent.backends.dcgm_exporter.reader`), :meth:`sample` raises :class:`DeviceError` with that
+reason and the collector marks the device down until the values are good again.
+
+A GPU that appears only after start (an exporter restarted with more GPUs) is logged and listed
+by ``doctor``; the collector's device set is fixed at start, so restart the agent to read it.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Sequence
+
+from agent.backends.base import BackendUnavailable, DeviceError
+from agent.backends.dcgm_exporter.exposition import GpuRecord
+from agent.backends.dcgm_exporter.mapping import capabilities, sample_values
+from agent.backends.dcgm_exporter.reader import ExporterReader
+from agent.model import DeviceInfo, GpuSample, XidCount
+from agent.model.specs.lookup import resolve_spec
+from agent.model.specs.slices import mig_name_spec
+
+log = logging.getLogger("roofwatch.dcgm_exporter")
+
+SOURCE = "dcgm-exporter"
+
+
+def device_model(record: GpuRecord) -> str:
+    """The model as NVML would name the device: a MIG instance is ``<parent> MIG <profile>``.
+    dcgm-exporter's ``--replace-blanks-in-model-name`` dashes are turned back into spaces when the
+    name starts ``NVIDIA-``, so both spellings find the same catalogue entry."""
+    model = record.model or "NVIDIA GPU (model not exported)"
+    if model.startswith("NVIDIA-") and " " not in model:
+        model = "NVIDIA " + model[len("NVIDIA-"):]
+    return f"{model} MIG {record.profile}" if record.profile else model
+
+
+def device_info(record: GpuRecord) -> DeviceInfo:
+    """Identity and peaks of one record. A MIG instance has no UUID of its own in the exposition,
+    so it is named ``<GPU UUID>/<instance>``; its peaks are its profile's slice of the GPU's."""
+    values = sample_values(record)
+    model = device_model(record)
+    total = values.get("mem_total_bytes")
+    parent_name = model.split(" MIG ")[0]
+    spec = resolve_spec(vendor="nvidia", name=parent_name, memory_bytes=None if record.profile else total)
+    if spec is not None and record.profile:
+        spec = mig_name_spec(spec, model)
+    uuid = record.uuid or f"dcgm-exporter-gpu-{record.index}"
+    return DeviceInfo(gpu=record.key, uuid=f"{uuid}/{record.instance}" if record.instance else uuid, vendor="nvidia",
+                      model=model, memory_total_bytes=total, pci_bus_id=record.pci_bus_id,
+                      sm_clock_max_mhz=values.get("sm_clock_max_mhz"), spec=spec,
+                      capabilities=(SOURCE, *capabilities(values)))
+
+
+class DcgmExporterBackend:
+    """Samples every GPU a dcgm-exporter lists, from its latest exposition."""
+
+    name = SOURCE
+
+    def __init__(self, reader: ExporterReader, *, node: str | None = None) -> None:
+        """``node``: the node label; None takes the exposition's ``Hostname`` label."""
+        self.reader = reader
+        self.node = node
+        self._infos: dict[str, DeviceInfo] = {}
+        self._last_now: dict[str, float] = {}
+        self._closed = False
+
+    def first_read(self) -> None:
+        """Read the exporter now; BackendUnavailable naming the cause when it does not answer. Also
+        names the node after the exposition's ``Hostname`` label unless a node was given."""
+        error = self.reader.read_once()
+        if error is not None:
+            raise BackendUnavailable(f"dcgm-exporter at {self.reader.url}: {error}")
+        if self.node is None:
+            self.node = next((r.hostname for r in self.reader.records().values() if r.hostname), None)
+
+    def discover(self) -> Sequence[DeviceInfo]:
+        if not self.reader.status().up:
+            self.first_read()
+        records = self.reader.records()
+        self._infos = {key: device_info(r) for key, r in records.items()}
+        self.reader.start()
+        return list(self._infos.values())
+
+    def unknown_gpus(self) -> tuple[str, ...]:
+        """GPUs the exporter lists now that were not there at start (read after a restart of the agent)."""
+        return tuple(k for k in self.reader.records() if k not in self._infos)
+
+    def sample(self, gpu: str, now: float) -> GpuSample:
+        info = self._infos.get(gpu)
+        if info is None:
+            raise DeviceError(f"dcgm-exporter: no GPU {gpu!r}")
+        if self._closed:
+            raise DeviceError("dcgm-exporter backend is closed")
+        record, problem = self.reader.lookup(gpu, now)
+        if record is None:
+            raise DeviceError(problem or f"dcgm-exporter: GPU {gpu} unavailable")
+        last = self._last_now.get(gpu)
+        self._last_now[gpu] = now
+        interval = now - last if last is not None and now > last else None
+        return GpuSample(ts=now, gpu=gpu, node=self.node or "local", uuid=info.uuid, vendor="nvidia",
+                         model=info.model, interval_s=interval, attribution=record.attribution,
+                         **sample_values(record))
+
+    def device_events(self, gpu: str) -> tuple[XidCount, ...]:
+        return self.reader.xids(gpu)
+
+    def counter_sources(self, gpu: str) -> dict[str, str]:
+        """Every field of this backend's samples comes from the exporter."""
+        record = self.reader.records().get(gpu)
+        return {f: SOURCE for f in sample_values(record)} if record is not None else {}
+
+    def device_info(self, gpu: str) -> DeviceInfo:
+        return self._infos[gpu]
+
+    @property
+    def devices(self) -> dict[str, DeviceInfo]:
+        return dict(self._infos)
+
+    def close(self) -> None:
+        self._closed = True
+        self.reader.close()
+

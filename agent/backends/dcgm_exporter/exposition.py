@@ -1,0 +1,206 @@
+"""Read a dcgm-exporter ``/metrics`` body into per-GPU records, leniently and within bounds.
+
+dcgm-exporter (github.com/NVIDIA/dcgm-exporter, ``internal/pkg/rendermetrics/render_metrics.go``)
+renders its text with a Go template, not a Prometheus client library, so its output bends the
+conventions: camelCase labels (``modelName``, ``UUID`` or ``uuid`` with ``--use-old-namespace``,
+``Hostname`` until release 4.x renamed it ``hostname``), counters without ``_total``, MIG
+instances as extra labels (``GPU_I_PROFILE``, ``GPU_I_ID`` = NVML's GPU instance id), static
+fields as labels (``DCGM_FI_DRIVER_VERSION``), Kubernetes owners as ``pod``/``namespace``/
+``container`` (``pod_name``/``pod_namespace``/``container_name`` in the old namespace), and the
+XID gauge with ``err_code``/``err_msg``. Older releases print DCGM's "blank" sentinels as values
+(``9223372036854775794`` = ``DCGM_INT64_NOT_SUPPORTED``); newer ones skip them. Which fields
+appear at all is the operator's counters CSV: the profiling ones are commented out by default.
+
+So this parser takes each line on its own: a line it cannot read is skipped and counted, never
+fatal, unless nothing usable is left. Sizes are capped (the caller caps the body; here lines and
+series), so a misdirected URL or a hostile body costs bounded memory and time.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Iterable, Mapping
+
+from agent.model import Attribution
+
+MAX_SERIES = 100_000
+"""Series read from one body: a node of 8 GPUs x 7 MIG instances x 100 fields is 5,600."""
+MAX_LINE_CHARS = 16_384
+"""A longer line is skipped: dcgm-exporter's longest (a pod-labelled MIG series) is under 1 KiB."""
+
+_NAME = re.compile(r"[A-Za-z_:][A-Za-z0-9_:]*")
+_LABEL = re.compile(r'\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*(,|(?=\}))')
+_ESCAPES = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
+
+# DCGM's "no value" sentinels (dcgm_structs.h): BLANK, NOT_FOUND, NOT_SUPPORTED, NOT_PERMISSIONED.
+_INT32_BLANKS = frozenset(float(0x7FFFFFF0 + i) for i in range(4))
+_INT64_BLANK_MIN = float(0x7FFFFFFFFFFFFFF0)
+_FP64_BLANKS = frozenset(140737488355328.0 + i for i in range(4))
+
+
+class ExporterFormatError(ValueError):
+    """The body is no dcgm-exporter exposition (or nothing in it could be read); says why."""
+
+
+def is_blank(value: float) -> bool:
+    """A DCGM sentinel or a non-finite value: unknown, never a reading."""
+    return (not math.isfinite(value) or value in _INT32_BLANKS or value >= _INT64_BLANK_MIN
+            or value in _FP64_BLANKS)
+
+
+@dataclass(frozen=True, slots=True)
+class Series:
+    name: str
+    labels: Mapping[str, str]
+    value: float
+    ts_s: float | None
+    """The line's own timestamp (Prometheus text allows one, in ms); dcgm-exporter writes none by default."""
+
+
+def _unescape(text: str) -> str:
+    return re.sub(r"\\[\\\"n]", lambda m: _ESCAPES[m.group(0)], text) if "\\" in text else text
+
+
+def parse_line(line: str) -> Series | None:
+    """One sample line, or None when it is not one (the caller counts those)."""
+    match = _NAME.match(line)
+    if match is None:
+        return None
+    name, pos = match.group(0), match.end()
+    labels: dict[str, str] = {}
+    if pos < len(line) and line[pos] == "{":
+        pos += 1
+        while True:
+            while pos < len(line) and line[pos] in " \t":
+                pos += 1
+            if pos < len(line) and line[pos] == "}":
+                pos += 1
+                break
+            label = _LABEL.match(line, pos)
+            if label is None:
+                return None
+            labels[label.group(1)] = _unescape(label.group(2))
+            pos = label.end()
+    parts = line[pos:].split()
+    if not 1 <= len(parts) <= 2:
+        return None
+    try:
+        value = float(parts[0])
+        ts = float(parts[1]) / 1000.0 if len(parts) == 2 else None
+    except ValueError:
+        return None
+    return Series(name, labels, value, ts)
+
+
+@dataclass(frozen=True, slots=True)
+class Parsed:
+    series: tuple[Series, ...]
+    skipped: int
+    """Lines that were neither comments nor readable samples."""
+    first_bad: str | None
+
+
+def parse_exposition(text: str, *, max_series: int = MAX_SERIES) -> Parsed:
+    """Every readable sample line; ExporterFormatError when the body holds none of dcgm-exporter's."""
+    out: list[Series] = []
+    skipped, first_bad = 0, None
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        series = parse_line(line) if len(line) <= MAX_LINE_CHARS else None
+        if series is None:
+            skipped += 1
+            if first_bad is None:
+                shown = line[:80].encode("ascii", "backslashreplace").decode()
+                first_bad = f"line {number}: {shown!r}" + (" (over 16 KiB)" if len(line) > MAX_LINE_CHARS else "")
+            continue
+        if len(out) >= max_series:
+            raise ExporterFormatError(f"more than {max_series} series: not one node's dcgm-exporter")
+        out.append(series)
+    if not any(s.name.startswith("DCGM_") for s in out):
+        why = f"; unreadable {first_bad}" if first_bad else ""
+        raise ExporterFormatError(f"no DCGM_* series in the response ({len(out)} other series, {skipped} "
+                                  f"unreadable lines{why}): is the URL a dcgm-exporter's /metrics?")
+    return Parsed(tuple(out), skipped, first_bad)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuRecord:
+    """Everything one exposition says about one GPU, or one MIG instance of it."""
+
+    key: str
+    """``"3"``, or ``"3/7"`` for GPU instance 7 of GPU 3: the trace format's naming, as NVML's."""
+    index: str
+    instance: str | None
+    profile: str | None
+    """MIG profile (``1g.10gb``) of an instance."""
+    uuid: str | None
+    """The physical GPU's UUID (dcgm-exporter labels MIG instances with their parent's)."""
+    model: str | None
+    hostname: str | None
+    pci_bus_id: str | None
+    driver: str | None
+    attribution: Attribution | None
+    values: Mapping[str, float]
+    """Field name (``DCGM_FI_DEV_POWER_USAGE``) -> value, DCGM blanks left out."""
+    newest_ts_s: float | None
+    xid: int | None
+    """The last XID DCGM saw on this GPU (``DCGM_FI_DEV_XID_ERRORS``), 0 or None when none."""
+
+
+_ATTRIBUTION = (("pod", "pod_name"), ("namespace", "pod_namespace"), ("container", "container_name"))
+
+
+def _first(labels: Mapping[str, str], *names: str) -> str | None:
+    for name in names:
+        value = labels.get(name)
+        if value:
+            return value
+    return None
+
+
+def _attribution(labels: Mapping[str, str]) -> Attribution | None:
+    found = {field: _first(labels, *names) for field, names in zip(("pod", "namespace", "container"), _ATTRIBUTION)}
+    return Attribution(**found) if any(found.values()) else None
+
+
+def gpu_records(series: Iterable[Series]) -> dict[str, GpuRecord]:
+    """Group GPU series by GPU (and MIG instance). Link and switch series (``nvlink``,
+    ``nvswitch`` labels) and the exporter's own process metrics are left out."""
+    grouped: dict[str, dict] = {}
+    for s in series:
+        labels = s.labels
+        index = labels.get("gpu")
+        if not s.name.startswith("DCGM_") or index is None or not index.isdigit() or "nvlink" in labels \
+                or "nvswitch" in labels:
+            continue
+        instance = labels.get("GPU_I_ID") or None
+        if instance is not None and not instance.isdigit():
+            continue
+        key = f"{index}/{instance}" if instance is not None else index
+        entry = grouped.setdefault(key, {"labels": {}, "values": {}, "ts": None, "xid": None,
+                                         "index": index, "instance": instance})
+        for name, value in labels.items():
+            entry["labels"].setdefault(name, value)
+        if s.ts_s is not None:
+            entry["ts"] = s.ts_s if entry["ts"] is None else max(entry["ts"], s.ts_s)
+        if is_blank(s.value):
+            continue
+        if s.name == "DCGM_FI_DEV_XID_ERRORS":
+            entry["xid"] = int(s.value) if s.value >= 0 else None
+        entry["values"].setdefault(s.name, s.value)
+    return {key: GpuRecord(
+        key=key, index=e["index"], instance=e["instance"], profile=e["labels"].get("GPU_I_PROFILE") or None,
+        uuid=_first(e["labels"], "UUID", "uuid"), model=_first(e["labels"], "modelName", "model_name"),
+        hostname=_first(e["labels"], "Hostname", "hostname"), pci_bus_id=_first(e["labels"], "pci_bus_id"),
+        driver=_first(e["labels"], "DCGM_FI_DRIVER_VERSION"), attribution=_attribution(e["labels"]),
+        values=dict(e["values"]), newest_ts_s=e["ts"], xid=e["xid"],
+    ) for key, e in sorted(grouped.items(), key=lambda kv: _order(kv[0]))}
+
+
+def _order(key: str) -> tuple[int, int]:
+    index, _, instance = key.partition("/")
+    return int(index), int(instance) if instance else -1
