@@ -135,6 +135,20 @@ class Settings(BaseSettings):
     inference_interval_s: float = Field(5.0, ge=0.5, le=300.0, description="Seconds between scrapes of each "
                                         "inference endpoint; reports older than 3 intervals are dropped.")
     inference_timeout_s: float = Field(2.0, gt=0.0, le=30.0, description="Deadline for one inference endpoint scrape.")
+    dcgm: Literal["auto", "on", "off"] = Field(
+        "auto", description="Read DCGM profiling counters (SM, tensor, DRAM, FP-pipe activity) for NVIDIA GPUs "
+        "without GPM (before Hopper) through the DCGM Python bindings, joined into the NVML samples. auto: when "
+        "such GPUs exist and DCGM answers (else NVML alone, doctor says why); on: required; off: never. "
+        "nvml-virtual: only with on (a simulated host engine).")
+    dcgm_host: str = Field(
+        "localhost:5555", min_length=1, description="The DCGM host engine (nv-hostengine) to connect to: "
+        "HOST[:PORT] (default port 5555), unix:/path/to/socket, or embedded (start DCGM inside the agent; "
+        "profiling then needs the agent to run as root).")
+    dcgm_bindings_path: list[str] = Field(
+        default_factory=lambda: ["/usr/share/datacenter-gpu-manager-4/bindings/python3",
+                                 "/usr/local/dcgm/bindings/python3"],
+        description="Directories searched, in order, for the DCGM Python bindings (dcgm_agent.py), which ship "
+        "with the DCGM packages (DCGM 4 and DCGM 3 install paths by default).")
     dcgm_exporter_url: str | None = Field(
         None, min_length=1, description="A dcgm-exporter's /metrics URL (http://127.0.0.1:9400/metrics): with the "
         "NVML backend it fills the profiling counters NVML lacks before Hopper (SM, tensor, FP pipes, DRAM) for the "
@@ -166,6 +180,11 @@ class Settings(BaseSettings):
     scenario: str = Field("demo", min_length=1, description="Virtual backend: built-in scenario name or YAML path.")
     virtual_node: str | None = Field(None, description="Virtual backend: which scenario node this agent plays.")
     dtype: Dtype = Field("bf16", description="Math precision assumed for peak FLOP/s when the workload does not say.")
+    specs: dict[str, dict[str, float | str]] = Field(
+        default_factory=dict, max_length=256, description="Dense peaks for GPU models the catalogue lacks, keyed by "
+        "the exact name the driver reports (nvidia-smi / amd-smi): bf16_tflops, fp16_tflops, fp8_tflops, tf32_tflops, "
+        "fp32_tflops, fp64_tflops, mem_bandwidth_tbs, memory_gib, tdp_w, sm_count, ref_clock_mhz; wins over the "
+        "catalogue (roofwatch doctor prints the entry to add).")
     classify: bool = Field(True, description="Classify each GPU's workload and export verdicts, MFU and MBU.")
     classifier: Thresholds = Field(
         default_factory=Thresholds, description="Classifier thresholds and windows (see docs/classification.md)."
@@ -184,6 +203,15 @@ class Settings(BaseSettings):
     def _check_dcgm_exporter_url(cls, value: str | None) -> str | None:
         if value is not None and not (value.startswith(("http://", "https://")) and len(value) > 8):
             raise ValueError(f"'{value}' is not an http:// or https:// URL (for example http://127.0.0.1:9400/metrics)")
+        return value
+
+    @field_validator("specs")
+    @classmethod
+    def _check_specs(cls, value: dict[str, dict[str, float | str]]) -> dict[str, dict[str, float | str]]:
+        from agent.model.specs.override import override_spec
+
+        for name, fields in value.items():
+            override_spec(name, fields)  # ValueError names the model and the field
         return value
 
     @model_validator(mode="after")

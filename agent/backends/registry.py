@@ -80,15 +80,37 @@ def open_nvml(settings: Settings, reports: WorkloadSource | None = None) -> Back
     from agent.backends.nvml import NvmlBackend, load_pynvml
 
     nvml = load_pynvml()  # fails fast (no driver) before any background source starts
-    return with_dcgm_exporter(settings, NvmlBackend(nvml, node=settings.node_name,
-                                                    host=open_local_host(settings, reports)))
+    return with_dcgm(settings, with_dcgm_exporter(settings, NvmlBackend(nvml, node=settings.node_name,
+                                                                        host=open_local_host(settings, reports))))
 
 
 def open_nvml_virtual(settings: Settings, reports: WorkloadSource | None = None) -> Backend:
     """The real NVML backend over the fake driver that plays the virtual scenario."""
     from agent.backends.nvml_virtual import VirtualNvmlBackend
 
-    return with_dcgm_exporter(settings, VirtualNvmlBackend(open_virtual(settings)))  # type: ignore[arg-type]
+    backend = VirtualNvmlBackend(open_virtual(settings))  # type: ignore[arg-type]
+    return with_dcgm(settings, with_dcgm_exporter(settings, backend), virtual=backend.virtual)
+
+
+def with_dcgm(settings: Settings, backend: Backend, virtual=None) -> Backend:
+    """An NVML backend whose GPUs without GPM get DCGM's profiling counters (setting ``dcgm``; docs/nvidia.md).
+
+    ``virtual``: the simulated node of nvml-virtual, whose DCGM is the fake host engine over the fake
+    bindings (agent/virtual/fake_dcgm), and only with ``dcgm: on``."""
+    from agent.backends.dcgm import dcgm_join
+
+    mode, paths = settings.dcgm, settings.dcgm_bindings_path
+    if virtual is None:
+        return dcgm_join(backend, mode=mode, host=settings.dcgm_host, paths=paths, interval_s=settings.interval_s)
+    if mode != "on":
+        return backend
+    from agent.backends.dcgm_virtual import virtual_loader
+    from agent.virtual.fake_dcgm import BINDINGS_DIR
+
+    if "dcgm_bindings_path" not in settings.model_fields_set:
+        paths = [str(BINDINGS_DIR)]
+    return dcgm_join(backend, mode=mode, host=settings.dcgm_host, paths=paths, interval_s=settings.interval_s,
+                     load=virtual_loader(virtual))
 
 
 def dcgm_exporter_reader(settings: Settings):
@@ -146,11 +168,19 @@ OPENERS = {"nvml": open_nvml, "amd": open_amd, "virtual": open_virtual, "nvml-vi
            "amd-virtual": open_amd_virtual, "dcgm-exporter": open_dcgm_exporter}
 
 
+def install_spec_overrides(settings: Settings) -> None:
+    """Make the config's ``specs:`` peaks the ones discovery resolves for those driver names."""
+    from agent.model.specs.override import override_spec, set_overrides
+
+    set_overrides({name: override_spec(name, fields) for name, fields in settings.specs.items()})
+
+
 def open_backend(settings: Settings, reports: WorkloadSource | None = None) -> Backend:
     """Open ``settings.backend``; ``auto`` tries NVML then AMD and explains every failure.
 
     ``reports`` is where workload reports sent to this agent land (the real backends use it; the
     simulated fleet has its own)."""
+    install_spec_overrides(settings)
     if settings.backend != "auto":
         return OPENERS[settings.backend](settings, reports)
     reasons = []

@@ -1,0 +1,49 @@
+"""DCGM's profiling fields, what each fills in a GpuSample, and how a field value is decoded.
+
+Ids and types from NVIDIA/DCGM dcgmlib/src/dcgm_fields.cpp (4.6.0): 1001-1008 are doubles, ratios
+0..1 over the update interval (GR_ENGINE_ACTIVE, SM_ACTIVE, SM_OCCUPANCY, PIPE_TENSOR_ACTIVE,
+DRAM_ACTIVE, PIPE_FP64/FP32/FP16_ACTIVE); 1009-1012 are int64 bytes per second of active PCIe
+and NVLink traffic (TX is from the GPU, so a device-to-host copy is PCIe TX: dcgm_fields.h).
+DCGM 4.6 renamed the Python constants (``..._UTIL_RATIO``); the ids stayed, so they are asked by id.
+A value is blank when its status is not OK or it is at or above its type's BLANK sentinel
+(dcgm_field_helpers.DcgmFieldValue, dcgmvalue.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+FIELDS: dict[int, str] = {
+    1001: "gr_active", 1002: "sm_active", 1003: "sm_occupancy", 1004: "tensor_active", 1005: "dram_active",
+    1006: "fp64_active", 1007: "fp32_active", 1008: "fp16_active", 1009: "pcie_tx_bytes_per_s",
+    1010: "pcie_rx_bytes_per_s", 1011: "link_tx_bytes_per_s", 1012: "link_rx_bytes_per_s",
+}
+NAMES: dict[int, str] = {
+    1001: "GR_ENGINE_ACTIVE", 1002: "SM_ACTIVE", 1003: "SM_OCCUPANCY", 1004: "PIPE_TENSOR_ACTIVE",
+    1005: "DRAM_ACTIVE", 1006: "PIPE_FP64_ACTIVE", 1007: "PIPE_FP32_ACTIVE", 1008: "PIPE_FP16_ACTIVE",
+    1009: "PCIE_TX_BYTES", 1010: "PCIE_RX_BYTES", 1011: "NVLINK_TX_BYTES", 1012: "NVLINK_RX_BYTES",
+}
+"""The DCGM_FI_PROF_* names people know them by (dcgmi, dcgm-exporter) for messages and doctor."""
+RATIOS = frozenset(range(1001, 1009))
+
+BLANK = object()
+"""A value DCGM holds as blank: unknown, never zero."""
+
+
+def decode(fv: Any, value_module: Any) -> Any:
+    """A c_dcgmFieldValue_v1's number, or BLANK. ``value_module`` is the bindings' dcgmvalue."""
+    kind = chr(fv.fieldType) if isinstance(fv.fieldType, int) else str(fv.fieldType)
+    if kind == "d":
+        v = float(fv.value.dbl)
+        return BLANK if value_module.DCGM_FP64_IS_BLANK(v) else v
+    if kind in ("i", "t"):
+        v = int(fv.value.i64)
+        return BLANK if value_module.DCGM_INT64_IS_BLANK(v) else v
+    return BLANK
+
+
+def sample_value(field_id: int, value: float) -> float | None:
+    """Into the sample's units: ratios clamped to 0..1, rates never negative."""
+    if field_id in RATIOS:
+        return min(1.0, max(0.0, float(value)))
+    return max(0.0, float(value))
