@@ -1,0 +1,139 @@
+"""The real tools of the fleet benchmark: promtool's two backfills and a Prometheus over the blocks.
+
+Debian's ``prometheus`` package (2.42) provides both binaries. The server scrapes nothing and
+loads no rules: the rules are backfilled (``promtool tsdb create-blocks-from rules``) and timed as
+queries, so every figure is taken at the end of the synthesized history, not at "now".
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import psutil
+
+
+def tool(name: str) -> str:
+    path = shutil.which(name)
+    if not path:
+        raise SystemExit(f"{name} is required (Debian package 'prometheus'; ./dev.sh test installs it)")
+    return path
+
+
+def backfill_openmetrics(source: Path, data: Path) -> None:
+    """Turn one OpenMetrics file into TSDB blocks under ``data`` (promtool maps the file: no pipe)."""
+    run = subprocess.run([tool("promtool"), "tsdb", "create-blocks-from", "openmetrics", "--quiet", str(source), str(data)],
+                         capture_output=True, text=True)
+    if run.returncode:
+        raise RuntimeError(f"promtool openmetrics backfill failed: {run.stderr[-2000:]}")
+
+
+def backfill_rules(rule_file: Path, url: str, start: int, end: int, eval_s: int, data: Path, scratch: Path) -> None:
+    """Evaluate ``rule_file``'s recording rules over [start, end] against ``url``; move the blocks to ``data``."""
+    shutil.rmtree(scratch, ignore_errors=True)
+    run = subprocess.run([tool("promtool"), "tsdb", "create-blocks-from", "rules", "--quiet", f"--url={url}",
+                          f"--start={start}", f"--end={end}", f"--eval-interval={eval_s}s",
+                          f"--output-dir={scratch}", str(rule_file)], capture_output=True, text=True)
+    if run.returncode:
+        raise RuntimeError(f"promtool rules backfill failed: {run.stderr[-2000:]}")
+    for block in scratch.iterdir():
+        if block.is_dir():
+            shutil.move(str(block), data / block.name)
+
+
+class Server:
+    """One Prometheus over ``data``, no scrape targets, no rules; stopped with ``stop``."""
+
+    def __init__(self, workdir: Path, data: Path) -> None:
+        config = workdir / "prometheus.yml"
+        config.write_text("global: {scrape_interval: 15s, evaluation_interval: 30s}\n")
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}"
+        self.log = (workdir / "prometheus.log").open("a")
+        self.process = subprocess.Popen(
+            [tool("prometheus"), f"--config.file={config}", f"--storage.tsdb.path={data}",
+             "--storage.tsdb.retention.time=30d", f"--web.listen-address=127.0.0.1:{port}",
+             "--query.max-samples=200000000", "--query.timeout=10m", "--log.level=warn"],
+            stdout=self.log, stderr=self.log)
+        self._poll(lambda: self._ok("/-/ready"), 600, "Prometheus ready")
+
+    def _ok(self, path: str) -> bool:
+        try:
+            with urllib.request.urlopen(self.url + path, timeout=5) as answer:
+                return answer.status == 200
+        except OSError:
+            return False
+
+    def _poll(self, check, timeout_s: float, what: str) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not check():
+            if self.process.poll() is not None:
+                raise RuntimeError(f"Prometheus exited ({self.process.returncode}) waiting for {what}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{what} not reached in {timeout_s:.0f} s")
+            time.sleep(0.5)
+
+    def api(self, path: str, **params: object) -> object:
+        """GET /api/v1/<path>; raises with Prometheus' error text unless it succeeds."""
+        url = f"{self.url}/api/v1/{path}?{urllib.parse.urlencode(params, doseq=True)}"
+        try:
+            with urllib.request.urlopen(url, timeout=900) as answer:
+                body = json.loads(answer.read())
+        except urllib.error.HTTPError as err:
+            raise RuntimeError(f"{path} {params}: {err.read()[:500]!r}") from None
+        if body.get("status") != "success":
+            raise RuntimeError(f"{path} {params}: {body}")
+        return body["data"]
+
+    def timed(self, path: str, **params: object) -> tuple[float, object]:
+        """Seconds the whole request took (query, JSON encoding, transfer), and its data."""
+        started = time.perf_counter()
+        data = self.api(path, **params)
+        return time.perf_counter() - started, data
+
+    def own_metric(self, name: str) -> float:
+        with urllib.request.urlopen(self.url + "/metrics", timeout=30) as answer:
+            text = answer.read().decode()
+        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                   if line.startswith(name + " ") or line.startswith(name + "{"))
+
+    def settle(self, first_tick_s: float = 75.0) -> None:
+        """Wait for the compaction that merges backfilled blocks (its first tick is a minute after
+        start) and until the block count holds still: measurements must not race it."""
+        deadline = time.monotonic() + first_tick_s
+        start = self.own_metric("prometheus_tsdb_compactions_triggered_total")
+        while time.monotonic() < deadline and self.own_metric("prometheus_tsdb_compactions_triggered_total") == start:
+            time.sleep(2)
+        last = None
+        while True:
+            now = (self.own_metric("prometheus_tsdb_blocks_loaded"), self.own_metric("prometheus_tsdb_compactions_total"),
+                   self.own_metric("prometheus_tsdb_vertical_compactions_total"))
+            if now == last:
+                return
+            last = now
+            time.sleep(10)
+
+    def rss_bytes(self) -> int:
+        return psutil.Process(self.process.pid).memory_info().rss
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.log.close()
+
+
+def disk_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
