@@ -3,7 +3,8 @@
 #
 #   ./dev.sh demo [ARGS...]   run the agent on the built-in virtual 8-GPU node (roofwatch demo ARGS)
 #   ./dev.sh test [ARGS...]   run the whole test suite (pytest ARGS)
-#   ./dev.sh bench [ARGS...]  measure the agent's cost against its budgets (python -m benchmarks ARGS)
+#   ./dev.sh bench [ARGS...]  measure the agent's cost against its budgets (python -m benchmarks ARGS);
+#                             bench --fleet [ARGS...]: rules and dashboards at fleet size (benchmarks.fleet)
 #   ./dev.sh setup            only create/refresh the virtualenv
 #
 # Setup: a virtualenv in .venv (override with ROOFWATCH_VENV) with roofwatch installed editable,

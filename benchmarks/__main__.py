@@ -1,5 +1,8 @@
 """``python -m benchmarks [--quick] [--no-soak] [--json FILE]``: every cost figure, one table.
 
+``python -m benchmarks --fleet [ARGS]`` runs the fleet benchmark instead (``benchmarks.fleet``: our
+rules and dashboards in a real Prometheus at thousands of GPUs; ARGS are its own).
+
 Exit status 1 when a budget is missed by more than ``figures.WIDE_MARGIN``; 0 otherwise, including
 figures a little over budget (printed as "over"): a shared 2-core runner wobbles that much.
 """
@@ -32,6 +35,11 @@ def machine() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if "--fleet" in argv:
+        from benchmarks import fleet
+
+        return fleet.main([a for a in argv if a != "--fleet"])
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="shorter windows and a 20 000-interval soak (about 3 minutes)")
     parser.add_argument("--no-soak", action="store_true", help="leave out the memory soak (the longest part)")
@@ -61,4 +69,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
