@@ -13,6 +13,7 @@ from typing import Any, Iterable
 
 from agent.backends.amd.bindings import MINIMUM, NEWEST_TESTED
 from agent.diagnostics.findings import Finding, package_version
+from agent.diagnostics.spec_advice import spec_finding
 
 AMD_CAPABILITY_IMPACT: dict[str, tuple[str, str, str]] = {
     "gr_active": ("fail", "roofwatch_gpu_engine_active_ratio and every workload class (the GPU reads unknown)",
@@ -67,11 +68,15 @@ def amd_findings(backend: Any) -> tuple[list[Finding], int]:
            amdsmi_package_finding(bindings)]
     devices = backend.devices
     modes_seen: set[str] = set()
+    models_advised: set[str] = set()
     for gpu, device in devices.items():
         info = device.info
         spec = info.spec.key if info.spec else "unknown"
         where = f", partition {device.partition} of {device.partitions} ({info.partition})" if device.partitions > 1 else ""
         out.append(Finding("GPU", "info", f"{info.model} ({info.uuid}), {info.pci_bus_id}, spec {spec}{where}", gpu=gpu))
+        advice = spec_finding(info.model, info.spec, gpu, models_advised)
+        if advice is not None:
+            out.append(advice)
         if info.partition and info.partition not in modes_seen:
             modes_seen.add(info.partition)
             out.append(Finding("partitions", "info", f"compute/memory partition mode {info.partition}: each partition "

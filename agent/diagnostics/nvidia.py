@@ -10,6 +10,7 @@ from typing import Any, Iterable
 
 from agent.backends.nvml.bindings import UPGRADE
 from agent.diagnostics.findings import Finding, package_version
+from agent.diagnostics.spec_advice import spec_finding
 
 # What each NVML capability feeds, and how to get it back. Keys are DeviceInfo.capabilities names.
 CAPABILITY_IMPACT: dict[str, tuple[str, str, str]] = {
@@ -86,6 +87,7 @@ def nvml_findings(backend: Any) -> tuple[list[Finding], int]:
     out.extend(binding_findings(bindings, release))
     devices = backend.devices
     parents_seen: set[str] = set()
+    models_advised: set[str] = set()
     for gpu, device in devices.items():
         info = device.info
         if device.handles.handle is None:  # listed at start without a handle (discovery.lost_at_start)
@@ -96,6 +98,9 @@ def nvml_findings(backend: Any) -> tuple[list[Finding], int]:
             continue
         out.append(Finding("GPU", "info", f"{info.model} ({info.uuid}), spec "
                                           f"{info.spec.key if info.spec else 'unknown'}", gpu=gpu))
+        advice = spec_finding(info.model, info.spec, gpu, models_advised)
+        if advice is not None:
+            out.append(advice)
         parent_key = gpu.split("/")[0]
         if parent_key not in parents_seen:
             parents_seen.add(parent_key)

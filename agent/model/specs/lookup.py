@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from agent.model import GpuSpec, Vendor
 from agent.model.specs.catalogue import CATALOGUE, NAME_ALIASES, SHARED_NAMES, SHARED_PCI_IDS
+from agent.model.specs.override import override_for
 
 _MEMORY_TOLERANCE = 0.15
 
@@ -156,7 +157,11 @@ def resolve_spec(*, vendor: str | None = None, name: str | None = None,
                  max_sm_clock_mhz: float | None = None, mem_bus_width_bits: int | None = None,
                  max_mem_clock_mhz: float | None = None,
                  reported_mem_bandwidth_bytes_per_s: float | None = None) -> GpuSpec | None:
-    """Catalogue entry if one matches, else a flagged estimate, else None."""
+    """The config's ``specs:`` override for this driver name, else the catalogue entry, else a flagged
+    estimate, else None."""
+    configured = override_for(name)
+    if configured is not None:
+        return configured
     spec = lookup(vendor=vendor, name=name, pci_device_id=pci_device_id,
                   memory_bytes=memory_bytes, sm_count=sm_count)
     if spec is not None or vendor is None or name is None:
