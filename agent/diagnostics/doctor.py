@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.diagnostics.amd import amd_findings, check_amd_device_nodes
+from agent.diagnostics.dcgm import dcgm_findings
 from agent.diagnostics.findings import Finding, Report, package_version
 from agent.diagnostics.inference import inference_findings
 from agent.diagnostics.nvidia import check_device_nodes, nvml_findings
@@ -23,8 +24,9 @@ from agent.diagnostics.nvidia import check_device_nodes, nvml_findings
 def run_doctor(settings: Any, *, root: Path = Path("/"), environ: dict[str, str] | None = None) -> Report:
     """Check the backend ``settings`` select (auto: NVML, then AMD) and the host around it."""
     from agent.backends.base import BackendUnavailable
-    from agent.backends.registry import OPENERS
+    from agent.backends.registry import OPENERS, install_spec_overrides
 
+    install_spec_overrides(settings)  # the config's specs: entries, as the agent would resolve them
     report = Report()
     report.add(Finding("roofwatch", "info", f"python {sys.version.split()[0]}, "
                                             f"nvidia-ml-py {package_version('nvidia-ml-py') or 'not installed'}, "
@@ -50,6 +52,7 @@ def run_doctor(settings: Any, *, root: Path = Path("/"), environ: dict[str, str]
                 continue
             if hasattr(backend, "devices") and hasattr(backend, "nvml"):
                 findings, gpus = nvml_findings(backend)
+                findings += dcgm_findings(backend, settings)
             elif hasattr(backend, "devices") and hasattr(backend, "amdsmi"):
                 findings, gpus = amd_findings(backend)
             else:
