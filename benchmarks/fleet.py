@@ -92,7 +92,7 @@ def measure(fleet: Fleet, workdir: Path, repeat: int, *, settle_s: float = 75.0,
                      "samples": fleet.samples, "build_s": fleet.build_s,
                      "series_per_node": fleet.series_per_node,
                      "series_per_gpu": fleet.series_per_node / GPUS_PER_NODE}
-        out["series_raw"] = int(server.api("query", query="count({job=\"roofwatch\"})", time=fleet.end)["result"][0]["value"][1])
+        out["series_raw"] = int(server.api("query", query="count({job=\"roofwatch\", __name__!~\".*:.*\"})", time=fleet.end)["result"][0]["value"][1])
         out["series_recorded"] = int(server.api(
             "query", query='count({__name__=~"roofwatch(_[a-z]+)?:.+"})', time=fleet.end)["result"][0]["value"][1])
         groups: dict[str, dict] = {}
