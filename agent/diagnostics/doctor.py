@@ -16,6 +16,8 @@ from typing import Any
 
 from agent.diagnostics.amd import amd_findings, check_amd_device_nodes
 from agent.diagnostics.dcgm import dcgm_findings
+from agent.diagnostics.dcgm_exporter import findings as dcgm_exporter_findings
+from agent.diagnostics.dcgm_exporter import standalone_findings
 from agent.diagnostics.findings import Finding, Report, package_version
 from agent.diagnostics.inference import inference_findings
 from agent.diagnostics.nvidia import check_device_nodes, nvml_findings
@@ -50,8 +52,11 @@ def run_doctor(settings: Any, *, root: Path = Path("/"), environ: dict[str, str]
             except BackendUnavailable as exc:
                 report.add(Finding(f"{name} backend", "fail", str(exc), "every metric from this vendor"))
                 continue
-            if hasattr(backend, "devices") and hasattr(backend, "nvml"):
+            if getattr(backend, "name", None) == "dcgm-exporter":
+                findings, gpus = standalone_findings(backend)
+            elif hasattr(backend, "devices") and hasattr(backend, "nvml"):
                 findings, gpus = nvml_findings(backend)
+                findings.extend(dcgm_exporter_findings(backend))  # where NVML's samples are joined to it
                 findings += dcgm_findings(backend, settings)
             elif hasattr(backend, "devices") and hasattr(backend, "amdsmi"):
                 findings, gpus = amd_findings(backend)
@@ -72,6 +77,8 @@ def run_doctor(settings: Any, *, root: Path = Path("/"), environ: dict[str, str]
 
 _UNAVAILABLE_FIX = {
     "nvml": "install the NVIDIA driver (it provides libnvidia-ml.so.1); in a container use the NVIDIA container toolkit",
+    "dcgm-exporter": "run dcgm-exporter on this node (the GPU Operator does) and set dcgm_exporter_url to its "
+                     "/metrics (docs/nvidia.md)",
     "amd": "install ROCm (package amd-smi-lib) and the amdsmi wrapper of the same version "
            "(pip install /opt/rocm/share/amd_smi); see docs/amd.md",
 }

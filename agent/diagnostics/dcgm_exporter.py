@@ -1,0 +1,119 @@
+"""The dcgm-exporter part of ``roofwatch doctor``: is the exporter answering, which source each GPU's
+counters come from, and which counters neither source gives (with the counters-CSV line to enable).
+
+Runs over the same backend objects the agent runs (the standalone backend, or the NVML backend
+joined to the exporter), after one sample of each GPU, so it reports what the agent will read."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Iterable
+
+from agent.backends.dcgm_exporter.mapping import PROFILING_FIELDS
+from agent.diagnostics.findings import Finding
+
+CSV_LINES = {
+    "sm_active": "DCGM_FI_PROF_SM_ACTIVE", "sm_occupancy": "DCGM_FI_PROF_SM_OCCUPANCY",
+    "tensor_active": "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "dram_active": "DCGM_FI_PROF_DRAM_ACTIVE",
+    "fp64_active": "DCGM_FI_PROF_PIPE_FP64_ACTIVE", "fp32_active": "DCGM_FI_PROF_PIPE_FP32_ACTIVE",
+    "fp16_active": "DCGM_FI_PROF_PIPE_FP16_ACTIVE", "gr_active": "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+}
+"""Profiling fields roofwatch uses and the dcgm-exporter counters-CSV line that exports each."""
+
+WANTED = ("gr_active", "sm_active", "sm_occupancy", "tensor_active", "dram_active", "fp16_active", "fp32_active",
+          "fp64_active")
+IMPACT = ("SM activity and occupancy, tensor and FP pipe activity, DRAM bandwidth: counter MFU/MBU and the "
+          "compute_bound / memory_bound / latency_bound split fall back to weaker proxies")
+
+
+def reader_findings(reader: Any) -> list[Finding]:
+    """Whether the exporter answered the last read, and how its exposition read."""
+    status = reader.status()
+    if not status.up:
+        return [Finding("dcgm-exporter", "fail", f"{status.url}: {status.error}",
+                        "every counter taken from the exporter",
+                        "check that dcgm-exporter runs on this node and that the URL (dcgm_exporter_url) reaches it; "
+                        "the GPU Operator serves it on port 9400")]
+    out = [Finding("dcgm-exporter", "ok", f"{status.url}: {len(status.gpus)} GPU(s) or MIG instance(s) listed")]
+    if status.skipped_lines:
+        out.append(Finding("dcgm-exporter", "info", f"{status.skipped_lines} unreadable line(s) skipped, first "
+                           f"{status.first_bad_line}"))
+    return out
+
+
+def _missing(sources: dict[str, str]) -> list[str]:
+    return [f for f in WANTED if f not in sources]
+
+
+def _source_line(gpu: str, sources: dict[str, str], backend_name: str) -> Finding:
+    by_source: dict[str, list[str]] = {}
+    for name, source in sorted(sources.items()):
+        by_source.setdefault(source, []).append(name)
+    joined = [f for f in by_source.get("dcgm-exporter", []) if f in PROFILING_FIELDS or backend_name != "dcgm-exporter"]
+    detail = "; ".join(f"{source}: {len(names)} field(s)" for source, names in sorted(by_source.items()))
+    if backend_name != "dcgm-exporter" and joined:
+        detail += f" (from dcgm-exporter: {', '.join(joined)})"
+    return Finding("counter source", "info", detail or "no sample yet", gpu=gpu)
+
+
+def _missing_finding(gpu: str, missing: list[str], where: str) -> Finding:
+    lines = ", ".join(CSV_LINES[f] for f in missing)
+    return Finding("profiling counters", "warn", f"not read: {', '.join(missing)}", IMPACT,
+                   f"{where}: enable {lines} in the exporter's counters CSV (etc/dcp-metrics-included.csv lists "
+                   "them commented out; profiling needs a Volta or newer data-centre GPU)", gpu=gpu)
+
+
+def standalone_findings(backend: Any, now: float | None = None) -> tuple[list[Finding], int]:
+    """``--backend dcgm-exporter``: the exporter, then per GPU its state and what it lacks."""
+    now = time.time() if now is None else now
+    out = reader_findings(backend.reader)
+    usable = 0
+    for gpu, info in backend.devices.items():
+        record, problem = backend.reader.lookup(gpu, now)
+        if record is None:
+            out.append(Finding("GPU", "fail", problem or "unavailable", "every metric of this GPU", gpu=gpu))
+            continue
+        usable += 1
+        out.append(Finding("GPU", "info", f"{info.model} ({info.uuid}), spec "
+                                          f"{info.spec.key if info.spec else 'unknown'}", gpu=gpu))
+        sources = backend.counter_sources(gpu)
+        out.append(_source_line(gpu, sources, backend.name))
+        missing = _missing(sources)
+        if missing:
+            out.append(_missing_finding(gpu, missing, "the exporter does not export them"))
+    for gpu in backend.unknown_gpus():
+        out.append(Finding("GPU", "info", "listed by the exporter since the agent started; restart the agent to read "
+                           "it", gpu=gpu))
+    return out, usable
+
+
+def join_findings(backend: Any, now: float | None = None) -> list[Finding]:
+    """NVML joined with the exporter: one sample of each GPU, then where each field came from."""
+    now = time.time() if now is None else now
+    out = reader_findings(backend.reader)
+    for gpu in backend.inner.devices:
+        try:
+            backend.sample(gpu, now)
+        except Exception as exc:  # the NVML findings already name a GPU that cannot be read
+            out.append(Finding("counter source", "info", f"no sample to join: {exc}", gpu=gpu))
+            continue
+        state = backend.join_state(gpu)
+        sources = backend.counter_sources(gpu)
+        out.append(_source_line(gpu, sources, backend.name))
+        if state is not None and state.problem is not None:
+            out.append(Finding("dcgm-exporter join", "warn", state.problem, "the exporter's counters for this GPU",
+                               "the exporter must run on this node and list the GPU with the UUID NVML reports",
+                               gpu=gpu))
+        missing = _missing(sources)
+        if missing:
+            out.append(_missing_finding(gpu, missing, "neither NVML nor the exporter gives them"))
+    return out
+
+
+def findings(backend: Any) -> Iterable[Finding]:
+    """The findings for whichever dcgm-exporter backend this is (none for other backends)."""
+    if getattr(backend, "name", None) == "dcgm-exporter":
+        return standalone_findings(backend)[0]
+    if hasattr(backend, "join_state"):
+        return join_findings(backend)
+    return []
