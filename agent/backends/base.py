@@ -89,3 +89,6 @@ class Backend(Protocol):
     #   device_info(gpu) -> DeviceInfo: the device's identity now, asked when a device comes up. A GPU
     #     lost when the agent started is listed with a placeholder identity until it is first read.
     #   device_events(gpu), nic_ports(), warm_samples(...): see the collector and the virtual backend.
+    #   counter_sources(gpu) -> dict[str, str]: which source gave each counter field of the GPU's latest
+    #     sample (``nvml``, ``dcgm-exporter``), for doctor; offered where a sample may mix sources
+    #     (agent.backends.dcgm_exporter).
