@@ -190,3 +190,34 @@ def test_page_renders_in_chromium_and_embeds_its_numbers(store, report, tmp_path
     shot = chromium.screenshot(page.as_uri(), tmp_path / "shot.png", tmp_path / "profile", size=(1300, 2500))
     assert chromium.pixels_near(shot, "#c4162a", tolerance=20) > 50, "the MFU target line and worse-than-before deltas"
     assert chromium.pixels_near(shot, "#8e8e8e") > 200, "idle GPU-hours in the class bars"
+
+
+def test_progress_on_a_terminal_and_quiet_otherwise(store, tmp_path: Path) -> None:
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    from tests.fleet_stores import REPO
+
+    base, end, _ = store
+    args = [sys.executable, "-m", "agent.app.cli", "fleet-report", "--prometheus", base, "--range", "2h", "--end", str(end),
+            "--out", str(tmp_path / "f.html")]
+    piped = subprocess.run(args, capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert piped.returncode == 0 and piped.stderr == "", "no progress when stderr is not a terminal"
+    master, slave = pty.openpty()
+    with subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=slave, cwd=REPO) as proc:
+        os.close(slave)
+        seen = b""
+        while True:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:  # EIO: the terminal's other end closed with the process
+                break
+            if not chunk:
+                break
+            seen += chunk
+    os.close(master)
+    assert proc.returncode == 0
+    assert b"fleet-report: query 1: GPU-hours by class" in seen and b"Energy" in seen
+    assert seen.endswith(b"\r\x1b[K"), "the status line is cleared at the end"
