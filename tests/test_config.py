@@ -41,7 +41,10 @@ def test_precedence_file_env_flag(tmp_path, monkeypatch):
     ("overrides", "field", "allowed"),
     [
         ({"interval_s": -1}, "interval_s", "greater than or equal to 0.05"),
-        ({"backend": "cuda"}, "backend", "'auto', 'nvml', 'amd', 'virtual', 'nvml-virtual' or 'amd-virtual'"),
+        ({"backend": "cuda"}, "backend", "'auto', 'nvml', 'amd', 'virtual', 'nvml-virtual', 'amd-virtual' or "
+                                          "'dcgm-exporter'"),
+        ({"dcgm_exporter_url": "localhost:9400"}, "dcgm_exporter_url", "not an http:// or https:// URL"),
+        ({"dcgm_exporter_stale_s": 0.5}, "dcgm_exporter_stale_s", "greater than or equal to 1"),
         ({"listen": "nonsense"}, "listen", "HOST:PORT"),
         ({"listen": "127.0.0.1:99999"}, "listen", "0 to 65535"),
         ({"dtype": "int4"}, "dtype", "'fp8'"),
