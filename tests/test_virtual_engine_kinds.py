@@ -13,6 +13,7 @@ from agent.virtual.devices import GIB, default_counters
 from agent.virtual.engine import VirtualEngine
 from agent.virtual.physics import idle_power_w
 from agent.virtual.scenario import ScenarioError, builtin_scenario, parse_scenario
+from agent.virtual.sampling import mem_busy_share
 from tests.virtual_engine_helpers import POWER_CAP, RATIO_FIELDS, mean, one_gpu, series
 
 
@@ -203,9 +204,12 @@ def test_temperature_lags_power_and_energy_is_monotonic() -> None:
 
 PIPES = {"sm_active", "sm_occupancy", "tensor_active", "fp64_active", "fp32_active", "fp16_active",
          "tensor_hmma_active", "tensor_imma_active", "tensor_dmma_active", "tensor_dfma_active"}
-PRESET_HIDES = {"full": set(), "amdsmi": PIPES, "nvml_basic": PIPES, "minimal": PIPES | {"gr_active", "dram_active"}}
+PRESET_HIDES = {"full": set(), "amdsmi": PIPES, "nvml_basic": PIPES | {"dram_active"},
+                "minimal": PIPES | {"gr_active", "dram_active"}}
+PRESET_ADDS = {"nvml_basic": {"mem_busy"}}
+"""Fields a preset reads that the full set does not: NVML utilization.memory (busy time)."""
 PRESET_LACKS = {"full": set(), "amdsmi": {"gpm", "sm_active", "sm_occupancy", "tensor_active", "pipe_activity"},
-                "nvml_basic": {"gpm", "sm_active", "sm_occupancy", "tensor_active", "pipe_activity"},
+                "nvml_basic": {"gpm", "sm_active", "sm_occupancy", "tensor_active", "pipe_activity", "dram_active"},
                 "minimal": {"gpm", "sm_active", "sm_occupancy", "tensor_active", "pipe_activity", "gr_active",
                             "dram_active"}}
 FULL_CAPS = {"gpm", "gr_active", "sm_active", "sm_occupancy", "tensor_active", "dram_active", "pipe_activity",
@@ -226,10 +230,12 @@ def test_counter_preset_nulls_exactly_its_fields(preset: str) -> None:
         for name in SAMPLE_FIELDS:
             if name in PRESET_HIDES[preset]:
                 assert getattr(got, name) is None and getattr(want, name) is not None, name
+            elif name in PRESET_ADDS.get(preset, ()):
+                assert getattr(got, name) == mem_busy_share(want.dram_active) and getattr(want, name) is None, name
             else:
                 assert getattr(got, name) == getattr(want, name), name
     caps = set(engine.device("n", 0).capabilities)
-    assert caps == FULL_CAPS - PRESET_LACKS[preset]
+    assert caps == (FULL_CAPS - PRESET_LACKS[preset]) | PRESET_ADDS.get(preset, set())
 
 
 @pytest.mark.parametrize(("model", "preset"), [
@@ -247,7 +253,7 @@ def test_default_counter_preset_by_vendor_and_architecture(model: str, preset: s
     assert hidden == PRESET_HIDES[preset]
     caps = set(engine.device("n", 0).capabilities)
     assert not caps & PRESET_LACKS[preset]
-    assert {"gr_active", "dram_active", "power", "clocks"} <= caps
+    assert {"gr_active", "power", "clocks"} <= caps and ({"dram_active", "mem_busy"} & caps)
     assert ("gpm" in caps) == (preset == "full")
     assert s.power_w is not None and s.sm_clock_mhz is not None and s.mem_total_bytes
 

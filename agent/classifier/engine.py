@@ -18,7 +18,7 @@ from typing import Callable, Iterable, Iterator
 
 from agent.classifier.features import split_at_change, window_features
 from agent.classifier.peaks import spec_for_sample
-from agent.classifier.roofline import roofline, roofline_notes
+from agent.classifier.roofline import roofline, roofline_notes, with_reported_mfu
 from agent.classifier.rules import Decision, JobContext, decide
 from agent.classifier.serving import serving_mbu, serving_view
 from agent.classifier.thresholds import DEFAULT_THRESHOLDS, Thresholds
@@ -117,7 +117,7 @@ class Classifier:
             if len(recent) < len(window):
                 window, expected = list(recent), max(1, expected - expected // 2)
                 start = window[0].ts - interval
-            features = window_features(window, long_window, track.spec, t)
+            features = with_reported_mfu(window_features(window, long_window, track.spec, t), track.spec, self.dtype)
             prepared.append((track, window, features, expected, start))
 
         contexts = _job_contexts([(p[0], p[2]) for p in prepared])

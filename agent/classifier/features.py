@@ -59,6 +59,26 @@ def _link_util(sample: GpuSample, spec: GpuSpec | None) -> float | None:
     return min(1.0, max(rates) / peak)
 
 
+def power_ratios(samples: Sequence[GpuSample], spec: GpuSpec | None) -> tuple[list[float], str | None]:
+    """Power as a share of what the GPU may draw, and what that share is of.
+
+    The enforced limit where the sample carries it (a power-capped GPU at its cap is as loaded
+    as an uncapped one at TDP); else the catalogue TDP, so a trace or a backend without the
+    limit still has its power evidence instead of none (issue: compute-heavy A100 traces without
+    a limit lost their only compute signal and fell to memory_bound). A MIG slice's power is the
+    whole GPU's, so it is not compared with a slice's share of the TDP.
+    """
+    limited = [s.power_w / s.power_limit_w for s in samples if s.power_w is not None and s.power_limit_w]
+    if limited:
+        return limited, "limit"
+    tdp = spec.tdp_w if spec is not None and spec.tdp_w and not any("/" in s.gpu for s in samples[:1]) else None
+    if tdp:
+        by_tdp = [min(1.5, s.power_w / tdp) for s in samples if s.power_w is not None]
+        if by_tdp:
+            return by_tdp, "tdp"
+    return [], None
+
+
 def is_comm_wait(sample: GpuSample, spec: GpuSpec | None, t: Thresholds) -> bool | None:
     """A kernel resident but doing nothing: NCCL spinning while peers catch up (§7.2)."""
     gr, sm, tc = sample.gr_active, sample.sm_active, sample.tensor_active
@@ -106,7 +126,7 @@ def step_statistics(times: Sequence[float], last: int, recent: int) -> tuple[flo
 
 
 def activity_variation(samples: Sequence[GpuSample]) -> float | None:
-    """CV of tensor activity over consecutive 5 s blocks: stalls make whole blocks drop.
+    """CV of tensor activity (else duty) over consecutive 5 s blocks: stalls make whole blocks drop.
 
     A fallback for jobs that report no steps; steady work (even with periodic communication
     shorter than a block) varies little between blocks.
@@ -116,8 +136,11 @@ def activity_variation(samples: Sequence[GpuSample]) -> float | None:
     t0 = samples[0].ts
     sums: dict[int, float] = {}
     counts: dict[int, int] = {}
+    # Without a tensor counter (NVML before Hopper, amdsmi) the duty cycle stands in: a stalled
+    # collective shows as blocks with less kernel time, if less sharply than as idle tensor pipes.
+    name = "tensor_active" if any(s.tensor_active is not None for s in samples) else "gr_active"
     for s in samples:  # runs over the whole long window per evaluation: kept to plain arithmetic
-        if (v := s.tensor_active) is not None:
+        if (v := getattr(s, name)) is not None:
             block = int((s.ts - t0) // BLOCK_S)
             sums[block] = sums.get(block, 0.0) + v
             counts[block] = counts.get(block, 0) + 1
@@ -150,7 +173,7 @@ def split_at_change(window: Sequence[GpuSample], jump: float) -> Sequence[GpuSam
     if half < 2:
         return window
     old, new = window[:half], window[half:]
-    for name in ("gr_active", "tensor_active", "dram_active"):
+    for name in ("gr_active", "tensor_active", "dram_active", "mem_busy"):
         a, b = _mean(_values(old, name)), _mean(_values(new, name))
         if a is not None and b is not None and abs(a - b) > jump:
             return new
@@ -171,6 +194,7 @@ def window_features(window: Sequence[GpuSample], long_window: Sequence[GpuSample
         return None if mean is None or norm is None else min(1.0, mean / norm)
 
     tensor_busy, dram_busy, sm_busy = busy("tensor_active"), busy("dram_active"), busy("sm_active")
+    mem_busy = busy("mem_busy")
     pipes = [v for v in (busy("fp64_active"), busy("fp32_active"), busy("fp16_active")) if v is not None]
     fp_busy = max(pipes) if pipes else None
     parts = []
@@ -192,8 +216,7 @@ def window_features(window: Sequence[GpuSample], long_window: Sequence[GpuSample
     bits = 0
     for s in window:
         bits |= (s.clock_event_reasons or 0) & THROTTLE_REASON_MASK
-    powers = [s.power_w / s.power_limit_w for s in (busy_samples or valid or window)
-              if s.power_w is not None and s.power_limit_w]
+    powers, power_basis = power_ratios(busy_samples or valid or window, spec)
 
     latest = window[-1] if window else None
     procs = latest.processes if latest is not None else None
@@ -254,4 +277,6 @@ def window_features(window: Sequence[GpuSample], long_window: Sequence[GpuSample
         workload=reports[-1] if reports else None,
         dtype=Counter(dtypes).most_common(1)[0][0] if dtypes else None,
         mig=bool(latest is not None and "/" in latest.gpu),
+        mem_busy=mem_busy,
+        power_basis=power_basis,
     )

@@ -13,6 +13,8 @@ A workload figure past ``MAX_UTILISATION`` is a unit error in the report: unknow
 
 from __future__ import annotations
 
+import dataclasses
+
 from agent.model import GpuSpec, Roofline, WindowFeatures
 
 DEFAULT_DTYPE = "bf16"
@@ -75,6 +77,14 @@ def workload_utilisation(f: WindowFeatures, peak: float | None, bandwidth: float
 
 def _plausible(utilisation: float) -> bool:
     return 0.0 <= utilisation <= MAX_UTILISATION  # False for NaN and infinities too
+
+
+def with_reported_mfu(f: WindowFeatures, spec: GpuSpec | None, configured_dtype: str | None = None) -> WindowFeatures:
+    """The features with the job's own MFU filled in, for the rules of a GPU without a compute counter."""
+    dtype = f.dtype or configured_dtype or DEFAULT_DTYPE
+    peak = spec.peak_flops.get(dtype) if spec else None
+    mfu = workload_utilisation(f, peak, None, dtype)[0]
+    return f if mfu is None else dataclasses.replace(f, mfu_reported=mfu)
 
 
 def roofline_notes(f: WindowFeatures, spec: GpuSpec | None, configured_dtype: str | None = None) -> tuple[str, ...]:

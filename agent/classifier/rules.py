@@ -13,9 +13,13 @@ peers), then the roofline tier, where ``compute_bound``, ``memory_bound`` and
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
+from agent.classifier.proxies import missing_compute_reason, proxy_scores, reported_compute
+from agent.classifier.scoring import above as _above
+from agent.classifier.scoring import all_of as _all
+from agent.classifier.scoring import below as _below
+from agent.classifier.scoring import sigmoid
 from agent.classifier.thresholds import Thresholds
 from agent.model import CLOCK_EVENT_REASONS, THROTTLE_REASON_MASK, WindowFeatures
 
@@ -62,28 +66,6 @@ class Decision:
     reasons: tuple[str, ...]
     throttled: bool
     throttle_severe: bool
-
-
-def sigmoid(x: float) -> float:
-    if x >= 0:
-        return 1.0 / (1.0 + math.exp(-x))
-    e = math.exp(x)
-    return e / (1.0 + e)
-
-
-def _above(x: float | None, theta: float, width: float) -> float | None:
-    return None if x is None else sigmoid((x - theta) / width)
-
-
-def _below(x: float | None, theta: float, width: float) -> float | None:
-    return None if x is None else sigmoid((theta - x) / width)
-
-
-def _all(*parts: float | None) -> float | None:
-    """Minimum of the known components; unknown if the first (governing) one is unknown."""
-    if not parts or parts[0] is None:
-        return None
-    return min(p for p in parts if p is not None)
 
 
 def _pct(x: float | None) -> str:
@@ -135,14 +117,9 @@ def score_classes(f: WindowFeatures, job: JobContext, t: Thresholds, incumbent: 
         compute = _all(busy, _above(u_c, c_roof, w), _above(None if u_m is None else u_c - u_m, t.roof_margin, w))
         memory = _all(busy, _above(u_m, m_roof, w), _above(None if u_m is None else u_m - u_c, t.roof_margin, w))
         latency = _all(busy, _below(u_c, t.dominant_roof, w), _below(u_m, t.dominant_memory_roof, w))
-    else:  # no tensor or pipe counter: compute vs latency rests on power draw
-        # Without a compute counter DRAM cannot be compared with compute, so memory-bound
-        # needs a clear lead over the dominant level and power separates compute from latency.
-        power, level = f.power_ratio, m_roof + t.roof_margin
-        memory = _all(busy, _above(u_m, level, w))
-        not_memory = _below(u_m, level, w)
-        compute = _all(busy, _above(power, t.power_proxy_compute, w), not_memory) if power is not None else None
-        latency = _all(busy, _below(power, t.power_proxy_latency, w), not_memory) if power is not None else None
+    else:  # no tensor or pipe counter: reported MFU, power and memory evidence stand in
+        proxies = proxy_scores(f, t, busy, incumbent)
+        compute, memory, latency = proxies.compute, proxies.memory, proxies.latency
     return {"idle": idle, "input_starved": starved, "communication_jittered": jitter,
             "compute_bound": compute, "memory_bound": memory, "latency_bound": latency}
 
@@ -183,9 +160,14 @@ def decide(f: WindowFeatures, job: JobContext, t: Thresholds, incumbent: str | N
     if cls is None:
         tier = {c: raw[c] for c in ROOFLINE_TIER if raw[c] is not None}
         if not tier:
-            return Decision("unknown", "no_counters", scores, 0.0,
-                            ("no compute, memory or power counters to place this GPU on the roofline",), throttled, severe)
+            why = ("no compute, memory or power counters to place this GPU on the roofline" if f.u_compute is not None
+                   or f.duty is None else missing_compute_reason(f))
+            detail = "no_compute_counter" if f.u_compute is None and f.duty is not None else "no_counters"
+            return Decision("unknown", detail, scores, 0.0, (why,), throttled, severe)
         cls = max(tier, key=lambda c: tier[c])  # type: ignore[arg-type, return-value]
+        if f.u_compute is None and (tier[cls] or 0.0) < t.proxy_min_score:
+            # Indirect evidence below even odds is a guess: say what is missing instead.
+            return Decision("unknown", "no_compute_counter", scores, 0.0, (missing_compute_reason(f),), throttled, severe)
 
     # The rival is whatever could have taken the verdict instead: higher tiers that fell short
     # and, on the roofline, the other roofs.
@@ -307,13 +289,7 @@ def _jitter_detail(f: WindowFeatures, job: JobContext, t: Thresholds) -> tuple[s
 def _roofline_detail(cls: str, f: WindowFeatures, t: Thresholds) -> tuple[str, tuple[str, ...], float]:
     u_c, u_m = f.u_compute, f.u_memory
     if u_c is None:
-        power = f"power at {_pct(f.power_ratio)} of its limit"
-        lead = "no tensor or FP-pipe counter on this GPU; "
-        if cls == "memory_bound":
-            return "at_roof" if (u_m or 0) >= t.at_roof else "leaning", (
-                f"DRAM {_pct(f.dram_busy)} busy while kernels run (memory roof at {_pct(t.dram_saturation)})",), t.confidence_no_compute_counter
-        return "power_proxy", (lead + power + (" suggests heavy math" if cls == "compute_bound" else " suggests small kernels"),
-                               f"DRAM {_pct(f.dram_busy)} busy while kernels run"), t.confidence_no_compute_counter
+        return _proxy_detail(cls, f, t)
     pipes = f"tensor pipes {_pct(f.tensor_busy)} busy" if f.tensor_busy is not None else f"FP pipes {_pct(f.fp_busy)} busy"
     dram = f"DRAM {_pct(f.dram_busy)} busy" if f.dram_busy is not None else "DRAM activity unknown"
     if cls == "latency_bound":
@@ -327,3 +303,28 @@ def _roofline_detail(cls: str, f: WindowFeatures, t: Thresholds) -> tuple[str, t
     lead = (f"{pipes} while kernels run, {_pct(u_c)} of the compute roof; {dram}" if cls == "compute_bound"
             else f"{dram} while kernels run, {_pct(u_m)} of the memory roof; {pipes}")
     return detail, (lead,), 1.0
+
+
+def _proxy_detail(cls: str, f: WindowFeatures, t: Thresholds) -> tuple[str, tuple[str, ...], float]:
+    """Detail and reasons for a roofline verdict that rests on reported MFU, power and memory busy time."""
+    lead = "no tensor or FP-pipe counter on this GPU"
+    power = (f"power at {_pct(f.power_ratio)} of its {'limit' if f.power_basis == 'limit' else 'TDP (no limit read)'}"
+             if f.power_ratio is not None else "power unknown")
+    if f.dram_busy is not None:
+        memory = f"DRAM {_pct(f.dram_busy)} busy while kernels run"
+    elif f.mem_busy is not None:
+        memory = f"memory busy {_pct(f.mem_busy)} of the time kernels run (utilization.memory: busy time, not bandwidth)"
+    else:
+        memory = "no memory counter"
+    reported = reported_compute(f, t)
+    quality = t.confidence_reported_mfu if reported is not None else t.confidence_no_compute_counter
+    mfu = f"the job reports MFU {_pct(f.mfu_reported)}" if reported is not None else None
+    if cls == "memory_bound":
+        level = f.u_memory if f.u_memory is not None else (f.mem_busy or 0.0)
+        detail = "at_roof" if level >= t.at_roof else "leaning"
+        return detail, tuple(x for x in (f"{lead}; {memory}", power, mfu) if x), quality
+    if cls == "compute_bound":
+        basis = (f"{mfu}: heavy math" if mfu else f"{power} suggests heavy math")
+        return ("power_proxy" if mfu is None else "leaning"), (f"{lead}; {basis}", memory), quality
+    basis = f"{mfu}: little math" if mfu else f"{power} suggests small kernels"
+    return "power_proxy" if mfu is None else "small_kernels", (f"{lead}; {basis}", memory), quality

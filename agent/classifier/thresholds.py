@@ -29,7 +29,7 @@ class Thresholds(BaseModel):
     window_s: float = Field(20.0, ge=1.0, le=600.0, description="Short window the roofline and duty features average over.")
     long_window_s: float = Field(300.0, ge=1.0, le=3600.0, description="Long window for step-time statistics (jitter).")
     evaluate_every_s: float = Field(5.0, ge=0.5, le=600.0, description="How often a verdict is produced per GPU.")
-    min_valid_fraction: float = Field(0.8, ge=0.0, le=1.0, description="Below this share of usable samples in the window the verdict is unknown.")
+    min_valid_fraction: float = Field(0.5, ge=0.0, le=1.0, description="Below this share of usable samples in the window the verdict is unknown; above it, confidence scales with the share.")
     confirm_evaluations: int = Field(2, ge=1, le=20, description="Consecutive wins a challenger needs before the published class changes.")
     phase_change_jump: float = Field(0.3, gt=0.0, le=1.0, description="Change in duty, tensor or DRAM activity between the window's halves that means a new phase.")
     min_dwell_s: float = Field(15.0, ge=0.0, le=3600.0, description="Least time a published class is held before a challenger may replace it.")
@@ -93,6 +93,11 @@ class Thresholds(BaseModel):
     score_width_cv: float = Field(0.03, gt=0.0, le=1.0, description="Softness of the score around a CV threshold.")
     power_proxy_compute: float = Field(0.6, ge=0.0, le=1.0, description="Without compute counters: power / limit that suggests compute-bound.")
     power_proxy_latency: float = Field(0.45, ge=0.0, le=1.0, description="Without compute counters: power / limit below which a busy GPU looks latency-bound.")
+    power_near_limit: float = Field(0.85, ge=0.0, le=1.5, description="Without compute counters: power / limit at which a busy GPU is doing heavy math even when its memory is busy too (GEMMs stream their tiles).")
+    mem_busy_memory: float = Field(0.6, ge=0.0, le=1.0, description="Without a DRAM bandwidth counter: memory busy time (NVML utilization.memory) while kernels run that means memory-bound (entry).")
+    mem_busy_memory_exit: float = Field(0.5, ge=0.0, le=1.0, description="Memory busy time the incumbent memory-bound verdict must fall below (exit).")
+    proxy_min_score: float = Field(0.5, ge=0.0, le=1.0, description="Without compute counters: the score a roofline class needs; below it the verdict is unknown rather than a guess.")
+    confidence_reported_mfu: float = Field(0.75, ge=0.0, le=1.0, description="Confidence factor when compute vs memory rests on the MFU the job reported instead of a counter.")
     confidence_mig: float = Field(0.8, ge=0.0, le=1.0, description="Confidence factor for MIG instances and partitions.")
     confidence_inferred: float = Field(0.6, ge=0.0, le=1.0, description="Confidence factor for unattributed starvation or jitter without step reports.")
     confidence_no_compute_counter: float = Field(0.5, ge=0.0, le=1.0, description="Confidence factor when compute-vs-latency rests on the power proxy.")
@@ -110,6 +115,7 @@ class Thresholds(BaseModel):
         """Exit levels must sit below entry levels, or hysteresis turns into flapping."""
         pairs = (("dominant_roof_exit", "dominant_roof"), ("dominant_memory_roof_exit", "dominant_memory_roof"), ("starved_idle_share_exit", "starved_idle_share"),
                  ("throttle_severe_clock", "throttle_clock"), ("power_proxy_latency", "power_proxy_compute"),
+                 ("power_proxy_compute", "power_near_limit"), ("mem_busy_memory_exit", "mem_busy_memory"),
                  ("serving_at_floor_ratio", "serving_far_ratio"))
         for low, high in pairs:
             if getattr(self, low) > getattr(self, high):
@@ -130,7 +136,7 @@ SOURCES: dict[str, tuple[str, str]] = {
     "window_s": ("engineering band", "30 s proposed (§7.2); shortened to 20 s so a phase change is reported within 30 s"),
     "long_window_s": ("engineering band", "matches the NVRx 300 s report interval [NVRx]"),
     "evaluate_every_s": ("engineering band", "10 s proposed (§7.2); 5 s halves detection latency at negligible cost"),
-    "min_valid_fraction": ("engineering band", "classification.md §7.1: fewer than 80% valid samples -> unknown"),
+    "min_valid_fraction": ("engineering band", "classification.md §7.1 proposes 80%; lowered to half so a 1 s collector missing 15-30% of its reads still gets verdicts (confidence scales with coverage), and the first verdict comes within one window"),
     "confirm_evaluations": ("engineering band", "§7.4 proposes 3 x 10 s; 2 x 5 s keeps the 30 s detection promise"),
     "phase_change_jump": ("engineering band", _CAL + "; stalls and loader gaps move the halves far less"),
     "min_dwell_s": ("engineering band", "§7.4 proposes 60 s; " + _CAL + " (60 s breaks the 30 s detection promise)"),
@@ -180,8 +186,13 @@ SOURCES: dict[str, tuple[str, str]] = {
     "throttle_duty": ("engineering band", "classification.md §7.3"),
     "score_width": ("engineering band", "classification.md §7.4"),
     "score_width_cv": ("engineering band", "classification.md §7.4"),
-    "power_proxy_compute": ("engineering band", _CAL + "; tensor work draws the most power"),
+    "power_proxy_compute": ("engineering band", _CAL + "; tensor work draws the most power [POWER]"),
     "power_proxy_latency": ("engineering band", _CAL),
+    "power_near_limit": ("engineering band", "GEMM-heavy training and cuBLAS benchmarks run at or near the board power limit (often SW power cap), memory streaming well below it [POWER]; calibrated on the published-counter traces (traces/published)"),
+    "mem_busy_memory": ("engineering band", "NVML defines utilization.memory as the share of time memory was read or written [NVML-UTIL]; bandwidth-bound kernels keep it near 100%, GEMMs well below; calibrated on the published-counter traces (traces/published)"),
+    "mem_busy_memory_exit": ("engineering band", "about 15% below entry (§7.3 hysteresis)"),
+    "proxy_min_score": ("engineering band", "a class below even odds on indirect evidence is a guess; unknown names the missing counter instead"),
+    "confidence_reported_mfu": ("engineering band", "the job's own FLOP count is direct evidence but unit errors happen (roofline.MAX_UTILISATION)"),
     "confidence_mig": ("engineering band", "classification.md §7.4"),
     "confidence_inferred": ("engineering band", "classification.md §7.4"),
     "confidence_no_compute_counter": ("engineering band", "no tensor counter: compute vs latency rests on power"),

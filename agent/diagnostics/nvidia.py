@@ -17,12 +17,15 @@ CAPABILITY_IMPACT: dict[str, tuple[str, str, str]] = {
     "gpm": ("warn", "SM activity, SM occupancy, tensor-pipe and FP-pipe activity, DRAM bandwidth utilisation "
             "(GPM); counter MFU and achieved FLOP/s; compute_bound / latency_bound fall back to a power "
             "proxy with lower confidence",
-            "GPM needs a Hopper or newer GPU and driver R520+; on older GPUs use DCGM profiling metrics "
-            "(not read by roofwatch yet)"),
+            "GPM needs a Hopper or newer GPU and driver R520+; on older GPUs roofwatch reads DCGM's profiling "
+            "fields (dcgm: auto, a running nv-hostengine) or a co-located dcgm-exporter (dcgm_exporter_url): "
+            "docs/nvidia.md, Pre-Hopper GPUs"),
     "gr_active": ("fail", "roofwatch_gpu_engine_active_ratio and every workload class (all GPUs read unknown)",
                   "give the agent access to the GPU (see the permission findings)"),
-    "dram_active": ("warn", "roofwatch_gpu_dram_active_ratio, MBU from counters; memory_bound cannot be told apart",
-                    "needs GPM (Hopper+) or utilization rates"),
+    "dram_active": ("warn", "roofwatch_gpu_dram_active_ratio (share of peak bandwidth), MBU from counters; memory_bound "
+                    "rests on utilization.memory (busy time, weaker evidence) with lower confidence",
+                    "needs GPM (Hopper+); before Hopper, DCGM profiling (dcgm_host) or a co-located dcgm-exporter "
+                    "(dcgm_exporter_url): docs/nvidia.md, Pre-Hopper GPUs"),
     "power": ("warn", "roofwatch_gpu_power_watts; the power proxy for GPUs without tensor counters",
               "power is not exposed for MIG instances or some virtual GPUs; nothing to fix on bare metal"),
     "energy": ("warn", "roofwatch_gpu_energy_joules_total and energy recording rules", "needs Volta or newer"),
@@ -175,7 +178,7 @@ def _capability_findings(device: Any) -> Iterable[Finding]:
 
 
 _REASON_KEYS = {
-    "gr_active": ("utilization",), "dram_active": ("utilization", "gpm:dram_active"),
+    "gr_active": ("utilization",), "dram_active": ("gpm", "gpm:dram_active"),
     "power": ("field:power_instant_mw", "power_usage"), "energy": ("field:energy_mj", "energy"),
     "pcie": ("field:pcie_tx_bytes",), "clock_event_reasons": ("clock_event_reasons", "clock_throttle_reasons"),
     "processes": ("processes", "processes_v2"), "ecc": ("field:ecc_dbe_volatile",), "remapped_rows": ("field:remapped_failure",),

@@ -36,7 +36,8 @@ class WindowFeatures:
     throttle_fraction: float
     throttle_bits: int
     power_ratio: float | None
-    """Mean power / enforced limit over busy samples (a compute proxy when pipes are unreadable)."""
+    """Mean power / enforced limit over busy samples (a compute proxy when pipes are unreadable);
+    against the catalogue TDP where the samples carry no limit (``power_basis``)."""
     process_alive: bool | None
     memory_held_bytes: int | None
     process_cpu_cores: float | None
@@ -68,6 +69,13 @@ class WindowFeatures:
     workload: WorkloadReport | None
     dtype: str | None
     mig: bool
+    mem_busy: float | None = None
+    """Busy-normalised memory busy time (NVML utilization.memory, DCGM MEM_COPY_UTIL): a duty
+    cycle of the memory interface, not a share of peak bandwidth; used only without ``dram_busy``."""
+    power_basis: str | None = None
+    """What ``power_ratio`` divides by: ``"limit"`` (the enforced limit) or ``"tdp"`` (the catalogue)."""
+    mfu_reported: float | None = None
+    """The job's own MFU over the window (tokens/s x FLOPs/token against the dtype peak), when it reports."""
 
 
 @dataclass(frozen=True, slots=True)

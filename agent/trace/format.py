@@ -10,6 +10,12 @@ FORMAT_NAME = "roofwatch-trace"
 FORMAT_VERSION = 1
 
 
+MEM_BUSY_HEADER_KEY = "mem_busy"
+"""Header key (``true``) of traces written with the optional ``mem_busy`` field: their NVIDIA
+``dram_active`` is a bandwidth share. Readers move an older trace's NVML-only ``dram_active``
+(which was utilization.memory) to ``mem_busy`` (agent.trace.reader.move_legacy_mem_busy)."""
+
+
 GZIP_MAGIC = b"\x1f\x8b"
 
 

@@ -21,7 +21,7 @@ from typing import IO, Any
 from pydantic import ConfigDict, TypeAdapter, ValidationError
 
 from agent.model import GpuSample
-from agent.trace.format import FORMAT_NAME, FORMAT_VERSION, GZIP_MAGIC, TraceFormatError
+from agent.trace.format import FORMAT_NAME, FORMAT_VERSION, GZIP_MAGIC, MEM_BUSY_HEADER_KEY, TraceFormatError
 from agent.trace.json_types import json_type_error
 
 MAX_LINE_BYTES = 4 * 2**20
@@ -66,6 +66,26 @@ def _finite_float(text: str) -> float:
     if not math.isfinite(value):
         raise ValueError(f"number {text} is out of range")
     return value
+
+
+_PROFILING_FIELDS = ("sm_active", "sm_occupancy", "tensor_active", "fp64_active", "fp32_active", "fp16_active")
+
+
+def move_legacy_mem_busy(obj: dict[str, Any]) -> None:
+    """An older NVIDIA trace's ``dram_active`` that was really utilization.memory becomes ``mem_busy``.
+
+    Before the contract had ``mem_busy``, writers put NVML's utilization.memory (a busy-time
+    share) in ``dram_active`` for GPUs without GPM (trace format, ``mem_busy``). Such a sample is
+    recognisable: NVIDIA, a DRAM figure, and none of the profiling counters that a real DRAM
+    bandwidth reading (GPM, DCGM) always comes with. Only traces an older roofwatch wrote are
+    touched (a header with ``agent_version`` and without ``MEM_BUSY_HEADER_KEY``): a hand-written
+    or third-party trace says what it means.
+    """
+    value = obj.get("dram_active")
+    in_range = isinstance(value, (int, float)) and not isinstance(value, bool) and 0.0 <= value <= 1.0
+    if (in_range and obj.get("vendor") == "nvidia" and obj.get("mem_busy") is None  # a bad value is reported as dram_active
+            and all(obj.get(name) is None for name in _PROFILING_FIELDS)):
+        obj["mem_busy"] = obj.pop("dram_active")
 
 
 def _is_header(obj: dict[str, Any]) -> bool:
@@ -118,6 +138,8 @@ class TraceReader:
         self.error_count = 0
         self.lines_read = 0
         self.header: dict[str, Any] | None = None
+        self._legacy_mem_busy = False
+        """An older roofwatch wrote this trace: NVML-only dram_active is utilization.memory."""
         self._owned: IO[Any] | None = None
         if isinstance(source, (str, os.PathLike)) and os.fspath(source) != "-":
             self.path = os.fspath(source)
@@ -140,6 +162,7 @@ class TraceReader:
                 if obj is not None and _is_header(obj):
                     self._check_header(lineno, obj)
                     self.header = obj
+                    self._legacy_mem_busy = "agent_version" in obj and not obj.get(MEM_BUSY_HEADER_KEY)
                 elif obj is not None:
                     self._pending = (lineno, obj)
                 break
@@ -244,6 +267,8 @@ class TraceReader:
         if (wrong := json_type_error(obj, GpuSample)) is not None:
             self._fail(TraceFormatError(self.path, lineno, wrong))
             return None
+        if self._legacy_mem_busy:
+            move_legacy_mem_busy(obj)
         try:
             sample = _adapter().validate_python((obj,))[0]
         except ValidationError as exc:

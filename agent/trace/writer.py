@@ -15,7 +15,7 @@ from dataclasses import fields
 from typing import IO, Any
 
 from agent.model import GpuSample
-from agent.trace.format import FORMAT_NAME, FORMAT_VERSION, TraceWriteError
+from agent.trace.format import FORMAT_NAME, FORMAT_VERSION, MEM_BUSY_HEADER_KEY, TraceWriteError
 
 _FIELD_NAMES: dict[type, tuple[str, ...]] = {}
 
@@ -81,7 +81,8 @@ class TraceWriter:
         if header:
             meta = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "node": node,
                     "agent_version": agent_version,
-                    "started_at": time.time() if started_at is None else started_at, "note": note}
+                    "started_at": time.time() if started_at is None else started_at, "note": note,
+                    MEM_BUSY_HEADER_KEY: True}
             self._write_line({k: v for k, v in meta.items() if v is not None})
 
     def _write_line(self, obj: dict[str, Any]) -> None:

@@ -29,9 +29,11 @@ _PIPE_FIELDS = ("sm_active", "sm_occupancy", "tensor_active", "fp64_active", "fp
 HIDDEN_FIELDS: dict[str, tuple[str, ...]] = {
     "full": (),
     "amdsmi": _PIPE_FIELDS,
-    "nvml_basic": _PIPE_FIELDS,
+    "nvml_basic": _PIPE_FIELDS + ("dram_active",),
     "minimal": _PIPE_FIELDS + ("gr_active", "dram_active"),
 }
+MEM_BUSY_PRESETS: frozenset[str] = frozenset({"nvml_basic"})
+"""Presets whose memory signal is NVML's utilization.memory (a busy-time share), not bandwidth."""
 """GpuSample fields each counter preset cannot read (reported as None, i.e. unknown).
 
 ``amdsmi`` has gfx_activity (engine) and umc_activity (DRAM) but no SM, occupancy, tensor or
@@ -141,7 +143,7 @@ def capabilities(vendor: str, links: int, counters: str = "full", *, mig_instanc
     temperature, PCIe or fabric readings of its own (NVML reports those for the whole GPU).
     """
     util = {"full": ("gr_active", "sm_active", "sm_occupancy", "tensor_active", "dram_active", "pipe_activity"),
-            "amdsmi": ("gr_active", "dram_active"), "nvml_basic": ("gr_active", "dram_active"),
+            "amdsmi": ("gr_active", "dram_active"), "nvml_basic": ("gr_active", "mem_busy"),
             "minimal": ()}[counters]
     device = () if mig_instance else ("pcie", "power", "energy", "temperature")
     extra = ("gpm",) if vendor == "nvidia" and counters == "full" else ()

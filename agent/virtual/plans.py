@@ -14,6 +14,7 @@ from agent.model import Attribution, DeviceInfo, GpuSpec, ProcessSample
 from agent.model.specs import spec_by_key
 from agent.virtual.devices import (
     HIDDEN_FIELDS,
+    MEM_BUSY_PRESETS,
     MIG_HIDDEN_FIELDS,
     MIG_SLICES,
     NET_BYTES_PER_S,
@@ -64,6 +65,8 @@ class GpuPlan:
     """The scenario job that holds this GPU for the whole run (its allocation), if any."""
     hidden: tuple[str, ...] = ()
     """Sample fields a real backend could not read here (counter preset, MIG instance)."""
+    mem_busy: bool = False
+    """The memory signal is NVML utilization.memory (``mem_busy``), not a bandwidth share."""
     blind: bool = False
     """No utilisation counters at all: even a perfect classifier can only say ``unknown``."""
     processes: dict[int, tuple[ProcessSample, ...]] = field(default_factory=dict)
@@ -111,6 +114,7 @@ def compile_scenario(scenario: Scenario) -> CompiledFleet:
             mig_instance = "/" in info.gpu and node.partitions == 1
             plan.hidden = HIDDEN_FIELDS[counters] + (MIG_HIDDEN_FIELDS if mig_instance else ())
             plan.blind = counters == "minimal"
+            plan.mem_busy = counters in MEM_BUSY_PRESETS
             fleet.plans[(node.name, info.gpu)] = plan
         fleet.host_sources[node.name] = _host_sources(node, clocks)
     return fleet

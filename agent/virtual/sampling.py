@@ -93,6 +93,8 @@ def sample_device(plan: GpuPlan, state: GpuState, t0: float, t1: float, ts: floa
         attribution=plan.attribution,
     )
     values.update(_tensor_split(values["tensor_active"], plan.dtype))
+    if plan.mem_busy:
+        values["mem_busy"] = mem_busy_share(values["dram_active"])
     for name in plan.hidden:
         values[name] = None
     return GpuSample(**values)  # type: ignore[arg-type]
@@ -119,6 +121,17 @@ def _tensor_split(tensor: float | None, dtype: str | None) -> dict[str, float | 
     fp64 = dtype == "fp64"
     return {"tensor_hmma_active": 0.0 if fp64 else tensor, "tensor_dmma_active": tensor if fp64 else 0.0,
             "tensor_imma_active": 0.0, "tensor_dfma_active": 0.0}
+
+
+MEM_BUSY_PER_BANDWIDTH = 1.25
+"""Memory busy time per unit of bandwidth share: the interface is busy whenever a transfer is in
+flight, so it reads higher than the bandwidth share and saturates before the bandwidth roof
+(~0.8 of peak is the practical maximum). A simulator's simple model, not a calibration."""
+
+
+def mem_busy_share(dram_active: float | None) -> float | None:
+    """NVML utilization.memory as the virtual GPU would show it, from its DRAM bandwidth share."""
+    return None if dram_active is None else round(min(1.0, MEM_BUSY_PER_BANDWIDTH * dram_active), 4)
 
 
 def _ratio(value: float, relative_noise: float, hi: float = 1.0) -> float:

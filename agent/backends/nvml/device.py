@@ -206,7 +206,9 @@ class NvmlDevice:
             util = self._opt("utilization", "nvmlDeviceGetUtilizationRates", h, core=not values)
             if util is not None:
                 values.setdefault("gr_active", min(1.0, util.gpu / 100.0))
-                values.setdefault("dram_active", min(1.0, util.memory / 100.0))
+                # utilization.memory is the share of time memory was read or written, not of
+                # peak bandwidth: its own field, never dram_active (trace format, mem_busy).
+                values["mem_busy"] = min(1.0, util.memory / 100.0)
         fields, _ = self._read_fields(h)
         self._apply_fields(values, fields, now)
         self._apply_power(values, fields)
@@ -354,7 +356,11 @@ class NvmlDevice:
         if has_gpm:
             names.append("gpm")
         if has_gpm or self.has("utilization"):
-            names += ["gr_active", "dram_active"]
+            names.append("gr_active")
+        if has_gpm and "gpm:dram_active" not in self.absent:
+            names.append("dram_active")
+        if self.has("utilization") and not has_gpm:
+            names.append("mem_busy")
         if has_gpm:
             for cap, field_name in (("sm_active", "sm_active"), ("sm_occupancy", "sm_occupancy"),
                                     ("tensor_active", "tensor_active"), ("pipe_activity", "fp32_active")):

@@ -13,7 +13,7 @@ from typing import Any
 from agent.model import GpuSample
 from agent.virtual.fake_nvml import codes
 from agent.virtual.fake_nvml.ctypes_io import Fail, is_null, set_value, target, value, write_string
-from agent.virtual.fake_nvml.device import NvmlDevice
+from agent.virtual.fake_nvml.device import NvmlDevice, memory_busy
 from agent.virtual.fake_nvml.symbols import c_function
 
 MIB = 1024**2
@@ -240,7 +240,7 @@ class DeviceFunctions:
         self._fresh(dev)
         s = self._sample(dev)
         util.gpu = round(100.0 * _need(s.gr_active))
-        util.memory = round(100.0 * (s.dram_active or 0.0))
+        util.memory = round(100.0 * memory_busy(s))
 
     @c_function("nvmlDeviceGetEncoderUtilization", "nvmlDeviceGetDecoderUtilization", handle=True)
     def _c_codec_utilization(self, dev: NvmlDevice, utilization: Any, sampling_period_us: Any) -> None:

@@ -23,6 +23,7 @@ from agent.backends.base import DeviceError
 from agent.model import DeviceInfo, GpuSample
 from agent.virtual.fake_nvml import codes
 from agent.virtual.fake_nvml.ctypes_io import Fail
+from agent.virtual.sampling import mem_busy_share
 
 if TYPE_CHECKING:
     from agent.backends.virtual import VirtualBackend
@@ -44,6 +45,13 @@ _HMMA_DTYPES = frozenset({"bf16", "fp16", "tf32", "fp8", None})
 TRACKED_REASONS = (codes.REASON_SW_POWER_CAP, codes.REASON_SW_THERMAL, codes.REASON_HW_THERMAL,
                    codes.REASON_HW_POWER_BRAKE)
 
+
+
+def memory_busy(s: GpuSample) -> float:
+    """utilization.memory as a share: the sample's own busy time, else derived from its bandwidth share."""
+    if s.mem_busy is not None:
+        return s.mem_busy
+    return mem_busy_share(s.dram_active) or 0.0
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
@@ -112,7 +120,7 @@ class Counters:
             return
         n = len(procs)
         sm = round(100.0 * util / n)
-        mem = round(100.0 * (s.dram_active or 0.0) / n)
+        mem = round(100.0 * memory_busy(s) / n)
         ts = int(now * 1e6)
         self.process_utils.append((ts, tuple(ProcessUtil(ts, p.pid, sm, mem) for p in procs)))
 
