@@ -81,6 +81,11 @@ def score_classes(f: WindowFeatures, job: JobContext, t: Thresholds, incumbent: 
     c_roof = t.dominant_roof_exit if incumbent == "compute_bound" else t.dominant_roof
     m_roof = t.dominant_memory_roof_exit if incumbent == "memory_bound" else t.dominant_memory_roof
     starved_share = t.starved_idle_share_exit if incumbent == "input_starved" else t.starved_idle_share
+    roofs = [u for u in (f.u_compute, f.u_memory) if u is not None]
+    if roofs and max(roofs) >= t.at_roof:
+        # Busy at a roof: small gaps between kernels (a serving loop's scheduling, a decode step's
+        # host work) cost less than the roof does, so starvation needs a larger idle share.
+        starved_share += t.starved_idle_share_at_roof - t.starved_idle_share
     idle_share = None if f.duty is None else 1.0 - f.duty
 
     idle = _all(_below(f.duty, t.idle_duty, w), _below(f.dram_mean, t.idle_dram, w),
@@ -165,7 +170,8 @@ def decide(f: WindowFeatures, job: JobContext, t: Thresholds, incumbent: str | N
             detail = "no_compute_counter" if f.u_compute is None and f.duty is not None else "no_counters"
             return Decision("unknown", detail, scores, 0.0, (why,), throttled, severe)
         cls = max(tier, key=lambda c: tier[c])  # type: ignore[arg-type, return-value]
-        if f.u_compute is None and (tier[cls] or 0.0) < t.proxy_min_score:
+        evidence = getattr(proxy_scores(f, t, 1.0, incumbent), cls.removesuffix("_bound")) if f.u_compute is None else None
+        if evidence is not None and evidence < t.proxy_min_score:
             # Indirect evidence below even odds is a guess: say what is missing instead.
             return Decision("unknown", "no_compute_counter", scores, 0.0, (missing_compute_reason(f),), throttled, severe)
 

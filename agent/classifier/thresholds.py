@@ -55,6 +55,7 @@ class Thresholds(BaseModel):
     # -- input starvation -----------------------------------------------------------------------------
     starved_idle_share: float = Field(0.20, ge=0.0, le=1.0, description="Share of time with no kernel (1 - duty) that means starvation (entry).")
     starved_idle_share_exit: float = Field(0.12, ge=0.0, le=1.0, description="Idle share the incumbent starvation verdict must fall below (exit).")
+    starved_idle_share_at_roof: float = Field(0.30, ge=0.0, le=1.0, description="Idle share that means starvation when the GPU works at a roof while busy (the roof costs more than the gaps).")
     starved_max_comm_wait: float = Field(0.15, ge=0.0, le=1.0, description="Above this comm-wait fraction the lost time is resident (not starvation).")
     dataloader_cores: float = Field(2.0, ge=0.0, le=4096.0, description="Process CPU (cores, with children) that means loader workers are busy.")
     launch_cores: float = Field(0.9, ge=0.0, le=4096.0, description="Process CPU around one core, workers idle: the main thread is the bottleneck.")
@@ -96,7 +97,7 @@ class Thresholds(BaseModel):
     power_near_limit: float = Field(0.85, ge=0.0, le=1.5, description="Without compute counters: power / limit at which a busy GPU is doing heavy math even when its memory is busy too (GEMMs stream their tiles).")
     mem_busy_memory: float = Field(0.6, ge=0.0, le=1.0, description="Without a DRAM bandwidth counter: memory busy time (NVML utilization.memory) while kernels run that means memory-bound (entry).")
     mem_busy_memory_exit: float = Field(0.5, ge=0.0, le=1.0, description="Memory busy time the incumbent memory-bound verdict must fall below (exit).")
-    proxy_min_score: float = Field(0.5, ge=0.0, le=1.0, description="Without compute counters: the score a roofline class needs; below it the verdict is unknown rather than a guess.")
+    proxy_min_score: float = Field(0.5, ge=0.0, le=1.0, description="Without compute counters: the score the evidence for a roofline class needs (duty aside); below it the verdict is unknown rather than a guess.")
     confidence_reported_mfu: float = Field(0.75, ge=0.0, le=1.0, description="Confidence factor when compute vs memory rests on the MFU the job reported instead of a counter.")
     confidence_mig: float = Field(0.8, ge=0.0, le=1.0, description="Confidence factor for MIG instances and partitions.")
     confidence_inferred: float = Field(0.6, ge=0.0, le=1.0, description="Confidence factor for unattributed starvation or jitter without step reports.")
@@ -113,7 +114,7 @@ class Thresholds(BaseModel):
     @model_validator(mode="after")
     def _ordered(self) -> "Thresholds":
         """Exit levels must sit below entry levels, or hysteresis turns into flapping."""
-        pairs = (("dominant_roof_exit", "dominant_roof"), ("dominant_memory_roof_exit", "dominant_memory_roof"), ("starved_idle_share_exit", "starved_idle_share"),
+        pairs = (("dominant_roof_exit", "dominant_roof"), ("dominant_memory_roof_exit", "dominant_memory_roof"), ("starved_idle_share_exit", "starved_idle_share"), ("starved_idle_share", "starved_idle_share_at_roof"),
                  ("throttle_severe_clock", "throttle_clock"), ("power_proxy_latency", "power_proxy_compute"),
                  ("power_proxy_compute", "power_near_limit"), ("mem_busy_memory_exit", "mem_busy_memory"),
                  ("serving_at_floor_ratio", "serving_far_ratio"))
@@ -156,6 +157,7 @@ SOURCES: dict[str, tuple[str, str]] = {
     "idle_held_bytes": ("engineering band", "classification.md §7.3 (idle_held above 1 GiB)"),
     "starved_idle_share": ("sourced, adapted", "TB plugin's 5% DataLoader rule made robust to 1 Hz noise [TB-plugin]"),
     "starved_idle_share_exit": ("engineering band", "1-2% DVFS drift plus sampling noise [Llama3]"),
+    "starved_idle_share_at_roof": ("engineering band", "published MI300X vLLM decode runs 79% busy at its memory roof [InferenceX#828 in traces/published/sources.yaml]: host gaps of a fifth are the serving loop, not a starved input"),
     "starved_max_comm_wait": ("engineering band", "classification.md §7.3"),
     "dataloader_cores": ("engineering band", _CAL + "; §7.3 proposes 90% of the workers' allotted cores, which a trace does not carry"),
     "launch_cores": ("engineering band", "HTA 'host wait': main thread pinned near one core [HTA]"),
