@@ -152,8 +152,11 @@ def build() -> Dashboard:
             table.Panel().title("Verdict now").datasource(DATASOURCE).span(24).height(8)
             .description(
                 "Each GPU's class, the reason code behind it (dataloader, straggler, at_roof, small_kernels, "
-                "...), throttling, confidence, MFU from counters and from the workload, and the job. Low "
-                "confidence means the window was mixed or counters are missing; wait a window before acting.")
+                "...), throttling, what the verdict rests on (Evidence: counters = compute and DRAM counters; "
+                "power_and_mem_busy = an NVML-only GPU before Hopper, judged by power and memory busy time; "
+                "reported_mfu = the job's own MFU; docs/classification.md), confidence, MFU from counters and from "
+                "the workload, and the job. Low confidence means the window was mixed or counters are missing; "
+                "wait a window before acting.")
             .with_target(prom(f"roofwatch_gpu_workload_reason_info{{{SEL}}}", instant=True, table=True, ref="A"))
             .with_target(prom(f"roofwatch_gpu_workload_confidence_ratio{{{SEL}}}", instant=True, table=True, ref="B"))
             .with_target(prom(f'max without (source, dtype) (roofwatch_gpu_mfu_ratio{{{SEL}, source="counters"}})',
@@ -165,7 +168,7 @@ def build() -> Dashboard:
             .with_target(prom(f"roofwatch_gpu_job_info{{{SEL}}}", instant=True, table=True, ref="F"))
             .transformations(merged())
             .with_transformation(organize(
-                {"gpu": "GPU", "class": "Class", "detail": "Reason", "throttle": "Throttle",
+                {"gpu": "GPU", "class": "Class", "detail": "Reason", "throttle": "Throttle", "basis": "Evidence",
                  "Value #B": "Confidence", "Value #C": "MFU (counters)", "Value #D": "MFU (workload)",
                  "Value #E": "MBU", "job_id": "Job"},
                 hide=("Time", "Value #A", "Value #F", "uuid", "node", "cluster", "job", "instance", "__name__")))

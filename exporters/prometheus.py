@@ -219,10 +219,11 @@ def _verdict_families(fam: Families, node: str, snapshot: NodeSnapshot) -> list[
             one_hot.add_metric(labels + [name], 1.0 if name == cls else 0.0)
         confidence.add_metric(labels, verdict.confidence if verdict else 0.0)
         if verdict is None:
-            reason.add_metric(labels, {"class": "unknown", "detail": "warming_up" if device.up else "gpu_down", "throttle": "none"})
+            reason.add_metric(labels, {"class": "unknown", "detail": "warming_up" if device.up else "gpu_down", "throttle": "none",
+                                       "basis": "none"})
             continue
         throttle = "severe" if verdict.throttle_severe else "moderate" if verdict.throttled else "none"
-        reason.add_metric(labels, {"class": cls, "detail": verdict.detail, "throttle": throttle})
+        reason.add_metric(labels, {"class": cls, "detail": verdict.detail, "throttle": throttle, "basis": verdict.basis})
         for name, value in verdict.scores.items():
             scores.add_metric(labels + [name], value)
         throttled.add_metric(labels, 1.0 if verdict.throttled else 0.0)

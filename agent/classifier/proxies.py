@@ -98,10 +98,10 @@ def proxy_scores(f: WindowFeatures, t: Thresholds, busy: float | None, incumbent
 
 def missing_compute_reason(f: WindowFeatures) -> str:
     """Why the roofline tier could not decide: the counters this GPU lacks, for the verdict's reasons."""
-    missing = ["a tensor or FP-pipe counter"]
+    missing = ["tensor or FP-pipe counter"]
     if f.dram_busy is None:
-        missing.append("a DRAM bandwidth counter" + (" (memory busy time only)" if f.mem_busy is not None else ""))
+        missing.append("DRAM bandwidth counter" + (" (memory busy time only)" if f.mem_busy is not None else ""))
     if f.power_ratio is None:
-        missing.append("a power reading against a known limit or TDP")
+        missing.append("power reading against a known limit or TDP")
     return ("this GPU has no " + ", no ".join(missing) + ": compute-, memory- and latency-bound cannot be told apart "
             "(DCGM or dcgm-exporter adds the counters: docs/nvidia.md, Pre-Hopper GPUs)")

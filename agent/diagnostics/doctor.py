@@ -21,6 +21,7 @@ from agent.diagnostics.dcgm_exporter import standalone_findings
 from agent.diagnostics.findings import Finding, Report, package_version
 from agent.diagnostics.inference import inference_findings
 from agent.diagnostics.nvidia import check_device_nodes, nvml_findings
+from agent.diagnostics.verdict_basis import basis_findings
 
 
 def run_doctor(settings: Any, *, root: Path = Path("/"), environ: dict[str, str] | None = None) -> Report:
@@ -63,6 +64,7 @@ def run_doctor(settings: Any, *, root: Path = Path("/"), environ: dict[str, str]
             else:
                 findings, gpus = [Finding(f"{name} backend", "ok", f"{len(devices)} GPU(s)")], len(devices)
             report.add(*findings)
+            report.add(*basis_findings(backend, devices))
             report.gpus += gpus
         finally:
             backend.close()

@@ -35,7 +35,7 @@ from agent.model.terms import (
     Vendor,
     WorkloadClass,
 )
-from agent.model.verdict import Roofline, Verdict, WindowFeatures
+from agent.model.verdict import EVIDENCE_BASES, Roofline, Verdict, WindowFeatures, evidence_basis
 
 __all__ = [
     "Attribution",
@@ -52,6 +52,7 @@ __all__ = [
     "LinkTraffic",
     "NicPort",
     "NodeSnapshot",
+    "EVIDENCE_BASES",
     "NonNegative",
     "NonNegativeInt",
     "ProcessSample",
@@ -72,4 +73,5 @@ __all__ = [
     "WorkloadClass",
     "WorkloadReport",
     "XidCount",
+    "evidence_basis",
 ]

@@ -78,6 +78,35 @@ class WindowFeatures:
     """The job's own MFU over the window (tokens/s x FLOPs/token against the dtype peak), when it reports."""
 
 
+EVIDENCE_BASES: dict[str, str] = {
+    "counters": "compute-pipe and DRAM bandwidth counters (GPM, DCGM)",
+    "compute_counter": "compute-pipe counters, no DRAM bandwidth counter",
+    "reported_mfu": "the MFU the job reports, with memory activity; no compute counter",
+    "power_and_dram": "power against its limit and a DRAM activity counter; no compute counter",
+    "power_and_mem_busy": "power against its limit and memory busy time (utilization.memory); no compute or DRAM bandwidth counter",
+    "power": "power against its limit only; no compute or memory counter",
+    "memory_only": "a memory counter only; no compute counter and no power",
+    "duty": "kernel duty cycle only (utilization.gpu)",
+    "none": "no utilisation counter",
+}
+"""What a verdict rests on, strongest first: a bounded label set (``basis`` of the reason info
+metric) so doctor, the status page and dashboards can say how much a GPU's verdict can be trusted."""
+
+
+def evidence_basis(f: WindowFeatures) -> str:
+    """The :data:`EVIDENCE_BASES` key for the signals these features carry."""
+    if f.duty is None:
+        return "none"
+    if f.u_compute is not None:
+        return "counters" if f.dram_busy is not None else "compute_counter"
+    memory = f.dram_busy is not None or f.mem_busy is not None
+    if f.mfu_reported is not None:
+        return "reported_mfu"
+    if f.power_ratio is not None:
+        return "power_and_dram" if f.dram_busy is not None else "power_and_mem_busy" if f.mem_busy is not None else "power"
+    return "memory_only" if memory else "duty"
+
+
 @dataclass(frozen=True, slots=True)
 class Roofline:
     """Where the GPU sits on its roofline, and how much of its peaks it uses."""
@@ -153,6 +182,11 @@ class Verdict:
     serving: ServingView | None = None
     """For a GPU serving inference: its distance from the decode latency floor, and the knob to turn."""
 
+    @property
+    def basis(self) -> str:
+        """What this verdict rests on (:data:`EVIDENCE_BASES`)."""
+        return evidence_basis(self.features)
+
     def to_json(self) -> dict[str, object]:
         """The verdict line of ../shared/trace-format.md, plus optional fields readers may ignore."""
         r = self.roofline
@@ -170,7 +204,7 @@ class Verdict:
                 "intensity": _round(r.intensity, 2), "ridge_point": _round(r.ridge_point, 2),
                 "compute_headroom": _round(r.compute_headroom), "memory_headroom": _round(r.memory_headroom),
             },
-            "job": self.job, "rank_skew": _round(self.rank_skew), "label": self.truth,
+            "job": self.job, "rank_skew": _round(self.rank_skew), "label": self.truth, "basis": self.basis,
             **({"serving": self.serving.to_json()} if self.serving is not None else {}),
         }
 

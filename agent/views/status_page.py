@@ -13,6 +13,7 @@ from collections import Counter
 from typing import Any
 
 from agent import __version__
+from agent.model import EVIDENCE_BASES
 from agent.views.html_parts import bar, class_badge, class_chip, fmt, mfu_html, page, pct, script_hash
 from agent.views.palette import CLASS_LABELS, DOWN_COLOUR, MFU_POOR, WASTED_CLASSES, class_colour, class_label
 from agent.views.roofline_chart import ChartPoint, Roof, position, roof_for, roofline_svg
@@ -194,12 +195,17 @@ def _card(device: dict[str, Any], verdict: dict[str, Any] | None) -> str:
                         f'<div class="mfu-line">{mfu_html(verdict.get("mfu"), verdict.get("mfu_source"))}'
                         f' <span class="muted small">· MBU {pct(verdict.get("mbu"))}</span></div>')
     reasons = "".join(f"<li>{esc(r)}</li>" for r in (verdict or {}).get("reasons") or [])
+    basis = EVIDENCE_BASES.get(str((verdict or {}).get("basis"))) if verdict else None
+    if basis:
+        reasons += f'<li class="basis muted">verdict rests on: {esc(basis)}</li>'
+    memory_bar = (bar("DRAM", sample.get("dram_active"), "#5794f2") if sample.get("dram_active") is not None
+                  or sample.get("mem_busy") is None else bar("mem busy", sample.get("mem_busy"), "#5794f2"))
     return (
         f'<div class="card" data-gpu="{esc(gpu)}" data-class="{esc(cls or "none")}" style="border-top-color:'
         f'{class_colour(cls)}">{head}<div class="verdict">{verdict_html}</div>'
         + (f'<ul class="reasons small">{reasons}</ul>' if reasons else "")
         + bar("engine", sample.get("gr_active")) + bar("SM", sample.get("sm_active"))
-        + bar("tensor", sample.get("tensor_active"), "#73bf69") + bar("DRAM", sample.get("dram_active"), "#5794f2")
+        + bar("tensor", sample.get("tensor_active"), "#73bf69") + memory_bar
         + f'<div class="facts small">{_facts(sample)}</div>{_owner(sample)}</div>'
     )
 

@@ -27,8 +27,9 @@ WORKLOAD_SCORE = MetricDef(
 )
 WORKLOAD_REASON = MetricDef(
     "roofwatch_gpu_workload_reason_info", "info", "",
-    "Why: the class, a bounded detail code (e.g. dataloader, straggler, at_roof) and throttle severity.",
-    GPU_LABELS + ("class", "detail", "throttle"), nvidia=_CLS, amd=_CLS, virtual=_CLS,
+    "Why: the class, a bounded detail code (e.g. dataloader, straggler, at_roof), throttle severity, and the "
+    "evidence the verdict rests on (basis: counters, power_and_mem_busy, reported_mfu, ...; docs/classification.md).",
+    GPU_LABELS + ("class", "detail", "throttle", "basis"), nvidia=_CLS, amd=_CLS, virtual=_CLS,
 )
 THROTTLED = MetricDef(
     "roofwatch_gpu_throttled", "gauge", "boolean",
