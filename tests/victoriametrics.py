@@ -57,6 +57,7 @@ class VictoriaMetrics(_Process):
     """The single-node server: remote write on /api/v1/write, imports, the Prometheus query API."""
 
     def __init__(self, workdir: Path, *extra: str) -> None:
+        workdir.mkdir(parents=True, exist_ok=True)
         port = free_port()
         self.base = f"http://127.0.0.1:{port}"
         super().__init__([binary("victoria-metrics"), f"-httpListenAddr=127.0.0.1:{port}",
