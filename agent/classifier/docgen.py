@@ -20,6 +20,7 @@ from agent.trace import read_trace
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "classification.md"
 LABELLED = ROOT / "traces" / "labelled"
+PUBLISHED = ROOT / "traces" / "published"
 
 
 def thresholds_table(t: Thresholds = DEFAULT_THRESHOLDS) -> str:
@@ -45,7 +46,8 @@ def render(text: str, blocks: dict[str, str]) -> str:
 
 
 def generated_blocks() -> dict[str, str]:
-    return {"thresholds": thresholds_table(), "evaluation": labelled_evaluation().table()}
+    return {"thresholds": thresholds_table(), "evaluation": labelled_evaluation().table(),
+            "evaluation-published": labelled_evaluation(PUBLISHED).table()}
 
 
 def main(argv: list[str] | None = None) -> int:
