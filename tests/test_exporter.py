@@ -34,7 +34,7 @@ def full_sample(gpu: str, now: float, n_procs: int = 3) -> GpuSample:
     return GpuSample(
         ts=now, gpu=gpu, node="n1", uuid=f"GPU-{gpu}", vendor="nvidia", model="Test GPU", interval_s=1.0,
         gr_active=0.9, sm_active=0.8, sm_occupancy=0.4, tensor_active=0.6, fp64_active=0.0, fp32_active=0.1,
-        fp16_active=0.05, dram_active=0.3, pcie_tx_bytes_per_s=1e9, pcie_rx_bytes_per_s=2e9,
+        fp16_active=0.05, dram_active=0.3, mem_busy=0.41, pcie_tx_bytes_per_s=1e9, pcie_rx_bytes_per_s=2e9,
         link_tx_bytes_per_s=5e10, link_rx_bytes_per_s=4e10, net_tx_bytes_per_s=1e10, net_rx_bytes_per_s=1e10,
         power_w=650.0, temperature_c=71.0, sm_clock_mhz=1755.0, sm_clock_max_mhz=1980.0,
         mem_used_bytes=60 * 2**30, mem_total_bytes=80 * 2**30, clock_event_reasons=0x4, power_limit_w=700.0,

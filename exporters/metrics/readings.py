@@ -62,6 +62,13 @@ SAMPLE_GAUGES: tuple[SampleGauge, ...] = (
         "dram_active", nvidia="GPM DRAM_BW_UTIL (Hopper+)", amd="average_umc_activity (memory-controller busy, a proxy; whole GPU)",
     ),
     _gpu_gauge(
+        "roofwatch_gpu_memory_busy_ratio", "ratio",
+        "Fraction of the interval in which device memory was read or written (a busy-time duty cycle, not a share "
+        "of peak bandwidth; only where no DRAM bandwidth counter is read).",
+        "mem_busy", nvidia="nvmlDeviceGetUtilizationRates().memory (before Hopper); DCGM_FI_DEV_MEM_COPY_UTIL via dcgm-exporter",
+        amd="—",
+    ),
+    _gpu_gauge(
         "roofwatch_gpu_power_watts", "watts", "Instantaneous board power draw.", "power_w",
         nvidia="field POWER_INSTANT, else nvmlDeviceGetPowerUsage", amd="current_socket_power (partition 0)",
     ),
