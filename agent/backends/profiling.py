@@ -7,9 +7,10 @@ is the small, source-neutral part: which sample fields are profiling fields, the
 :class:`ProfilingJoin`, a backend that wraps another one and fills its samples.
 
 Merge rule (:func:`merge_profiling`): a profiling value fills a field the sample left unknown;
-it replaces a known one only for fields named in ``replace`` (the NVML backend's ``gr_active``
-and ``dram_active`` on a GPU without GPM are utilisation-rate fallbacks, which DCGM's engine and
-DRAM activity measure properly). A profiling value that is unknown never erases anything.
+it replaces a known one only for fields named in ``replace`` (the NVML backend's ``gr_active`` on
+a GPU without GPM is utilization.gpu, which DCGM's engine activity measures over the same
+interval as its other fields; NVML's utilization.memory is ``mem_busy``, never ``dram_active``,
+so DRAM activity is DCGM's alone). A profiling value that is unknown never erases anything.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ PROFILING_FIELDS = ("gr_active", "sm_active", "sm_occupancy", "tensor_active", "
                     "link_tx_bytes_per_s", "link_rx_bytes_per_s")
 """GpuSample fields a profiling source may provide."""
 FALLBACK_FIELDS = frozenset({"gr_active", "dram_active"})
-"""Fields NVML fills from utilisation rates when it has no GPM: a profiling source's values win."""
+"""Fields a GPU without GPM may carry from elsewhere (utilization.gpu; an older trace's DRAM figure): a profiling source's values win."""
 
 
 def merge_profiling(sample: GpuSample, values: Mapping[str, float | None], *,
