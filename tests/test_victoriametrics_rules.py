@@ -188,3 +188,14 @@ def test_every_recording_rule_with_inputs_wrote_series(replayed):
     assert "ALERTS" in names and "ALERTS_FOR_STATE" in names
     missing = sorted(expected - names)
     assert missing == [], f"recording rules with no series after the replay: {missing}"
+
+
+def test_promtool_notation_is_read_as_promtool_documents_it():
+    from tests.promtool_cases import expand_values, parse_selector, seconds
+    assert expand_values("1x2 _x2 0+60x2 5-1x1 _ 7") == [1, 1, 1, None, None, 0, 60, 120, 5, 4, None, 7]
+    assert parse_selector('up{job="a",instance="n1:9477"}') == {"__name__": "up", "job": "a", "instance": "n1:9477"}
+    assert parse_selector("{}") == {} and parse_selector("vector_name") == {"__name__": "vector_name"}
+    assert seconds("1h30m") == 5400
+    for bad, reader in (("stale", expand_values), ("1y", seconds), ('up{job=a}', parse_selector)):
+        with pytest.raises(ValueError, match=re.escape(bad)):
+            reader(bad)
