@@ -48,14 +48,15 @@ class Fleet:
     series_per_node: int
     samples: int
     build_s: float
+    rules: Path = fleet_queries.RULES
 
     @property
     def gpus(self) -> int:
         return self.shape.nodes * GPUS_PER_NODE
 
 
-def build(shape: fleet_data.FleetShape, workdir: Path, *, log=print) -> Fleet:
-    """Synthesize, backfill raw series, then backfill the recording rules level by level."""
+def build(shape: fleet_data.FleetShape, workdir: Path, *, rules: Path = fleet_queries.RULES, log=print) -> Fleet:
+    """Synthesize, backfill raw series, then backfill the recording rules of ``rules`` level by level."""
     started = time.monotonic()
     data = workdir / "data"
     data.mkdir(parents=True)
@@ -67,7 +68,7 @@ def build(shape: fleet_data.FleetShape, workdir: Path, *, log=print) -> Fleet:
         backfill_openmetrics(path, data)
         path.unlink()
         samples += count
-    for level, chosen in enumerate(fleet_queries.levels(fleet_queries.rules())):
+    for level, chosen in enumerate(fleet_queries.levels(fleet_queries.rules(rules))):
         log(f"  recording rules, level {level}: {len(chosen)} rules")
         server = Server(workdir, data)
         try:
@@ -75,7 +76,7 @@ def build(shape: fleet_data.FleetShape, workdir: Path, *, log=print) -> Fleet:
             backfill_rules(rule_file, server.url, stamps[0], stamps[-1], RULE_EVAL_S, data, workdir / "rule-blocks")
         finally:
             server.stop()
-    return Fleet(shape, data, stamps[0], stamps[-1], len(template), samples, time.monotonic() - started)
+    return Fleet(shape, data, stamps[0], stamps[-1], len(template), samples, time.monotonic() - started, rules)
 
 
 def median_time(server: Server, repeat: int, path: str, **params: object) -> tuple[float, object]:
@@ -83,20 +84,25 @@ def median_time(server: Server, repeat: int, path: str, **params: object) -> tup
     return statistics.median(t for t, _ in runs), runs[-1][1]
 
 
-def measure(fleet: Fleet, workdir: Path, repeat: int, *, settle_s: float = 75.0, log=print) -> dict:
-    """Every figure of one fleet, from a Prometheus that has opened (and compacted) its blocks."""
+def measure(fleet: Fleet, workdir: Path, repeat: int, *, settle_s: float = 75.0,
+            dashboards: list[Path] | None = None, log=print) -> dict:
+    """Every figure of one fleet, from a Prometheus that has opened (and compacted) its blocks.
+
+    ``dashboards``: the generated dashboard JSON files to time (default: dashboards/roofwatch-*.json)."""
+    boards = dashboards or fleet_queries.DASHBOARDS
     server = Server(workdir, fleet.data)
     try:
         server.settle(settle_s)
         out: dict = {"nodes": fleet.shape.nodes, "gpus": fleet.gpus, "hours": fleet.shape.hours,
                      "samples": fleet.samples, "build_s": fleet.build_s,
                      "series_per_node": fleet.series_per_node,
-                     "series_per_gpu": fleet.series_per_node / GPUS_PER_NODE}
+                     "series_per_gpu": fleet.series_per_node / GPUS_PER_NODE,
+                     "rules": str(fleet.rules), "dashboards": sorted(str(b) for b in boards)}
         out["series_raw"] = int(server.api("query", query="count({job=\"roofwatch\", __name__!~\".*:.*\"})", time=fleet.end)["result"][0]["value"][1])
         out["series_recorded"] = int(server.api(
             "query", query='count({__name__=~"roofwatch(_[a-z]+)?:.+"})', time=fleet.end)["result"][0]["value"][1])
         groups: dict[str, dict] = {}
-        for rule in fleet_queries.rules():
+        for rule in fleet_queries.rules(fleet.rules):
             seconds, result = median_time(server, repeat, "query", query=rule.expr, time=fleet.end)
             g = groups.setdefault(rule.group, {"interval_s": rule.interval_s, "seconds": 0.0, "rules": {}})
             g["seconds"] += seconds
@@ -104,13 +110,15 @@ def measure(fleet: Fleet, workdir: Path, repeat: int, *, settle_s: float = 75.0,
             if rule.recording and not result["result"] and rule.group != "roofwatch-serving":
                 log(f"  note: {rule.name} is empty at the end of the history")
         out["groups"] = groups
+        job_nodes = [fleet.shape.node_name(i) for i in range(fleet.shape.nodes) if fleet.shape.job(i) == 0]
         values = {"cluster": ".*", "job": "job-00000", "node": fleet.shape.node_name(0), "gpu": ".*",
-                  "model": ".*", "server": ".*", "datasource": "prometheus"}
+                  "model": ".*", "server": ".*", "datasource": "prometheus",
+                  "job_node": "(" + "|".join(job_nodes) + ")"}  # Grafana's regex form of a multi-value variable
         out["queries"] = []
         for hours in (1, 6):
             span = min(hours * 3600, fleet.end - fleet.start)
             step = fleet_queries.step_for(span)
-            for q in fleet_queries.panel_queries():
+            for q in fleet_queries.panel_queries(boards):
                 expr = fleet_queries.substitute(q.expr, values, span, step)
                 if q.instant:
                     seconds, data = median_time(server, repeat, "query", query=expr, time=fleet.end)
@@ -120,7 +128,7 @@ def measure(fleet: Fleet, workdir: Path, repeat: int, *, settle_s: float = 75.0,
                 out["queries"].append({"dashboard": q.dashboard, "panel": q.panel, "range_h": span / 3600,
                                        "instant": q.instant, "seconds": seconds, "series": len(data["result"]),
                                        "expr": expr})
-            for board, selector, label in fleet_queries.variable_queries():
+            for board, selector, label in fleet_queries.variable_queries(boards):
                 seconds, _ = median_time(server, repeat, f"label/{label}/values",
                                          **{"match[]": fleet_queries.substitute(selector, values, span, step),
                                             "start": fleet.end - span, "end": fleet.end})
@@ -202,6 +210,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clusters", type=int, default=2, help="clusters the nodes are split into (default 2)")
     parser.add_argument("--job-nodes", type=int, default=16, help="nodes per job (default 16: 128-GPU jobs)")
     parser.add_argument("--repeat", type=int, default=3, help="runs per query; the median is reported")
+    parser.add_argument("--rules", type=Path, default=fleet_queries.RULES, metavar="FILE",
+                        help="the rule file to backfill and time (default: the shipped deploy/prometheus/roofwatch-rules.yml;"
+                             " e.g. an older version from git show, to compare designs)")
+    parser.add_argument("--dashboards", type=Path, metavar="DIR",
+                        help="a folder of generated roofwatch-*.json dashboards to time (default: dashboards/)")
     parser.add_argument("--workdir", help="where the blocks go (default: a temporary directory, removed)")
     parser.add_argument("--json", metavar="FILE", help="also write every figure and every query's time as JSON")
     parser.add_argument("--combine", nargs="+", metavar="JSON",
@@ -213,7 +226,13 @@ def main(argv: list[str] | None = None) -> int:
     sizes = [tuple(float(x) for x in s.lower().split("x")) for s in (args.size or ["125x6", "1000x1"])]
     from benchmarks.__main__ import machine
 
-    print(f"# roofwatch fleet benchmark: {machine()}\n", flush=True)
+    boards = sorted(args.dashboards.glob("roofwatch-*.json")) if args.dashboards else None
+    if args.dashboards and not boards:
+        parser.error(f"--dashboards: no roofwatch-*.json in {args.dashboards}")
+    if not args.rules.is_file():
+        parser.error(f"--rules: no such file {args.rules}")
+    print(f"# roofwatch fleet benchmark: {machine()}\n# rules {args.rules}, dashboards {args.dashboards or 'dashboards/'}\n",
+          flush=True)
     root = Path(args.workdir or tempfile.mkdtemp(prefix="roofwatch-fleet-"))
     runs = []
     try:
@@ -223,8 +242,8 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(work, ignore_errors=True)
             work.mkdir(parents=True)
             print(f"fleet of {int(nodes) * GPUS_PER_NODE:,} GPUs, {hours:g} h of history every {shape.step_s} s", flush=True)
-            fleet = build(shape, work, log=lambda m: print(m, flush=True))
-            runs.append(measure(fleet, work, args.repeat, log=lambda m: print(m, flush=True)))
+            fleet = build(shape, work, rules=args.rules, log=lambda m: print(m, flush=True))
+            runs.append(measure(fleet, work, args.repeat, dashboards=boards, log=lambda m: print(m, flush=True)))
             shutil.rmtree(fleet.data, ignore_errors=True)
     finally:
         if not args.workdir:
