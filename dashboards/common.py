@@ -246,6 +246,25 @@ def job_variable() -> QueryVariable:
         multi=False, include_all=False)
 
 
+def job_node_variable() -> QueryVariable:
+    """The selected job's nodes, hidden, always All (expanded to ``(node-a|node-b)``, no catch-all).
+
+    Per-GPU panels select ``node=~"$job_node"`` before joining ``roofwatch_gpu_job_info``:
+    PromQL evaluates both sides of a join in full, so without it every GPU of the fleet is read
+    (over the whole range) and joined, then all but the job's dropped.
+    """
+    return (
+        QueryVariable("job_node").label("Job nodes")
+        .description("The nodes the selected job runs on (hidden): narrows per-GPU queries before the join.")
+        .datasource(DATASOURCE)
+        .query({"qryType": 1, "query": 'label_values(roofwatch_gpu_job_info{cluster=~"$cluster", job_id=~"$job"}, node)',
+                "refId": "PrometheusVariableQueryEditor-VariableQuery"})
+        .refresh(model.VariableRefresh.ON_TIME_RANGE_CHANGED)
+        .sort(model.VariableSort.ALPHABETICAL_ASC)
+        .multi(True).include_all(True).hide(model.VariableHide.HIDE_VARIABLE)
+    )
+
+
 # --- dashboards ----------------------------------------------------------------------------
 
 def new_dashboard(uid: str, title: str, description: str, *, time_from: str) -> Dashboard:

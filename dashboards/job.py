@@ -1,7 +1,8 @@
 """Job: is this job using its GPUs well, and if not, which rank holds it back?
 
 For ML engineers. It joins every GPU series to ``roofwatch_gpu_job_info`` so one job spread over
-many nodes (many agents) reads as one.
+many nodes (many agents) reads as one. Per-GPU series are first narrowed to the job's nodes (the
+hidden ``job_node`` variable), so a panel reads the job's GPUs, not the fleet's.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dashboards.common import (
     column_link,
     dashed_series,
     datasource_variable,
+    job_node_variable,
     job_variable,
     link_to,
     merged,
@@ -36,17 +38,19 @@ from dashboards.common import (
 UID = "roofwatch-job"
 C = 'cluster=~"$cluster"'
 J = 'cluster=~"$cluster", job_id=~"$job"'
+G = 'cluster=~"$cluster", node=~"${job_node}"'
+"""Per-GPU series on the job's nodes: the left-hand side of every join to the job."""
 RANK = "{{node}} GPU {{gpu}}"
 
 
 def _per_rank(title: str, description: str, metric: str, unit: str = "percentunit") -> timeseries.Panel:
     """One series per GPU of the job (a rank), from a per-GPU metric joined to the job."""
-    return timeseries_panel(title, description, unit, prom(by_job(f"{metric}{{{C}}}", J), RANK))
+    return timeseries_panel(title, description, unit, prom(by_job(f"{metric}{{{G}}}", J), RANK))
 
 
 def build() -> Dashboard:
-    mfu_counters = by_job(f'max without (dtype) (roofwatch_gpu_mfu_ratio{{{C}, source="counters"}})', J)
-    mfu_workload = by_job(f'max without (dtype) (roofwatch_gpu_mfu_ratio{{{C}, source="workload"}})', J)
+    mfu_counters = by_job(f'max without (dtype) (roofwatch_gpu_mfu_ratio{{{G}, source="counters"}})', J)
+    mfu_workload = by_job(f'max without (dtype) (roofwatch_gpu_mfu_ratio{{{G}, source="workload"}})', J)
     return (
         new_dashboard(
             UID, "roofwatch / Job",
@@ -56,6 +60,7 @@ def build() -> Dashboard:
         .with_variable(datasource_variable())
         .with_variable(cluster_variable())
         .with_variable(job_variable())
+        .with_variable(job_node_variable())
 
         .with_row(Row("Job now"))
         .with_panel(
@@ -77,7 +82,7 @@ def build() -> Dashboard:
         .with_panel(
             stat_panel("Step-time jitter", "Coefficient of variation of recent step times (highest rank). Steady "
                   "training is under 5%; above 15% steps stall on data or collectives.",
-                  f"max({by_job(f'roofwatch_gpu_step_time_cv{{{C}}}', J)})", "percentunit")
+                  f"max({by_job(f'roofwatch_gpu_step_time_cv{{{G}}}', J)})", "percentunit")
             .thresholds(BAD_HIGH_STEPS).color_mode(cm.BigValueColorMode.BACKGROUND))
         .with_panel(
             stat_panel("Idle GPU-hours, trailing hour", "GPU-hours the job held GPUs that ran nothing in the last "
@@ -105,7 +110,7 @@ def build() -> Dashboard:
             timeseries_panel("MFU by rank", "MFU of each of the job's GPUs. Ranks of a synchronous job finish the same "
                 "work in the same step time, so their MFU should match; one rank clearly above the others "
                 "computes slower per FLOP (see Straggler).", "percentunit",
-                prom(by_job(f"roofwatch:gpu_mfu:ratio{{{C}}}", J), RANK))
+                prom(by_job(f"roofwatch:gpu_mfu:ratio{{{G}}}", J), RANK))
             .min(0).max(1))
 
         .with_row(Row("Jitter, skew and the straggler"))
@@ -159,8 +164,8 @@ def build() -> Dashboard:
         .with_panel(column_link(
             table.Panel().title("The job's GPUs now").datasource(DATASOURCE).span(12).height(8)
             .description("Each GPU of the job with its class, reason and MFU. Click a node to see its GPUs.")
-            .with_target(prom(by_job(f"roofwatch_gpu_workload_reason_info{{{C}}}", J), instant=True, table=True, ref="A"))
-            .with_target(prom(by_job(f"roofwatch:gpu_mfu:ratio{{{C}}}", J), instant=True, table=True, ref="B"))
+            .with_target(prom(by_job(f"roofwatch_gpu_workload_reason_info{{{G}}}", J), instant=True, table=True, ref="A"))
+            .with_target(prom(by_job(f"roofwatch:gpu_mfu:ratio{{{G}}}", J), instant=True, table=True, ref="B"))
             .transformations(merged())
             .with_transformation(organize(
                 {"node": "Node", "gpu": "GPU", "class": "Class", "detail": "Reason", "throttle": "Throttle",
@@ -172,9 +177,9 @@ def build() -> Dashboard:
             timeseries_panel("Network and NVLink traffic", "The job's bytes per second over InfiniBand/RoCE and over "
                 "NVLink/XGMI, summed over its GPUs. Dips that line up with jitter spikes point at the "
                 "fabric.", "Bps",
-                prom(f"sum by (direction) ({by_job(f'rate(roofwatch_gpu_network_bytes_total{{{C}}}[$__rate_interval])', J)})",
+                prom(f"sum by (direction) ({by_job(f'rate(roofwatch_gpu_network_bytes_total{{{G}}}[$__rate_interval])', J)})",
                      "network {{direction}}", ref="A"),
-                prom(f"sum by (direction) ({by_job(f'rate(roofwatch_gpu_link_bytes_total{{{C}}}[$__rate_interval])', J)})",
+                prom(f"sum by (direction) ({by_job(f'rate(roofwatch_gpu_link_bytes_total{{{G}}}[$__rate_interval])', J)})",
                      "nvlink {{direction}}", ref="B"))
             .min(0))
         .with_panel(

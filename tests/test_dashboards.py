@@ -139,6 +139,22 @@ def test_the_dashboards_have_the_variables_their_subject_needs():
     assert names[serving.UID] >= {"datasource", "cluster", "model", "server"}
 
 
+def test_job_panels_narrow_per_gpu_series_to_the_jobs_nodes_before_joining():
+    """The left side of a join to the job is read in full by PromQL: unnarrowed, a job panel reads
+    (and joins) every GPU of the fleet over its whole range (docs/performance.md, Fleet)."""
+    joins = [t["expr"] for p in panels(dashboards()[job.UID]) for t in p.get("targets", [])
+             if "group_left (job_id)" in t["expr"]]
+    assert joins
+    for expr in joins:
+        left = expr.split("* on (node, gpu, uuid) group_left (job_id)")[0]
+        selectors = re.findall(r"(roofwatch[\w:]*)\{((?:[^{}]|\$\{\w+\})*)\}", left)
+        assert selectors, expr
+        for name, matchers in selectors:
+            assert 'node=~"${job_node}"' in matchers, f"{name}{{{matchers}}} is not narrowed to the job's nodes"
+    variable = next(v for v in dashboards()[job.UID]["templating"]["list"] if v["name"] == "job_node")
+    assert variable["includeAll"] and "allValue" not in variable, "All must expand to the job's nodes, not .*"
+
+
 def test_every_metric_a_query_names_exists():
     """A renamed metric or recording rule must not leave a panel silently empty."""
     recorded = set(re.findall(r"record: (\S+)", RULES.read_text()))
@@ -177,7 +193,8 @@ CLUSTERS = {"node-a": "train", "node-b": "train", "node-c": "train", "demo-node"
 VIEWS: dict[str, dict[str, str]] = {
     cluster.UID: {"datasource": "prometheus", "cluster": ".*"},
     node.UID: {"datasource": "prometheus", "cluster": ".*", "node": "demo-node", "gpu": ".*"},
-    job.UID: {"datasource": "prometheus", "cluster": ".*", "job": "pretrain-7b"},
+    job.UID: {"datasource": "prometheus", "cluster": ".*", "job": "pretrain-7b",
+              "job_node": "(node-a|node-b|node-c)"},  # the hidden variable at All, as Grafana expands it
 }
 """The variables a user would pick: the whole fleet, the demo node (every class, throttling, an
 idle-but-held GPU), and the multi-node job with a straggler."""
@@ -287,7 +304,8 @@ def test_every_panel_query_runs_and_returns_data(fleet, uid):
 @pytest.mark.parametrize("uid", LIVE)
 def test_variable_queries_list_the_fleet(fleet, uid):
     expected = {"cluster": {"train", "lab"}, "node": {"node-a", "node-b", "node-c", "demo-node"},
-                "gpu": {str(i) for i in range(8)}, "job": {"pretrain-7b", "finetune-a", "llama-8b-finetune"}}
+                "gpu": {str(i) for i in range(8)}, "job": {"pretrain-7b", "finetune-a", "llama-8b-finetune"},
+                "job_node": {"node-a", "node-b", "node-c"}}
     for variable in dashboards()[uid]["templating"]["list"]:
         if variable["type"] != "query":
             continue
