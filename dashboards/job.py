@@ -169,7 +169,7 @@ def build() -> Dashboard:
             .transformations(merged())
             .with_transformation(organize(
                 {"node": "Node", "gpu": "GPU", "class": "Class", "detail": "Reason", "throttle": "Throttle",
-                 "Value #B": "MFU"},
+                 "basis": "Evidence", "Value #B": "MFU"},
                 hide=("Time", "Value #A", "uuid", "cluster", "job", "job_id", "instance", "__name__")))
             .override_by_name("MFU", [unit_override("percentunit")]),
             "Node", link_to("roofwatch-node", "Open node", "node")))
