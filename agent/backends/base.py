@@ -43,6 +43,19 @@ class Meaning(enum.Enum):
     """Anything else: this read failed, try again next interval."""
 
 
+def value_code(exc: BaseException) -> int | None:
+    """The integer status a ctypes binding's exception carries as ``.value`` (pynvml's NVMLError,
+    DCGM's DCGMError), or None for any other exception."""
+    value = getattr(exc, "value", None)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def meaning_in(table: dict[int, Meaning], exc: BaseException) -> Meaning:
+    """What ``exc`` means by a vendor's code ``table``; an unknown code, or no code, is a failed read."""
+    code = value_code(exc)
+    return Meaning.FAILED if code is None else table.get(code, Meaning.FAILED)
+
+
 class BackendError(Exception):
     """Base for errors a backend raises on purpose, with a message meant for a person."""
 

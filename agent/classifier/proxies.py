@@ -32,7 +32,7 @@ _MIN_DUTY = 0.05
 
 @dataclass(frozen=True, slots=True)
 class ProxyScores:
-    """Roofline-tier scores from indirect evidence, and what they rest on."""
+    """Roofline-tier scores from indirect evidence (the duty cycle aside), and what they rest on."""
 
     compute: float | None
     memory: float | None
@@ -62,8 +62,10 @@ def memory_evidence(f: WindowFeatures, t: Thresholds, incumbent: str | None) -> 
     return None, None
 
 
-def proxy_scores(f: WindowFeatures, t: Thresholds, busy: float | None, incumbent: str | None) -> ProxyScores:
-    """compute / memory / latency scores for a GPU whose ``u_compute`` is unknown."""
+def proxy_scores(f: WindowFeatures, t: Thresholds, incumbent: str | None) -> ProxyScores:
+    """compute / memory / latency scores for a GPU whose ``u_compute`` is unknown, on the evidence
+    alone: the rules combine them with the duty cycle, and judge the evidence against
+    ``proxy_min_score`` without it."""
     w = t.score_width
     memory_score, memory_basis = memory_evidence(f, t, incumbent)
     not_memory = None if memory_score is None else 1.0 - memory_score
@@ -89,10 +91,10 @@ def proxy_scores(f: WindowFeatures, t: Thresholds, busy: float | None, incumbent
     # A GPU at its power limit is doing heavy math even if its memory is busy too (GEMMs stream
     # their tiles through HBM): memory-bound needs power below that level, compute-bound needs
     # either quiet memory or power at the limit.
-    compute = None if heavy is None else _all(busy, heavy, _max(not_memory, near_limit))
-    memory = None if memory_score is None else _all(busy, memory_score, _below(f.power_ratio, t.power_near_limit, w),
+    compute = None if heavy is None else _all(heavy, _max(not_memory, near_limit))
+    memory = None if memory_score is None else _all(memory_score, _below(f.power_ratio, t.power_near_limit, w),
                                                     None if reported is None else 1.0 - (heavy or 0.0))
-    latency = None if light is None else _all(busy, light, not_memory)
+    latency = None if light is None else _all(light, not_memory)
     return ProxyScores(compute, memory, latency, compute_basis, memory_basis)
 
 

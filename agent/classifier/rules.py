@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agent.classifier.proxies import missing_compute_reason, proxy_scores, reported_compute
+from agent.classifier.proxies import ProxyScores, missing_compute_reason, proxy_scores, reported_compute
 from agent.classifier.scoring import above as _above
 from agent.classifier.scoring import all_of as _all
 from agent.classifier.scoring import below as _below
@@ -75,8 +75,10 @@ def _pct(x: float | None) -> str:
 # ------------------------------------------------------------------------------ scores
 
 
-def score_classes(f: WindowFeatures, job: JobContext, t: Thresholds, incumbent: str | None = None) -> dict[str, float | None]:
-    """Score of every class (``None`` where the counters to judge it are missing)."""
+def score_classes(f: WindowFeatures, job: JobContext, t: Thresholds, incumbent: str | None = None,
+                  proxies: ProxyScores | None = None) -> dict[str, float | None]:
+    """Score of every class (``None`` where the counters to judge it are missing); ``proxies`` are
+    the stand-in scores of a GPU without a compute counter, when the caller has them already."""
     w, wcv = t.score_width, t.score_width_cv
     c_roof = t.dominant_roof_exit if incumbent == "compute_bound" else t.dominant_roof
     m_roof = t.dominant_memory_roof_exit if incumbent == "memory_bound" else t.dominant_memory_roof
@@ -123,8 +125,9 @@ def score_classes(f: WindowFeatures, job: JobContext, t: Thresholds, incumbent: 
         memory = _all(busy, _above(u_m, m_roof, w), _above(None if u_m is None else u_m - u_c, t.roof_margin, w))
         latency = _all(busy, _below(u_c, t.dominant_roof, w), _below(u_m, t.dominant_memory_roof, w))
     else:  # no tensor or pipe counter: reported MFU, power and memory evidence stand in
-        proxies = proxy_scores(f, t, busy, incumbent)
-        compute, memory, latency = proxies.compute, proxies.memory, proxies.latency
+        proxies = proxies or proxy_scores(f, t, incumbent)
+        compute, memory, latency = (None if p is None else _all(busy, p)
+                                    for p in (proxies.compute, proxies.memory, proxies.latency))
     return {"idle": idle, "input_starved": starved, "communication_jittered": jitter,
             "compute_bound": compute, "memory_bound": memory, "latency_bound": latency}
 
@@ -148,7 +151,8 @@ def decide(f: WindowFeatures, job: JobContext, t: Thresholds, incumbent: str | N
     throttled, severe, throttle_reasons = _throttle(f, t)
     expected = max(f.samples, expected_samples or 0)
     valid = f.valid_fraction * f.samples / expected if expected else 0.0
-    raw = score_classes(f, job, t, incumbent)
+    proxies = proxy_scores(f, t, incumbent) if f.u_compute is None else None
+    raw = score_classes(f, job, t, incumbent, proxies)
     scores = {c: (0.0 if raw[c] is None else raw[c]) for c in SCORED_CLASSES}  # type: ignore[misc]
 
     if expected == 0 or valid < t.min_valid_fraction:
@@ -170,7 +174,7 @@ def decide(f: WindowFeatures, job: JobContext, t: Thresholds, incumbent: str | N
             detail = "no_compute_counter" if f.u_compute is None and f.duty is not None else "no_counters"
             return Decision("unknown", detail, scores, 0.0, (why,), throttled, severe)
         cls = max(tier, key=lambda c: tier[c])  # type: ignore[arg-type, return-value]
-        evidence = getattr(proxy_scores(f, t, 1.0, incumbent), cls.removesuffix("_bound")) if f.u_compute is None else None
+        evidence = getattr(proxies, cls.removesuffix("_bound")) if proxies is not None else None
         if evidence is not None and evidence < t.proxy_min_score:
             # Indirect evidence below even odds is a guess: say what is missing instead.
             return Decision("unknown", "no_compute_counter", scores, 0.0, (missing_compute_reason(f),), throttled, severe)

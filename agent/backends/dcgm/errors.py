@@ -9,7 +9,7 @@ failed NVML call's code in a value's status, e.g. GPU_IS_LOST).
 
 from __future__ import annotations
 
-from agent.backends.base import Meaning
+from agent.backends.base import Meaning, meaning_in, value_code
 
 NO_DATA, STALE_DATA, NOT_WATCHED, PAUSED, GPUS_DETACHED = -14, -15, -16, -54, -67
 CONNECTION_NOT_VALID, UNINITIALIZED = -21, -10
@@ -38,9 +38,8 @@ _WHY = {
 }
 
 
-def code_of(exc: BaseException) -> int | None:
-    value = getattr(exc, "value", None)
-    return value if isinstance(value, int) else None
+code_of = value_code
+"""The status code of the binding's exception, or None for anything else."""
 
 
 def meaning_of_code(code: int) -> Meaning:
@@ -48,8 +47,7 @@ def meaning_of_code(code: int) -> Meaning:
 
 
 def meaning(exc: BaseException) -> Meaning:
-    code = code_of(exc)
-    return Meaning.FAILED if code is None else meaning_of_code(code)
+    return meaning_in(_MEANINGS, exc)
 
 
 def describe_code(code: int, text: str | None = None) -> str:

@@ -7,7 +7,7 @@ made on the numeric ``value``, which is the C return code and the same everywher
 
 from __future__ import annotations
 
-from agent.backends.base import Meaning
+from agent.backends.base import Meaning, meaning_in, value_code
 
 # nvmlReturn_t codes (nvml.h); pynvml exposes the same numbers as NVML_ERROR_*.
 SUCCESS = 0
@@ -51,10 +51,8 @@ _NAMES = {
 }
 
 
-def code_of(exc: BaseException) -> int | None:
-    """The NVML return code of a pynvml exception, or None for anything else."""
-    value = getattr(exc, "value", None)
-    return value if isinstance(value, int) else None
+code_of = value_code
+"""The status code of the binding's exception, or None for anything else."""
 
 
 def meaning_of_code(code: int) -> Meaning:
@@ -62,8 +60,7 @@ def meaning_of_code(code: int) -> Meaning:
 
 
 def meaning(exc: BaseException) -> Meaning:
-    code = code_of(exc)
-    return Meaning.FAILED if code is None else meaning_of_code(code)
+    return meaning_in(_MEANINGS, exc)
 
 
 def describe_code(code: int) -> str:
