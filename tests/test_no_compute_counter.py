@@ -138,3 +138,11 @@ def test_older_nvml_only_traces_read_their_memory_busy_time_as_mem_busy(
     path = _trace(tmp_path / "t.jsonl.gz", header, {"ts": 1_700_000_000.0, "gpu": "0", **sample})
     (read,) = list(read_trace(path))
     assert (read.mem_busy, read.dram_active) == ((0.4, None) if moved else (None, 0.4))
+
+
+def test_a_compute_counter_without_a_dram_counter_never_gives_memory_bound() -> None:
+    """Hypothesis found it: with tensor activity but no DRAM counter, the memory score was the duty
+    cycle alone, so an idle-pipe busy GPU could be called memory_bound (and the detail crashed)."""
+    v = last(window(model="NVIDIA H100 80GB HBM3", gr_active=0.99, tensor_active=0.0))
+    assert v.cls != "memory_bound" and v.scores["memory_bound"] == 0.0
+    assert v.basis == "compute_counter"

@@ -122,7 +122,8 @@ def score_classes(f: WindowFeatures, job: JobContext, t: Thresholds, incumbent: 
     u_c, u_m = f.u_compute, f.u_memory
     if u_c is not None:
         compute = _all(busy, _above(u_c, c_roof, w), _above(None if u_m is None else u_c - u_m, t.roof_margin, w))
-        memory = _all(busy, _above(u_m, m_roof, w), _above(None if u_m is None else u_m - u_c, t.roof_margin, w))
+        # Without a DRAM counter memory-bound is unknown, not as likely as the duty cycle.
+        memory = None if u_m is None else _all(busy, _above(u_m, m_roof, w), _above(u_m - u_c, t.roof_margin, w))
         latency = _all(busy, _below(u_c, t.dominant_roof, w), _below(u_m, t.dominant_memory_roof, w))
     else:  # no tensor or pipe counter: reported MFU, power and memory evidence stand in
         proxies = proxies or proxy_scores(f, t, incumbent)
