@@ -2,7 +2,7 @@
 # roofwatch's one entry point for people and CI. Each command sets up what it needs first.
 #
 #   ./dev.sh demo [ARGS...]   run the agent on the built-in virtual 8-GPU node (roofwatch demo ARGS)
-#   ./dev.sh test [ARGS...]   run the whole test suite (pytest ARGS)
+#   ./dev.sh test [ARGS...]   run the whole test suite in parallel (pytest ARGS); -m "not slow": the quick tier
 #   ./dev.sh bench [ARGS...]  measure the agent's cost against its budgets (python -m benchmarks ARGS);
 #                             bench --fleet [ARGS...]: rules and dashboards at fleet size (benchmarks.fleet)
 #   ./dev.sh setup            only create/refresh the virtualenv
@@ -90,6 +90,18 @@ ensure_test_tools() {
     fi
 }
 
+parallel_args() {
+    # The suite runs on every core (pytest-xdist), tests handed out as workers free up (worksteal), unless
+    # the caller chose (-n, -p no:xdist) or asked for a debugger. ROOFWATCH_TEST_WORKERS overrides the count.
+    local arg
+    for arg in "$@"; do
+        case "$arg" in
+            -n|-n*|--numprocesses*|--pdb|--trace|no:xdist|-pno:xdist) return 0 ;;
+        esac
+    done
+    printf '%s\n' -n "${ROOFWATCH_TEST_WORKERS:-auto}" --dist worksteal
+}
+
 cmd=${1:-help}
 [ $# -gt 0 ] && shift
 case "$cmd" in
@@ -100,7 +112,9 @@ case "$cmd" in
     test)
         ensure_venv "[test]"
         ensure_test_tools
-        exec "$VENV/bin/python" -m pytest "$@"
+        # Compiled test modules are kept between runs (pytest's assertion rewriting costs ~8 s a run otherwise).
+        unset PYTHONDONTWRITEBYTECODE
+        exec "$VENV/bin/python" -m pytest $(parallel_args "$@") "$@"
         ;;
     bench)
         ensure_venv "[bench]"

@@ -124,15 +124,19 @@ class Attackers:
 
     They run in a child process with its own event loop: in this process they would hold the GIL
     the honest scrapers' threads need, and the scrapers' latency would measure the rig, not the agent.
+    The child is spawned, not forked: a fork copies this process's threads' locks in whatever state they
+    are (the scrapers', the sampler's, pytest's), and a second attack in one process once hung that way.
     """
 
     def __init__(self, port: int, per_kind: int) -> None:
         self.port = port
         self.per_kind = per_kind
         self.opened = {kind: 0 for kind in KINDS}
-        self._stopping = multiprocessing.Event()
-        self._results: multiprocessing.Queue = multiprocessing.Queue()
-        self._process = multiprocessing.Process(target=self._child, name="attackers", daemon=True)
+        context = multiprocessing.get_context("spawn")
+        self._stopping = context.Event()
+        self._results = context.Queue()
+        self._process = context.Process(target=_attack_in_child, name="attackers", daemon=True,
+                                        args=(port, per_kind, self._stopping, self._results))
 
     def start(self) -> None:
         self._process.start()
@@ -147,19 +151,32 @@ class Attackers:
         if self._process.is_alive():
             self._process.kill()
 
-    def _child(self) -> None:
+
+def _attack_in_child(port: int, per_kind: int, stopping, results) -> None:
+    """The attackers' process: the attack until ``stopping`` is set, then how many connections each kind opened."""
+    results.put(_AttackLoop(port, per_kind, stopping).run())
+
+
+class _AttackLoop:
+    """The hostile connections, on one event loop in the attackers' process."""
+
+    def __init__(self, port: int, per_kind: int, stopping) -> None:
+        self.port = port
+        self.per_kind = per_kind
+        self.opened = {kind: 0 for kind in KINDS}
+        self._stopping = stopping
         self._tls = ssl.create_default_context()
         self._tls.check_hostname = False
         self._tls.verify_mode = ssl.CERT_NONE
         self._loop = asyncio.new_event_loop()
         self._stop: asyncio.Event | None = None
-        self._run()
-        self._results.put(self.opened)
 
-    def _run(self) -> None:
+    def run(self) -> dict[str, int]:
+        """The attack until stopped; the loop is left open (the process ends next), so connections abandoned
+        mid-cancellation close quietly instead of each logging that their loop is closed."""
         asyncio.set_event_loop(self._loop)
         self._loop.run_until_complete(self._main())
-        self._loop.close()
+        return self.opened
 
     async def _main(self) -> None:
         self._stop = asyncio.Event()
@@ -169,7 +186,9 @@ class Attackers:
         self._stop.set()
         for task in tasks:
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        # asyncio.wait_for (Python <= 3.11) may swallow a cancellation that lands as its inner call ends;
+        # the loops below also check the stop flag, and whatever still runs after a moment is abandoned.
+        await asyncio.wait(tasks, timeout=2.0)
 
     async def _keep(self, kind: str, i: int) -> None:
         """One hostile connection of ``kind``, opened again each time the agent closes it."""
@@ -204,7 +223,7 @@ class Attackers:
 
     async def _drip(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, piece: bytes) -> None:
         """A piece a second until the agent answers or closes."""
-        while True:
+        while not self._stop.is_set():
             try:
                 if await asyncio.wait_for(reader.read(1), 1.0) == b"":
                     return
@@ -214,7 +233,7 @@ class Attackers:
 
     async def _pipeline(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         burst = (b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n" + b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n") * 10
-        while not reader.at_eof():
+        while not reader.at_eof() and not self._stop.is_set():
             writer.write(burst)
             try:
                 await asyncio.wait_for(writer.drain(), 5.0)  # blocks once the agent stops reading

@@ -26,7 +26,9 @@ def roofwatch_cmd(*args: str) -> list[str]:
 
 
 def clean_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ROOFWATCH_")}
+    """The test's environment without roofwatch settings, and without the terminal size pytest-xdist's
+    workers set (COLUMNS=80, LINES=24), which would override a child's own terminal or pipe defaults."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ROOFWATCH_") and k not in ("COLUMNS", "LINES")}
     env["PYTHONUNBUFFERED"] = "1"
     env.update(extra)
     return env

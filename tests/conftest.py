@@ -10,3 +10,5 @@ from hypothesis import HealthCheck, settings
 
 settings.register_profile("roofwatch", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("roofwatch")
+
+pytest_plugins = ["tests.tiers", "pytester"]  # pytester: tests/test_tiers.py runs an inner session

@@ -20,7 +20,7 @@ from tests.agent_process import AgentProcess, clean_env, poll, roofwatch_cmd
 from tests.amdsmi_releases import NEWEST, OLDEST
 from tests.wheels import unpacked
 
-pytestmark = pytest.mark.e2e
+pytestmark = pytest.mark.slow
 
 
 def samples(text: str, name: str) -> list:

@@ -130,6 +130,7 @@ def test_import_graph_resolves_relative_lazy_and_type_checking_imports(tmp_path:
     assert cycles(graph) == [["pkg.a", "pkg.b"]]
 
 
+@pytest.mark.slow
 def test_no_import_cycles_among_the_projects_modules() -> None:
     graph = import_graph(list(_sources()))
     assert "agent.model" in graph and "exporters.prometheus" in graph  # the walk saw the tree

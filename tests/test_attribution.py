@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from agent.context.attribution.slurm import process_job_id, slurm_job_from_cgroup, slurm_job_from_environ
 from agent.context.local_host import LocalHost
 from tests.agent_process import clean_env
@@ -60,6 +62,7 @@ def test_unreadable_environment_means_unknown(tmp_path):
     assert process_job_id(20, tmp_path) is None
 
 
+@pytest.mark.slow
 def test_a_gpu_process_started_by_slurm_attributes_its_gpu_to_the_job():
     """A real child with Slurm's environment, read through the real /proc by LocalHost."""
     code = "import time; time.sleep(60)"

@@ -29,6 +29,8 @@ from exporters.prometheus import ExpositionCache
 from tests.agent_process import clean_env, poll
 from tests.nvml_harness import Rig, scenario
 
+pytestmark = pytest.mark.slow
+
 TRAINER = """
 import subprocess, sys, time
 worker = subprocess.Popen([sys.executable, "-c", "while True: pass"])  # a saturated loader worker

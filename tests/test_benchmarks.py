@@ -7,10 +7,13 @@ descriptors, the /metrics baseline holds exactly our series, and budgets are jud
 
 from __future__ import annotations
 
+import pytest
+
 from benchmarks import memory_soak, scrape
 from benchmarks.figures import WIDE_MARGIN, Figure, table
 
 
+@pytest.mark.slow
 def test_a_short_soak_leaks_no_threads_or_file_descriptors():
     figures = {f.name: f for f in memory_soak.run(intervals=400, churn_every_s=5.0)}
     assert figures["thread growth"].value == 0

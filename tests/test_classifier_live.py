@@ -6,6 +6,7 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
 from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -44,6 +45,7 @@ def series_per_gpu(collector: Collector) -> dict[str, int]:
     return counts
 
 
+@pytest.mark.slow
 def test_verdict_series_per_gpu_stay_fixed_while_classes_change() -> None:
     collector, _, clock = run_demo(25, LiveClassifier())
     first = series_per_gpu(collector)
@@ -101,6 +103,7 @@ def _write_trace(path: Path, seconds: float = 60.0, drop: tuple[str, ...] = ()) 
             writer.write(s.__class__(**{f: (None if f in drop else getattr(s, f)) for f in s.__dataclass_fields__}))
 
 
+@pytest.mark.slow
 def test_classify_prints_contract_verdict_lines(tmp_path: Path) -> None:
     trace = tmp_path / "t.jsonl"
     _write_trace(trace)
@@ -114,6 +117,7 @@ def test_classify_prints_contract_verdict_lines(tmp_path: Path) -> None:
     assert last["2"]["class"] == "memory_bound" and last["2"]["reasons"]
 
 
+@pytest.mark.slow
 def test_classify_without_utilisation_counters_says_unknown(tmp_path: Path) -> None:
     trace = tmp_path / "bare.jsonl.gz"
     _write_trace(trace, drop=("gr_active", "sm_active", "tensor_active", "dram_active", "sm_occupancy",
@@ -123,6 +127,7 @@ def test_classify_without_utilisation_counters_says_unknown(tmp_path: Path) -> N
     assert {json.loads(line)["class"] for line in result.stdout.splitlines()} == {"unknown"}
 
 
+@pytest.mark.slow
 def test_classify_names_the_malformed_line(tmp_path: Path) -> None:
     trace = tmp_path / "bad.jsonl"
     trace.write_text('{"ts": 1, "gpu": "0", "gr_active": 0.5}\n{"ts": 2, "gpu": "0", "gr_active": "lots"}\n')
@@ -131,6 +136,7 @@ def test_classify_names_the_malformed_line(tmp_path: Path) -> None:
     assert f"{trace}:2" in result.stderr and "gr_active" in result.stderr and "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 def test_classify_evaluate_needs_labels_and_bad_thresholds_are_named(tmp_path: Path) -> None:
     trace = tmp_path / "unlabelled.jsonl"
     _write_trace(trace, drop=("label",))

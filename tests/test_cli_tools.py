@@ -15,6 +15,7 @@ def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return subprocess.run(roofwatch_cmd(*args), capture_output=True, text=True, timeout=timeout, env=clean_env())
 
 
+@pytest.mark.slow
 def test_snapshot_table_and_json_from_virtual_backend():
     table = run("snapshot", "--backend", "virtual", "--interval", "0.2")
     assert table.returncode == 0, table.stderr
@@ -25,6 +26,7 @@ def test_snapshot_table_and_json_from_virtual_backend():
     assert all(d["sample"]["interval_s"] == pytest.approx(0.2, abs=0.15) for d in data["devices"])
 
 
+@pytest.mark.slow
 def test_record_simulate_writes_a_labelled_trace(tmp_path):
     out = tmp_path / "demo.jsonl.gz"
     result = run("record", "--simulate", "--duration", "30", "--out", str(out))
@@ -39,6 +41,7 @@ def test_record_simulate_writes_a_labelled_trace(tmp_path):
     assert labels["3"] == "input_starved" and labels["4"] == "communication_jittered"
 
 
+@pytest.mark.slow
 def test_record_live_from_virtual_backend(tmp_path):
     out = tmp_path / "live.jsonl"
     result = run("record", "--backend", "virtual", "--interval", "0.2", "--duration", "1.5", "--out", str(out))
@@ -52,16 +55,19 @@ def test_record_live_from_virtual_backend(tmp_path):
     assert sorted(per_gpu) == [str(i) for i in range(8)]
 
 
+@pytest.mark.slow
 def test_record_bad_duration_is_usage_error(tmp_path):
     result = run("record", "--simulate", "--duration", "0", "--out", str(tmp_path / "x.jsonl"))
     assert result.returncode == 2 and "--duration" in result.stderr
 
 
+@pytest.mark.slow
 def test_record_unwritable_path_is_a_clear_error(tmp_path):
     result = run("record", "--simulate", "--duration", "5", "--out", str(tmp_path / "missing" / "x.jsonl"))
     assert result.returncode == 1 and "missing/x.jsonl" in result.stderr and "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 def test_record_live_to_an_unwritable_path_says_so_once(tmp_path):
     target = tmp_path / "missing" / "x.jsonl"
     result = run("record", "--backend", "virtual", "--duration", "1", "--out", str(target))
@@ -69,6 +75,7 @@ def test_record_live_to_an_unwritable_path_says_so_once(tmp_path):
     assert result.stderr.count("cannot write trace") == 1 and str(target) in result.stderr
 
 
+@pytest.mark.slow
 def test_disk_full_while_recording_keeps_exporting():
     agent = AgentProcess("demo", "--listen", "127.0.0.1:0", "--interval", "0.2", "--record", "/dev/full")
     try:
@@ -85,6 +92,7 @@ def test_disk_full_while_recording_keeps_exporting():
         agent.kill()
 
 
+@pytest.mark.slow
 def test_specs_json_lists_the_catalogue():
     data = json.loads(run("specs", "--json").stdout)
     h100 = next(d for d in data if d["key"] == "h100-sxm")
@@ -105,6 +113,7 @@ def test_first_cycle_of_the_demo_already_shows_the_workloads():
     assert first["0"] > 0.9 and first["2"] > 0.9 and first["6"] < 0.05
 
 
+@pytest.mark.slow
 def test_snapshot_from_unreachable_agent_is_a_clear_error():
     import socket
 

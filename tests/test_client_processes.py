@@ -37,6 +37,7 @@ CHILD_SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_real_child_process_is_matched_by_its_peer_pid(agent_socket):
     path, store = agent_socket()
     env = {**os.environ, "ROOFWATCH_REPORT_SOCKET": str(path), "PYTHONPATH": str(REPO)}
@@ -52,6 +53,7 @@ def test_real_child_process_is_matched_by_its_peer_pid(agent_socket):
     assert store.report_for(gpu="0", uuid=None, pids=[os.getpid()], now=store._clock()) is None
 
 
+@pytest.mark.slow
 def test_standalone_copy_in_a_container_like_child_is_matched_by_uuid(agent_socket, short_dir):
     """The client folder copied alone under another name, as the docs suggest (no ``agent`` package, no
     site-packages at all), in a child whose PID the agent does not see among the GPU's."""

@@ -215,6 +215,7 @@ print("up:", [d.up for d in snap.devices], flush=True)
 """
 
 
+@pytest.mark.slow
 def test_process_exits_although_a_driver_call_never_returns(tmp_path):
     import subprocess
     import sys

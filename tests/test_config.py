@@ -93,6 +93,7 @@ def _roofwatch(*args: str, env: dict[str, str] | None = None) -> subprocess.Comp
     )
 
 
+@pytest.mark.slow
 def test_cli_bad_flag_value_exits_2_naming_field():
     result = _roofwatch("demo", "--interval", "-1", "--listen", "127.0.0.1:0")
     assert result.returncode == 2
@@ -100,6 +101,7 @@ def test_cli_bad_flag_value_exits_2_naming_field():
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 def test_cli_bad_env_value_exits_2_naming_field():
     result = _roofwatch("run", env={"ROOFWATCH_BACKEND": "cuda"})
     assert result.returncode == 2
@@ -107,6 +109,7 @@ def test_cli_bad_env_value_exits_2_naming_field():
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 def test_cli_bad_config_file_exits_2_naming_field(tmp_path):
     cfg = tmp_path / "c.yaml"
     cfg.write_text("history_len: 3\n")
@@ -131,6 +134,7 @@ def test_attribution_and_report_settings_are_checked_naming_the_field(tmp_path):
     assert load_settings(report_token_file=str(tmp_path / "token")).read_report_token() == "s3cret-token"
 
 
+@pytest.mark.slow
 def test_cli_unreadable_report_token_file_exits_2_naming_it(tmp_path):
     result = subprocess.run([sys.executable, "-m", "agent.app.cli", "run", "--backend", "nvml"],
                             env={**os.environ, "ROOFWATCH_REPORT_TOKEN_FILE": str(tmp_path / "nope")},

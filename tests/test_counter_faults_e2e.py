@@ -21,7 +21,7 @@ from tests.prometheus_server import free_port
 from tests.test_driver_wait import LATE_DRIVER
 from tests.test_infiniband import Sysfs
 
-pytestmark = pytest.mark.e2e
+pytestmark = pytest.mark.slow
 
 
 def _nic_bytes(url: str) -> dict[str, float]:

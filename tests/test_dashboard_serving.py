@@ -26,7 +26,7 @@ from tests import test_dashboard_transforms
 from tests.test_dashboard_transforms import describe, every_query_has_data, table_problems, transformed
 from tests.test_dashboards import RULES, dashboards, panel_problems, panels, run_target, until_no_problems
 
-pytestmark = pytest.mark.e2e
+pytestmark = pytest.mark.slow
 grafana_js = test_dashboard_transforms.grafana_js
 """Node with @grafana/data (a fixture of test_dashboard_transforms)."""
 

@@ -23,7 +23,7 @@ from tests.test_dashboards import VIEWS, dashboards, panels, run_target, substit
 fleet = test_dashboards.fleet
 """The four agents and Prometheus of test_dashboards (a fixture; this module gets its own)."""
 
-pytestmark = pytest.mark.e2e
+pytestmark = pytest.mark.slow
 
 TABLES = [(uid, panel["title"]) for uid, dashboard in dashboards().items() if uid in VIEWS
           for panel in panels(dashboard) if panel["type"] == "table"]

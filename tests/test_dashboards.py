@@ -292,7 +292,7 @@ def dashboard_problems(prom: PrometheusServer, uid: str) -> list[str]:
             for problem in panel_problems(prom, panel, VIEWS[uid], MODULES[uid].MAY_BE_EMPTY)]
 
 
-@pytest.mark.e2e
+@pytest.mark.slow
 @pytest.mark.parametrize("uid", LIVE)
 def test_every_panel_query_runs_and_returns_data(fleet, uid):
     """Polls until every panel has data (rules need a few evaluations), then reports what lacks it."""
@@ -300,7 +300,7 @@ def test_every_panel_query_runs_and_returns_data(fleet, uid):
     assert problems == [], "\n".join(problems)
 
 
-@pytest.mark.e2e
+@pytest.mark.slow
 @pytest.mark.parametrize("uid", LIVE)
 def test_variable_queries_list_the_fleet(fleet, uid):
     expected = {"cluster": {"train", "lab"}, "node": {"node-a", "node-b", "node-c", "demo-node"},
@@ -317,7 +317,7 @@ def test_variable_queries_list_the_fleet(fleet, uid):
         assert expected[variable["name"]] <= values, (variable["name"], values)
 
 
-@pytest.mark.e2e
+@pytest.mark.slow
 def test_roofline_roof_matches_the_gpu_model_peaks(fleet):
     """The roof the panel draws: corners at (0.1, 0.1 x bandwidth), (ridge, peak), (10000, peak),
     for the H100's bf16 peak and HBM3 bandwidth, exactly as the spec catalogue exports them."""
@@ -341,7 +341,7 @@ def test_roofline_roof_matches_the_gpu_model_peaks(fleet):
     assert {key(s) for s in points_x} <= {key(s) for s in points_y}
 
 
-@pytest.mark.e2e
+@pytest.mark.slow
 def test_cluster_variable_filters(fleet):
     """Picking one cluster leaves the other's nodes out (the selector is not decorative)."""
     by_node = next(p for p in panels(dashboards()[cluster.UID]) if p["title"] == "MFU by node")

@@ -149,6 +149,7 @@ def a100_scenario(tmp_path) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_the_agent_process_reads_dcgm_through_the_bindings_on_its_path(a100_scenario):
     env = clean_env(ROOFWATCH_DCGM="on", ROOFWATCH_DCGM_BINDINGS_PATH=json.dumps([str(BINDINGS_DIR)]))
     agent = AgentProcess("demo", "--listen", "127.0.0.1:0", "--backend", "nvml-virtual", "--scenario",
@@ -170,6 +171,7 @@ def test_the_agent_process_reads_dcgm_through_the_bindings_on_its_path(a100_scen
     assert any(f["status"] == "ok" and "SM_ACTIVE" in f["detail"] for f in dcgm), dcgm
 
 
+@pytest.mark.slow
 def test_the_agent_process_names_the_package_when_the_bindings_are_missing(a100_scenario, tmp_path):
     env = clean_env(ROOFWATCH_DCGM="on", ROOFWATCH_DCGM_BINDINGS_PATH=json.dumps([str(tmp_path / "none")]))
     run = subprocess.run(roofwatch_cmd("demo", "--listen", "127.0.0.1:0", "--backend", "nvml-virtual", "--scenario",

@@ -4,6 +4,7 @@ HTTP from a stand-in exporter serving the fixtures (tests/fixtures/dcgm_exporter
 
 from __future__ import annotations
 
+import functools
 import socket
 
 import pytest
@@ -24,15 +25,19 @@ def records(body: str):
     return gpu_records(parse_exposition(body).series)
 
 
-def series_value(body: str, metric: str, gpu: str, instance: str | None = None) -> float:
-    """The fixture's own number for one series, read with the Prometheus reference parser."""
+@functools.lru_cache(maxsize=4)
+def reference_samples(body: str) -> tuple:
+    """Every sample of a body, read once with the Prometheus reference parser."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    for family in text_string_to_metric_families(body):
-        for s in family.samples:
-            if s.name in (metric, metric + "_total") and s.labels["gpu"] == gpu \
-                    and s.labels.get("GPU_I_ID") == instance:
-                return s.value
+    return tuple(s for family in text_string_to_metric_families(body) for s in family.samples)
+
+
+def series_value(body: str, metric: str, gpu: str, instance: str | None = None) -> float:
+    """The fixture's own number for one series, read with the Prometheus reference parser."""
+    for s in reference_samples(body):
+        if s.name in (metric, metric + "_total") and s.labels["gpu"] == gpu and s.labels.get("GPU_I_ID") == instance:
+            return s.value
     raise KeyError(metric)
 
 

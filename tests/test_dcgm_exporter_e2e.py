@@ -17,6 +17,8 @@ from tests.agent_process import AgentProcess, clean_env, http_get, poll, roofwat
 from tests.dcgm_exporter_server import FakeExporter, fixture, replace_uuids
 from tests.prometheus_server import free_port
 
+pytestmark = pytest.mark.slow
+
 FAST = {  # read the exporter often and classify over short windows, so a test takes seconds
     "ROOFWATCH_DCGM_EXPORTER_INTERVAL_S": "0.2", "ROOFWATCH_CLASSIFIER__WINDOW_S": "2",
     "ROOFWATCH_CLASSIFIER__LONG_WINDOW_S": "4", "ROOFWATCH_CLASSIFIER__EVALUATE_EVERY_S": "0.5",

@@ -242,6 +242,7 @@ YAML_LOOKALIKES = {
 """JSON text that YAML would misread outside a literal block."""
 
 
+@pytest.mark.slow
 def test_yaml_lookalikes_survive_the_render_and_kustomize_byte_for_byte(tmp_path):
     """Go's YAML (kustomize, the API server) reads the literal blocks exactly as Helm wrote them."""
     chart = chart_holding(tmp_path / "chart", YAML_LOOKALIKES)
@@ -296,6 +297,7 @@ def test_missing_or_badly_named_dashboards_fail_the_render(tmp_path, files, mess
 # -- the kustomize overlay -------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_kustomize_overlay_builds_the_dashboard_configmaps(dashboards):
     objs = kustomize_build(OVERLAY)
     assert [o["kind"] for o in objs] == ["ConfigMap"] * len(dashboards)
@@ -314,6 +316,7 @@ def test_kustomize_overlay_builds_the_dashboard_configmaps(dashboards):
         assert len(json.dumps(obj, separators=(",", ":"))) < ANNOTATIONS_MAX_BYTES, key
 
 
+@pytest.mark.slow
 def test_overlay_applies_beside_the_base_without_clashes(tmp_path, dashboards):
     (tmp_path / "deploy").symlink_to(REPO / "deploy")
     directory = tmp_path / "overlays" / "all"
@@ -338,6 +341,7 @@ def test_chart_holds_exactly_the_current_dashboards(dashboards):
     assert sync.differences(sync.expected_files()) == []
 
 
+@pytest.mark.slow
 def test_sync_copies_new_dashboards_and_removes_stale_ones(tmp_path, dashboards):
     root = tmp_path / "repo"
     shutil.copytree(REPO / "deploy", root / "deploy", ignore=shutil.ignore_patterns("__pycache__"))
@@ -370,6 +374,7 @@ def test_sync_copies_new_dashboards_and_removes_stale_ones(tmp_path, dashboards)
     assert "roofwatch-extra.json: |" in overlay and "name: roofwatch-dashboard-extra" in overlay
 
 
+@pytest.mark.slow
 def test_sync_refuses_to_run_without_dashboards(tmp_path):
     root = tmp_path / "repo"
     shutil.copytree(REPO / "deploy", root / "deploy", ignore=shutil.ignore_patterns("__pycache__"))

@@ -87,6 +87,7 @@ def _overrides() -> dict[str, Any]:
             "alerts": {name: {"for": "1h", "labels": {"severity": "page"}}}}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("overrides", [dict, _overrides], ids=["file-defaults", "overridden"])
 def test_prometheus_rule_spec_passes_promtool(tmp_path, overrides):
     rule = only(render({"prometheusRule": {"enabled": True, **overrides()}}), "PrometheusRule")

@@ -134,6 +134,7 @@ def test_service_monitor_needs_the_service():
 SCRAPE_CONFIG_DOCS = [p for p in (README, REPO / "docs" / "deploy.md") if p.is_file()]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("doc", SCRAPE_CONFIG_DOCS, ids=[p.name for p in SCRAPE_CONFIG_DOCS])
 def test_documented_scrape_config_passes_promtool(tmp_path, doc):
     snippets = [b for b in re.findall(r"```yaml\n(.*?)```", doc.read_text(), re.S) if "kubernetes_sd_configs" in b]

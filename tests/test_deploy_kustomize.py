@@ -12,6 +12,8 @@ import shutil
 import subprocess
 import sys
 
+import pytest
+
 from tests.helm_chart import (KUSTOMIZE, OPERATOR_KINDS, README, REPO, RULES_COPY, env_of, kustomize_build, only,
                               sync, validate_all)
 
@@ -23,6 +25,7 @@ def test_generated_files_are_up_to_date(capsys):
     assert RULES_COPY.read_bytes() == (REPO / "deploy" / "prometheus" / "roofwatch-rules.yml").read_bytes()
 
 
+@pytest.mark.slow
 def test_check_reports_edited_and_outdated_files(tmp_path):
     root = tmp_path / "repo"
     shutil.copytree(REPO / "deploy", root / "deploy", ignore=shutil.ignore_patterns("__pycache__"))
@@ -57,6 +60,7 @@ def test_generated_manifests_carry_the_header():
         assert path.read_text().startswith(sync.HEADER), path
 
 
+@pytest.mark.slow
 def test_kustomize_base_builds_and_validates():
     objs = kustomize_build(KUSTOMIZE)
     assert sorted(o["kind"] for o in objs) == ["ConfigMap", "DaemonSet", "Namespace", "Service", "ServiceAccount"]
@@ -68,6 +72,7 @@ def test_kustomize_base_builds_and_validates():
     assert only(objs, "Namespace")["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
 
 
+@pytest.mark.slow
 def test_kustomize_prometheus_operator_builds_and_validates():
     objs = kustomize_build(KUSTOMIZE / "prometheus-operator")
     assert sorted(o["kind"] for o in objs) == sorted(OPERATOR_KINDS)
@@ -75,6 +80,7 @@ def test_kustomize_prometheus_operator_builds_and_validates():
     assert all(o["metadata"]["namespace"] == "roofwatch" for o in objs)
 
 
+@pytest.mark.slow
 def test_readme_overlay_builds(tmp_path):
     """The overlay example in deploy/kubernetes/README.md works as written."""
     (overlay,) = [b for b in re.findall(r"```yaml\n(.*?)```", README.read_text(), re.S) if "kind: Kustomization" in b]

@@ -108,6 +108,7 @@ def _security(root: Path, unit: Path, threshold: int) -> tuple[int, float, str]:
 # -- systemd-analyze verify ------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @needs_systemd
 def test_verify_shipped_unit_is_silent(tmp_path: Path) -> None:
     unit = _make_root(tmp_path)
@@ -115,6 +116,7 @@ def test_verify_shipped_unit_is_silent(tmp_path: Path) -> None:
     assert (rc, output) == (0, "")
 
 
+@pytest.mark.slow
 @needs_systemd
 def test_verify_unit_with_process_attribution_dropin_is_silent(tmp_path: Path) -> None:
     unit = _make_root(tmp_path, dropin_text=DROPIN.read_text())
@@ -122,6 +124,7 @@ def test_verify_unit_with_process_attribution_dropin_is_silent(tmp_path: Path) -
     assert (rc, output) == (0, "")
 
 
+@pytest.mark.slow
 @needs_systemd
 def test_verify_warns_about_a_misspelt_key(tmp_path: Path) -> None:
     text = UNIT.read_text()
@@ -131,6 +134,7 @@ def test_verify_warns_about_a_misspelt_key(tmp_path: Path) -> None:
     assert "Unknown key 'NoNewPrivilegs'" in output  # so the silence checks above have teeth
 
 
+@pytest.mark.slow
 @needs_systemd
 def test_verify_reads_the_dropin_directory(tmp_path: Path) -> None:
     unit = _make_root(tmp_path, dropin_text=DROPIN.read_text() + "AmbientCapabilitys=CAP_SYS_PTRACE\n")
@@ -138,6 +142,7 @@ def test_verify_reads_the_dropin_directory(tmp_path: Path) -> None:
     assert "process-attribution.conf" in output and "Unknown key 'AmbientCapabilitys'" in output
 
 
+@pytest.mark.slow
 @needs_systemd
 def test_verify_checks_execstart_inside_the_root(tmp_path: Path) -> None:
     unit = _make_root(tmp_path, executable=False)
@@ -148,6 +153,7 @@ def test_verify_checks_execstart_inside_the_root(tmp_path: Path) -> None:
 # -- systemd-analyze security ----------------------------------------------------------------
 
 
+@pytest.mark.slow
 @needs_systemd
 def test_security_exposure_of_shipped_unit(tmp_path: Path) -> None:
     unit = _make_root(tmp_path)
@@ -158,6 +164,7 @@ def test_security_exposure_of_shipped_unit(tmp_path: Path) -> None:
     assert rc_strict != 0  # the threshold is enforced, not ignored
 
 
+@pytest.mark.slow
 @needs_systemd
 def test_security_exposure_with_process_attribution_dropin(tmp_path: Path) -> None:
     base = tmp_path / "base"
@@ -286,6 +293,7 @@ def _build_wheel(dest: Path) -> Path:
     return wheel
 
 
+@pytest.mark.slow
 def test_install_sh_lays_out_a_verifiable_node(tmp_path: Path) -> None:
     root = tmp_path / "root"
     wheel = _build_wheel(tmp_path)

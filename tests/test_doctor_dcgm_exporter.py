@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 
+import pytest
 import yaml
 
 from agent.app.config import load_settings
@@ -58,6 +59,7 @@ def test_doctor_on_nvml_joined_with_the_exporter_names_the_joined_fields(tmp_pat
     assert "0" not in missing and "sm_active" in missing["1"], "GPU 1 has NVML alone: pre-Hopper, no GPM"
 
 
+@pytest.mark.slow
 def test_doctor_command_prints_the_sources():
     with FakeExporter(fixture("a100-8x-pods.prom")) as exporter:
         result = subprocess.run(roofwatch_cmd("doctor", "--backend", "dcgm-exporter"), capture_output=True, text=True,

@@ -8,10 +8,14 @@ from __future__ import annotations
 import json
 import subprocess
 
+import pytest
+
 from agent.app.config import Settings
 from agent.diagnostics.inference import inference_findings
 from tests.agent_process import clean_env, roofwatch_cmd
 from tests.inference_server import server  # noqa: F401 (a fixture)
+
+pytestmark = pytest.mark.slow
 
 
 def findings(**settings):

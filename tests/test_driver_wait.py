@@ -22,7 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.agent_process import clean_env, gauge_values, http_get, poll, roofwatch_cmd
 from tests.prometheus_server import free_port
 
-pytestmark = pytest.mark.e2e
+pytestmark = pytest.mark.slow
 
 LATE_DRIVER = Path(__file__).parent / "late_driver"
 

@@ -19,7 +19,7 @@ from agent.model import WORKLOAD_CLASSES
 
 from tests.agent_process import AgentProcess, clean_env, gauge_values, poll, roofwatch_cmd, running_demo
 
-pytestmark = pytest.mark.e2e
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ import pytest
 from tests.agent_process import AgentProcess, poll
 from tests.prometheus_server import PrometheusServer
 
-pytestmark = pytest.mark.e2e
+pytestmark = pytest.mark.slow
 
 RULES = Path(__file__).resolve().parent.parent / "deploy" / "prometheus" / "roofwatch-rules.yml"
 NODES = ("node-a", "node-b", "node-c")

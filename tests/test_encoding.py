@@ -74,6 +74,7 @@ def families(draw):
     return out
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(families(), st.sampled_from(ACCEPTS))
 def test_generated_families_encode_identically(fams, accept):

@@ -120,6 +120,7 @@ def full_collector():
     collector.stop()
 
 
+@pytest.mark.slow
 def test_promtool_check_metrics_is_silent(full_collector, tmp_path):
     promtool = shutil.which("promtool")
     assert promtool, "promtool is required (Debian package 'prometheus'; ./dev.sh test installs it)"

@@ -15,8 +15,8 @@ import pytest
 from benchmarks import fleet, fleet_data, fleet_queries
 from benchmarks.fleet_prometheus import Server
 
-pytestmark = pytest.mark.skipif(not (shutil.which("promtool") and shutil.which("prometheus")),
-                                reason="needs Debian's prometheus package (promtool and prometheus)")
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(not (shutil.which("promtool") and shutil.which("prometheus")),
+                                reason="needs Debian's prometheus package (promtool and prometheus)")]
 
 
 @pytest.fixture(scope="module")

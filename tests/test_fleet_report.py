@@ -16,6 +16,8 @@ from agent.model import WORKLOAD_CLASSES
 from tests import chromium, fleet_fixture as fx
 from tests.fleet_stores import PRICES, fleet_end, prometheus_store, run_report, victoria_store
 
+pytestmark = pytest.mark.slow
+
 RANGE = fx.PERIOD
 PRICE = {"h100-sxm": 3.0, "a100-sxm-80gb": 1.5}
 WASTED = ("idle", "input_starved", "communication_jittered")

@@ -22,6 +22,7 @@ def fleet_report(*args: str, tmp: Path) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=60, cwd=REPO)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("args", "flag", "code"), [
     (["--prometheus", "ftp://prom:9090"], "--prometheus", 2),
     (["--prometheus", "not a url"], "--prometheus", 2),
@@ -39,6 +40,7 @@ def test_bad_input_names_the_flag(args: list[str], flag: str, code: int, tmp_pat
     assert not (tmp_path / "f.html").exists()
 
 
+@pytest.mark.slow
 def test_unreachable_server_is_one_clear_error(tmp_path: Path) -> None:
     port = free_port()  # bound and released: nothing listens there
     done = fleet_report("--prometheus", f"http://127.0.0.1:{port}", tmp=tmp_path)

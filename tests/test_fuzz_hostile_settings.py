@@ -57,6 +57,7 @@ def load(config: Path | None) -> Settings | ConfigError:
         return exc
 
 
+@pytest.mark.slow
 @FUZZ
 @given(name=st.sampled_from(NAMES), value=values | st.integers(1, 60_000).map(deep), unicode=st.booleans())
 def test_any_value_in_the_file_loads_or_is_one_line(tmp_path_factory: pytest.TempPathFactory, name: str, value: Any,

@@ -75,6 +75,7 @@ def check_verdict_json(verdict) -> None:
         assert value is None or 0.0 <= value <= MAX_UTILISATION, (key, value)
 
 
+@pytest.mark.slow
 @FUZZ
 @given(lines=st.lists(hostile_line, min_size=1, max_size=6), strict=st.booleans())
 def test_any_trace_is_replayed_or_refused_by_line_within_bounds(tmp_path_factory: pytest.TempPathFactory,

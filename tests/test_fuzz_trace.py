@@ -28,6 +28,7 @@ def test_the_sample_strategy_covers_every_field() -> None:
     assert set(SAMPLE_STRATEGIES) == set(SAMPLE_FIELDS)
 
 
+@pytest.mark.slow
 @FUZZ
 @given(batch=st.lists(samples, max_size=4), compressed=st.booleans())
 def test_round_trip_of_any_valid_sample(tmp_path_factory: pytest.TempPathFactory, batch: list[GpuSample],

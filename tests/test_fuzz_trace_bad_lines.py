@@ -122,6 +122,7 @@ def framed(draw: st.DrawFn, lines: list[bytes]) -> tuple[bytes, list[int]]:
     return data, numbers
 
 
+@pytest.mark.slow
 @FUZZ
 @given(data=st.data(), good=st.lists(samples, max_size=5), header=st.booleans(), bad=bad_lines())
 def test_one_bad_line_is_named_by_file_and_line(tmp_path_factory: pytest.TempPathFactory, data: st.DataObject,

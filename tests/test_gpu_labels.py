@@ -90,6 +90,7 @@ def test_a_finished_pod_leaves_no_series_behind(collector) -> None:
     assert all(s.labels.get("pod", "") == "" for s in gpu_samples(text))
 
 
+@pytest.mark.slow
 def test_promtool_accepts_the_labelled_exposition(collector) -> None:
     c, _, _ = collector
     promtool = shutil.which("promtool")

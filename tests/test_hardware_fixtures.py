@@ -49,12 +49,14 @@ def virtual_output(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_the_replay_checks_every_phase_of_a_selftest_output(virtual_output):
     assert replay(virtual_output, allow_virtual=True) == []
     classes = classify_evaluate(virtual_output)["classes"]
     assert {p.label for p in PHASES} <= set(classes)
 
 
+@pytest.mark.slow
 def test_the_replay_finds_a_phase_whose_counters_and_class_are_wrong(virtual_output, tmp_path):
     broken = tmp_path / "h100-sxm"
     shutil.copytree(virtual_output, broken)
@@ -82,6 +84,7 @@ def _edit(directory: Path, change) -> None:
     (directory / "summary.json").write_text(json.dumps(summary))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("damage", "message"), [
     (lambda d: (d / "summary.json").unlink(), "no summary.json"),
     (lambda d: (d / "summary.json").write_text("{not json"), "not JSON"),
@@ -113,6 +116,7 @@ def _first_trace(directory: Path) -> str:
     return sorted(p.name for p in directory.glob("01-*.jsonl.gz"))[0]
 
 
+@pytest.mark.slow
 def test_a_virtual_run_is_refused_as_a_hardware_fixture_and_must_be_named_after_its_gpu(virtual_output, tmp_path):
     with pytest.raises(FixtureError, match="a virtual run; hardware fixtures must come from a real GPU"):
         replay(virtual_output)

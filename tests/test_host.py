@@ -7,6 +7,8 @@ import signal
 import subprocess
 import sys
 
+import pytest
+
 from agent.context.local_host import LocalHost
 from agent.context.host.node_stats import read_pressure
 from tests.agent_process import poll
@@ -14,6 +16,7 @@ from tests.agent_process import poll
 BUSY = "import time\nend = time.time() + 30\nwhile time.time() < end: pass\n"
 
 
+@pytest.mark.slow
 def test_names_a_process_and_measures_the_cpu_of_it_and_its_children():
     parent = subprocess.Popen([sys.executable, "-c",
                                "import subprocess, sys, time\n"

@@ -151,12 +151,14 @@ def check_exposition(values: list[str], gpu_labels: tuple[str, ...]) -> None:
     check_round_trip(values, samples_by_gpu(parse_openmetrics(openmetrics.decode("utf-8"))), gpu_labels)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("gpu_labels", [(), ATTRIBUTION_LABELS], ids=["info-only", "labels-on-every-series"])
 def test_fixed_hostile_values_keep_the_exposition_valid(gpu_labels: tuple[str, ...]) -> None:
     """The catalogue above, all in one exposition: promtool accepts it, both formats parse back, values round-trip."""
     check_exposition(FIXED, gpu_labels)
 
 
+@pytest.mark.slow
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(values=st.lists(hostile_text, min_size=1, max_size=24), with_labels=st.booleans())
 def test_generated_hostile_values_keep_the_exposition_valid(values: list[str], with_labels: bool) -> None:

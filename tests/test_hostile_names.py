@@ -151,6 +151,7 @@ def test_the_snapshot_table_shows_names_as_text(data):
 # -- the HTML report ----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_report_of_a_trace_with_hostile_names_is_written_and_shows_them_as_text(tmp_path):
     lines = [json.dumps({"ts": 1_800_000_000 + i, "gpu": "0", "interval_s": 1.0, "gr_active": 0.9,
                          "model": HOSTILE["bidi"],

@@ -111,20 +111,21 @@ def within(seconds: float, call):
 
 SNAPSHOT = ("snapshot", lambda url: fetch_snapshot_json(url, timeout=1.0, deadline=1.5), SnapshotFetchError, "")
 TOP = ("top", lambda url: fetch_view(url, timeout=1.0, deadline=1.5), TopSourceError, "/metrics")
+SLOW = pytest.mark.slow  # a trickling server is cut by the deadline: the test waits it out
 
 
 @pytest.mark.parametrize("client, kind, message", [
     (SNAPSHOT, "deep", "nested"),  # messages are matched in lower case
     (SNAPSHOT, "endless", f"more than {MAX_SNAPSHOT_BYTES // 2**20} mib"),
-    (SNAPSHOT, "trickle-body", "did not finish answering within 1.5 s"),
-    (SNAPSHOT, "trickle-headers", "did not finish answering within 1.5 s"),
+    pytest.param(SNAPSHOT, "trickle-body", "did not finish answering within 1.5 s", marks=SLOW),
+    pytest.param(SNAPSHOT, "trickle-headers", "did not finish answering within 1.5 s", marks=SLOW),
     (SNAPSHOT, "empty-object", "with a roofwatch snapshot (node: missing"),
     (SNAPSHOT, "wrong-types", "devices[0].info"),
     (SNAPSHOT, "huge-number", "did not answer with json"),
     (SNAPSHOT, "to-file", "redirect"),
     (TOP, "endless", "more than 16 mib"),
-    (TOP, "trickle-body", "did not finish answering within 1.5 s"),
-    (TOP, "trickle-headers", "did not finish answering within 1.5 s"),
+    pytest.param(TOP, "trickle-body", "did not finish answering within 1.5 s", marks=SLOW),
+    pytest.param(TOP, "trickle-headers", "did not finish answering within 1.5 s", marks=SLOW),
     (TOP, "to-file", "redirect"),
 ], ids=lambda v: v[0] if isinstance(v, tuple) else None)
 def test_a_remote_fetch_ends_in_one_line_naming_why(hostile, client, kind, message):
@@ -142,6 +143,7 @@ def _limit_memory() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["deep", "endless", "trickle-body", "empty-object"])
 def test_snapshot_url_command_exits_1_with_one_line(hostile, kind):
     result = subprocess.run(roofwatch_cmd("snapshot", "--url", f"{hostile}/{kind}"), capture_output=True, text=True,

@@ -67,6 +67,7 @@ def test_every_numeric_setting_has_a_lower_and_an_upper_bound():
         n for n, _ in _numeric_fields(Settings)}, "the walk reaches nested settings"
 
 
+@pytest.mark.slow
 def test_a_microsecond_evaluation_step_is_refused_naming_it(tmp_path):
     config = tmp_path / "c.yaml"
     config.write_text("classifier:\n  evaluate_every_s: 1.0e-6\n")
@@ -93,6 +94,7 @@ def test_extreme_values_of_formerly_open_settings_are_refused(tmp_path, setting,
 # -- files, environment variables and numbers that cannot be read ---------------------------------
 
 
+@pytest.mark.slow
 def test_a_config_file_that_is_not_utf8_is_one_line(tmp_path):
     config = tmp_path / "latin1.yaml"
     config.write_bytes("node_name: café\n".encode("latin-1"))
@@ -100,6 +102,7 @@ def test_a_config_file_that_is_not_utf8_is_one_line(tmp_path):
     assert "not UTF-8" in line and "line 1" in line
 
 
+@pytest.mark.slow
 def test_a_config_file_that_is_too_large_is_one_line(tmp_path):
     config = tmp_path / "big.yaml"
     config.write_text("# padding\n" * 200_000)
@@ -107,6 +110,7 @@ def test_a_config_file_that_is_too_large_is_one_line(tmp_path):
     assert "larger than 1 MiB" in line
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variable, value, setting", [
     ("ROOFWATCH_GPU_LABELS", "job_id", "gpu_labels"),
     ("ROOFWATCH_INFERENCE_ENDPOINTS", "[", "inference_endpoints"),
@@ -120,6 +124,7 @@ def test_a_list_or_mapping_setting_from_the_environment_that_is_not_json_is_one_
     assert BIG not in line
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("where", ["file", "env", "nested-env"])
 def test_a_4301_digit_integer_is_one_line_naming_the_setting(tmp_path, where):
     config = tmp_path / "c.yaml"
@@ -134,6 +139,7 @@ def test_a_4301_digit_integer_is_one_line_naming_the_setting(tmp_path, where):
     assert BIG[:100] not in line, "the value is shortened, not echoed whole"
 
 
+@pytest.mark.slow
 def test_deeply_nested_yaml_is_one_line(tmp_path):
     config = tmp_path / "deep.yaml"
     config.write_text("gpu_labels: " + "[" * 50_000 + "]" * 50_000 + "\n")

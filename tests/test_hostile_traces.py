@@ -46,6 +46,7 @@ def minute(start: float) -> list[str]:
 # -- timestamps ---------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", ["classify", "report"])
 def test_a_first_sample_at_ts_0_is_replayed_in_bounded_time(tmp_path, command):
     """ts 0 is the epoch (hand-written traces count from there), so it is read; the 54-year gap to
@@ -63,6 +64,7 @@ def test_a_first_sample_at_ts_0_is_replayed_in_bounded_time(tmp_path, command):
         assert len(verdicts) - len(late) <= 300 / 5 + 1, "a gap costs at most one long window of evaluations"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("ts", ["-1e308", "1e308", "-1", "4102444801", "1e10"])
 @pytest.mark.parametrize("command", ["classify", "report"])
 def test_an_implausible_timestamp_is_refused_with_file_and_line(tmp_path, ts, command):
@@ -100,6 +102,7 @@ def test_a_sample_after_the_gap_is_classified_like_a_fresh_trace():
 # -- line length --------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_line_longer_than_the_cap_is_refused_without_holding_it(tmp_path):
     """A 64 MiB line (16 x the cap) under a 1.5 GiB address-space limit: refused by file and line."""
     trace = tmp_path / "t.jsonl"
@@ -115,6 +118,7 @@ def test_a_line_longer_than_the_cap_is_refused_without_holding_it(tmp_path):
     assert f"{trace}:61:" in result.stderr and f"longer than {MAX_LINE_BYTES // 2**20} MiB" in result.stderr
 
 
+@pytest.mark.slow
 def test_a_long_line_is_skipped_whole_when_skipping(tmp_path):
     """With --skip-bad-lines the rest of the line is read past in chunks; the lines after it count."""
     trace = tmp_path / "t.jsonl.gz"
@@ -143,6 +147,7 @@ def test_the_reader_names_the_long_line_and_goes_on_when_not_strict():
 # -- bad lines: strict by default, skipped and counted on request ---------------------------------
 
 
+@pytest.mark.slow
 def test_bad_lines_exit_2_naming_the_first_and_suggest_skipping(tmp_path):
     trace = tmp_path / "t.jsonl"
     trace.write_text("\n".join(minute(T0)) + "\n{not json\n" + busy(T0 + 100) + "\n")
@@ -155,6 +160,7 @@ def test_bad_lines_exit_2_naming_the_first_and_suggest_skipping(tmp_path):
     assert "skipped 1 bad line of 62" in skipped.stderr and (tmp_path / "r.html").is_file()
 
 
+@pytest.mark.slow
 def test_a_truncated_recording_survives_with_skip(tmp_path):
     """A recorder killed mid-write leaves a cut gzip stream: the samples before the cut are replayed."""
     whole = gzip.compress(("\n".join(minute(T0)) + "\n").encode())

@@ -76,6 +76,7 @@ def _healthz(server: AgentHTTPServer, source: str = "127.0.0.1") -> None:
 # -- 1. idle and slow clients ---------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_slow_and_idle_clients_cost_no_thread_and_are_cut_at_their_deadline(server):
     """140 idle connections and 40 slowloris ones (a request line, then a header byte now and then, never
     the blank line) are more than the old server's 128 threads: scrapes are still answered at once, the
@@ -101,6 +102,7 @@ def test_slow_and_idle_clients_cost_no_thread_and_are_cut_at_their_deadline(serv
         sock.close()
 
 
+@pytest.mark.slow
 def test_an_idle_keep_alive_connection_is_closed_after_the_idle_timeout(server):
     conn = http.client.HTTPConnection(*server.server_address[:2], timeout=10)
     conn.request("GET", "/healthz")
@@ -122,6 +124,7 @@ def test_connections_past_the_per_address_cap_are_closed_and_others_are_served(s
         sock.close()
 
 
+@pytest.mark.slow
 def test_a_pipelining_client_that_never_reads_is_cut_off_and_costs_bounded_memory(server):
     """5000 pipelined requests for /metrics, never reading: the agent stops reading while the answers wait,
     closes the connection at the write deadline, and serves others meanwhile."""

@@ -24,6 +24,8 @@ from agent.model.specs import spec_by_key
 from tests.inference_server import DT, FIXTURES, T0, scraped
 from tests.inference_server import server  # noqa: F401 (a fixture)
 
+pytestmark = pytest.mark.slow
+
 
 def _labels(text: str) -> dict[str, str]:
     return dict(re.findall(r'(\w+)="([^"]*)"', text))

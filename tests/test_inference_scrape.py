@@ -19,6 +19,7 @@ from tests.inference_server import DT, FIXTURES, T0, scraped
 from tests.inference_server import server  # noqa: F401 (a fixture)
 
 
+@pytest.mark.slow
 def test_first_scrape_has_no_rate(server):
     scraper = scraped(server.seq("vllm-1.prom", "vllm-2.prom"), now=(T0,), gpus=["0"])
     (status,) = scraper.status()
@@ -26,6 +27,7 @@ def test_first_scrape_has_no_rate(server):
     assert scraper.report_for(gpu="0", uuid=None, pids=[], now=T0) is None
 
 
+@pytest.mark.slow
 def test_counter_reset_gives_no_rate_for_that_interval(server):
     url = server.seq("vllm-1.prom", "vllm-2.prom", "vllm-1.prom", "vllm-2.prom")
     scraper = scraped(url, now=(T0, T0 + DT, T0 + 2 * DT), gpus=["0"])
@@ -37,6 +39,7 @@ def test_counter_reset_gives_no_rate_for_that_interval(server):
     assert report is not None and report.tokens_per_s > 0
 
 
+@pytest.mark.slow
 def test_stale_report_is_dropped(server):
     scraper = scraped(server.seq("vllm-1.prom", "vllm-2.prom"), gpus=["0"])
     limit = 3 * 5.0  # 3 x the default interval
@@ -50,6 +53,7 @@ def _closed_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_endpoint_down_gives_none_and_status_says_why(server):
     scraper = scraped(f"http://127.0.0.1:{_closed_port()}/metrics", gpus=["0"])
     (status,) = scraper.status()
@@ -65,6 +69,7 @@ def test_endpoint_down_gives_none_and_status_says_why(server):
     assert scraper.report_for(gpu="0", uuid=None, pids=[], now=T0 + 2 * DT) is None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("query", ["", "?cl=0", "?gzip=1"])
 def test_oversize_response_is_rejected(server, query):
     url = f"http://127.0.0.1:{server.port}/big/5000{query}"
@@ -74,12 +79,14 @@ def test_oversize_response_is_rejected(server, query):
     assert not status.up and "larger than 4096 bytes" in status.error
 
 
+@pytest.mark.slow
 def test_a_body_that_is_not_an_exposition_is_an_error(server):
     scraper = scraped(f"http://127.0.0.1:{server.port}/big/100", gpus=["0"])
     (status,) = scraper.status()
     assert not status.up and "not a Prometheus text exposition" in status.error
 
 
+@pytest.mark.slow
 def test_gzip_responses_are_accepted(server):
     plain = scraped(server.seq("vllm-1.prom", "vllm-2.prom"), gpus=["0"])
     zipped = scraped(server.seq("vllm-1.prom", "vllm-2.prom", query="?gzip=1"), gpus=["0"])
@@ -88,6 +95,7 @@ def test_gzip_responses_are_accepted(server):
     assert zipped.report_for(**ask) == plain.report_for(**ask) != None  # noqa: E711
 
 
+@pytest.mark.slow
 def test_slow_server_times_out_while_report_for_answers_at_once(server):
     url = server.seq("vllm-1.prom", "vllm-2.prom", "HANG")
     scraper = InferenceScraper([InferenceEndpoint(url=url, gpus=["0"])], timeout_s=2.0)
@@ -109,6 +117,7 @@ def test_slow_server_times_out_while_report_for_answers_at_once(server):
     assert scraper.report_for(gpu="0", uuid=None, pids=[], now=T0 + DT + 1) is None
 
 
+@pytest.mark.slow
 def test_background_thread_scrapes_until_closed(server):
     scraper = InferenceScraper([InferenceEndpoint(url=server.seq("vllm-1.prom", "vllm-2.prom"), gpus=["0"])],
                                interval_s=0.05)
@@ -125,6 +134,7 @@ def test_background_thread_scrapes_until_closed(server):
     assert not any(t.name == "roofwatch-inference" and t.is_alive() for t in threading.enumerate())
 
 
+@pytest.mark.slow
 def test_report_for_never_raises(server):
     scraper = scraped(server.seq("vllm-1.prom", "vllm-2.prom"))
     assert scraper.report_for(gpu="0", uuid=None, pids=[server.pid], now=T0 + DT) is not None

@@ -45,6 +45,7 @@ def serving_report(server, kind: str, **endpoint):
     return report
 
 
+@pytest.mark.slow
 def test_vllm_serving_figures_match_the_fixture(server):
     report = serving_report(server, "vllm", gpus=["0"], model_bytes=16.06e9, max_running=4, job="chat")
     s = report.serving
@@ -72,6 +73,7 @@ def test_vllm_serving_figures_match_the_fixture(server):
     assert view.possible_batch == pytest.approx(4.0 / gauge("vllm", "vllm:kv_cache_usage_perc"))
 
 
+@pytest.mark.slow
 def test_sglang_with_a_full_kv_cache_and_a_queue_is_kv_saturated(server):
     report = serving_report(server, "sglang", gpus=["0", "1"], model_bytes=145e9)
     s = report.serving
@@ -88,6 +90,7 @@ def test_sglang_with_a_full_kv_cache_and_a_queue_is_kv_saturated(server):
     assert "scale out" in view.advice and "30 requests waiting" in view.advice
 
 
+@pytest.mark.slow
 def test_tgi_prefill_share_comes_from_forward_time_by_phase(server):
     report = serving_report(server, "tgi", gpus=["0"], model_bytes=16e9)
     s = report.serving
@@ -102,6 +105,7 @@ def test_tgi_prefill_share_comes_from_forward_time_by_phase(server):
     assert view.state == "prefill_heavy" and "disaggregate" in view.advice
 
 
+@pytest.mark.slow
 def test_the_models_setting_supplies_what_the_endpoint_leaves_out(server):
     facts = {"meta-llama/Llama-3.1-8B-Instruct": ModelFacts(model_bytes=16.06e9, kv_cache_bytes=40e9, max_running=4,
                                                              params=8e9, dtype="bf16")}
@@ -162,6 +166,7 @@ def test_a_server_without_serving_gauges_reports_unknowns_not_zeros():
     assert (t.running, t.waiting, t.kv_usage, t.itl) == (None, None, None, None)
 
 
+@pytest.mark.slow
 def test_the_pool_in_tokens_times_kv_bytes_per_token_sizes_the_kv_cache(server):
     per_token = 131072  # Llama-3.1-8B: 2 x 32 layers x 8 KV heads x 128 x 2 bytes
     vllm = serving_report(server, "vllm", gpus=["0"], model_bytes=16.06e9, kv_bytes_per_token=per_token).serving
@@ -176,6 +181,7 @@ def test_the_pool_in_tokens_times_kv_bytes_per_token_sizes_the_kv_cache(server):
     assert serving_report(server, "tgi", gpus=["0"], model_bytes=16e9).serving.kv_cache_bytes is None
 
 
+@pytest.mark.slow
 def test_a_configured_model_names_a_tgi_server_and_keys_the_models_setting(server):
     facts = {"mistralai/Mistral-7B-Instruct-v0.3": ModelFacts(model_bytes=14.5e9)}
     scraper = InferenceScraper([InferenceEndpoint(url=server.seq("tgi-serving-1.prom", "tgi-serving-2.prom"), gpus=["0"],

@@ -123,6 +123,7 @@ def test_client_closed(kubelet):
 # -- generated stubs ----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_generated_stubs_match_the_proto(tmp_path):
     """Regenerate from the vendored proto; the committed stubs must be byte-identical."""
     result = subprocess.run(

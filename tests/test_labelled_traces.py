@@ -21,6 +21,8 @@ from agent.trace import read_trace
 from agent.virtual.labelled import LABELLED_DIR, scenario_paths, trace_path, write_trace
 from tests.agent_process import clean_env, roofwatch_cmd
 
+pytestmark = pytest.mark.slow
+
 TRACES = sorted(LABELLED_DIR.glob("*.jsonl.gz"))
 
 

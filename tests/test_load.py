@@ -34,7 +34,7 @@ from tests.reporting_demo import (
     report,
 )
 
-pytestmark = pytest.mark.e2e
+pytestmark = pytest.mark.slow
 
 LOAD_S = float(os.environ.get("ROOFWATCH_LOAD_S", "20"))
 """Seconds of load. 20 s in the test suite so CI stays fast; the issue's 60 s is

@@ -23,7 +23,7 @@ import pytest
 
 from tests.agent_process import AgentProcess, poll
 
-pytestmark = pytest.mark.e2e
+pytestmark = pytest.mark.slow
 
 MAX_IN_FLIGHT = 64
 """The listener's default in-flight cap (exporters.http.limits); the demo does not change it."""

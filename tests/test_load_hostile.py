@@ -4,7 +4,8 @@ Idle, idle-after-handshake, slowloris, slow-body and pipelining-never-reading cl
 benchmarks/hostile_load.py, shared with ``./dev.sh bench``), while 8 honest scrapers scrape ``/metrics``
 once a second: every honest scrape is answered (its latency is printed here and measured as a benchmark,
 ``python -m benchmarks.hostile``), the agent stays under the systemd unit's
-256 MiB, and once the attackers leave the agent is as before. ``ROOFWATCH_HOSTILE_S`` changes the 60 s.
+256 MiB, and once the attackers leave the agent is as before: the attack runs in three rounds of 20 s, and the
+last may not leave the agent larger than the one before (``LEAK_SLACK_MIB`` says why not the first). ``ROOFWATCH_HOSTILE_S`` changes the 60 s.
 """
 
 from __future__ import annotations
@@ -17,17 +18,21 @@ import pytest
 from benchmarks.hostile_load import Agent, percentile, run, workdir
 from tests.agent_process import poll
 
-pytestmark = pytest.mark.e2e
+pytestmark = pytest.mark.slow
 
 SECONDS = float(os.environ.get("ROOFWATCH_HOSTILE_S", "60"))
 ATTACKERS = 500
 SCRAPERS = 8
+ROUNDS = 3
 MEMORY_MAX_MIB = 256
 """MemoryMax in deploy/systemd/roofwatch.service, the Helm chart's limit too."""
-RSS_AFTER_SLACK_MIB = 60
-"""After the attack the allocator keeps much of what 500 TLS connections used (measured: +46 MiB after
-20 s, the same after 60 s, so it is retained, not growing); a leak per connection (thousands are
-opened) would grow with the duration and pass this."""
+LEAK_SLACK_MIB = 8
+"""After an attack the allocator keeps much of what 500 TLS connections used, and a second attack after a
+calm grows it once more (fragmentation) before it levels off: measured 49 -> 92 -> 122 -> 122 -> 122 MiB
+over four 12 s rounds, on an idle machine and beside a busy one alike. So RSS against the start says more
+about the allocator than about the agent. A leak grows with every round (each opens more than a thousand
+connections): the attack runs in three equal rounds and the third may not leave the agent more than this
+above the second."""
 
 
 @pytest.fixture
@@ -42,21 +47,21 @@ def agent():
         shutil.rmtree(directory, ignore_errors=True)
 
 
-def test_honest_scrapes_are_all_answered_under_500_hostile_connections(agent: Agent) -> None:
-    for _ in range(3):
-        agent.scrape()  # warm: workers started, the password remembered
-    threads, fds, rss = agent.threads(), agent.fds(), agent.rss_mib()
-
-    samples = run(agent, attackers=ATTACKERS, scrapers=SCRAPERS, seconds=SECONDS)
+def _attack(agent: Agent, seconds: float, start_rss: float) -> float:
+    """One round: every honest scrape answered, the attack held open, memory under the unit's limit; then
+    connections, threads and files back to where they were. Returns the RSS once the attackers are gone."""
+    threads, fds = agent.threads(), agent.fds()
+    samples = run(agent, attackers=ATTACKERS, scrapers=SCRAPERS, seconds=seconds)
 
     worst = max(samples.latencies)
-    print(f"\n  {len(samples.latencies)} honest scrapes under {ATTACKERS} hostile connections for {SECONDS:.0f} s: "
+    print(f"\n  {len(samples.latencies)} honest scrapes under {ATTACKERS} hostile connections for {seconds:.0f} s: "
           f"p50 {percentile(samples.latencies, 0.5) * 1e3:.1f} ms, p99 {percentile(samples.latencies, 0.99) * 1e3:.1f} ms, "
           f"max {worst * 1e3:.1f} ms; hostile connections open (median) "
           f"{percentile([float(n) for n in samples.hostile_open], 0.5):.0f}; attacks opened {samples.attacks}; "
-          f"RSS {rss:.1f} -> peak {max(samples.rss_mib):.1f} MiB; agent CPU {samples.cpu_s / SECONDS * 100:.0f}% of a core")
+          f"RSS {start_rss:.1f} -> peak {max(samples.rss_mib):.1f} MiB; "
+          f"agent CPU {samples.cpu_s / seconds * 100:.0f}% of a core")
     assert not samples.failures, samples.failures[:5]
-    assert len(samples.latencies) >= SCRAPERS * (SECONDS - 2), "the scrapers ran for the whole attack"
+    assert len(samples.latencies) >= SCRAPERS * (seconds - 2), "the scrapers ran for the whole attack"
     assert percentile([float(n) for n in samples.hostile_open], 0.5) >= 0.8 * ATTACKERS, \
         "the attack held its connections open (else it tested nothing)"
     assert max(samples.rss_mib) < MEMORY_MAX_MIB
@@ -67,5 +72,16 @@ def test_honest_scrapes_are_all_answered_under_500_hostile_connections(agent: Ag
     poll(lambda: agent.fds() <= fds + 2, 30, what=f"the agent back to {fds} open files")
     after = agent.rss_mib()
     print(f"  after: RSS {after:.1f} MiB, {agent.threads()} threads, {agent.fds()} files")
-    assert after < rss + RSS_AFTER_SLACK_MIB and after <= max(samples.rss_mib) + 2
+    assert after < MEMORY_MAX_MIB
     assert all(agent.scrape()[0] == 200 for _ in range(5))
+    return after
+
+
+def test_honest_scrapes_are_all_answered_under_500_hostile_connections(agent: Agent) -> None:
+    for _ in range(3):
+        agent.scrape()  # warm: workers started, the password remembered
+    after = [agent.rss_mib()]
+    for _ in range(ROUNDS):
+        after.append(_attack(agent, SECONDS / ROUNDS, after[-1]))
+    assert after[-1] <= after[-2] + LEAK_SLACK_MIB, \
+        f"RSS after each round {after}: the last grew {after[-1] - after[-2]:.1f} MiB, memory grows with connections served"

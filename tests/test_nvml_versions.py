@@ -129,7 +129,7 @@ def _old_release_env(release: str) -> dict[str, str]:
     return clean_env(PYTHONPATH=path)
 
 
-@pytest.mark.e2e
+@pytest.mark.slow
 @pytest.mark.parametrize("release", [OLDEST, NEWEST])
 def test_the_agent_process_serves_every_gpu_with_a_verdict_on_the_oldest_and_newest_release(release):
     env = _old_release_env(release)

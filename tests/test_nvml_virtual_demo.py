@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.agent_process import AgentProcess, clean_env, poll, roofwatch_cmd
 
-pytestmark = pytest.mark.e2e
+pytestmark = pytest.mark.slow
 
 NVML_ONLY = {
     # What the driver reports and the simulator's own backend has no notion of.

@@ -21,6 +21,8 @@ import pytest
 
 from tests.agent_process import clean_env, roofwatch_cmd
 
+pytestmark = pytest.mark.slow
+
 T0 = 1_800_000_000
 
 

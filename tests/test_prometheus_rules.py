@@ -46,6 +46,7 @@ def alert_names() -> set[str]:
     return {rule["alert"] for rule in alert_rules()}
 
 
+@pytest.mark.slow
 @needs_promtool
 def test_promtool_check_rules_is_clean():
     result = run(PROMTOOL, "check", "rules", str(RULES))
@@ -54,6 +55,7 @@ def test_promtool_check_rules_is_clean():
     assert "warning" not in (result.stdout + result.stderr).lower()
 
 
+@pytest.mark.slow
 @needs_promtool
 def test_promtool_unit_tests_pass():
     result = run(PROMTOOL, "test", "rules", str(RULE_TESTS))
@@ -71,6 +73,7 @@ def test_every_alert_is_unit_tested_firing_and_silent():
     assert silent >= alert_names(), f"never shown silent: {sorted(alert_names() - silent)}"
 
 
+@pytest.mark.slow
 @needs_promtool
 def test_unit_tests_have_teeth(tmp_path):
     """A wrong threshold must fail the suite: the expectations are not just what the rules say."""
@@ -85,6 +88,7 @@ def test_unit_tests_have_teeth(tmp_path):
     assert "alertname: LowMFU" in result.stdout + result.stderr
 
 
+@pytest.mark.slow
 @needs_promtool
 def test_moving_a_threshold_moves_only_its_alert(tmp_path):
     """Thresholds are series: moving one moves its alert, with no expression edited."""
@@ -154,6 +158,7 @@ def test_docs_list_every_alert_and_threshold():
             assert rule["record"].rsplit(":", 1)[1] in docs, rule["record"]
 
 
+@pytest.mark.slow
 @needs_promtool
 def test_example_prometheus_config_is_valid():
     result = run(PROMTOOL, "check", "config", str(PROMETHEUS))
@@ -161,6 +166,7 @@ def test_example_prometheus_config_is_valid():
     assert f"SUCCESS: {len(rules())} rules found" in result.stdout
 
 
+@pytest.mark.slow
 @needs_amtool
 def test_alertmanager_example_is_valid():
     result = run(AMTOOL, "check-config", str(ALERTMANAGER))
@@ -168,6 +174,7 @@ def test_alertmanager_example_is_valid():
     assert "SUCCESS" in result.stdout
 
 
+@pytest.mark.slow
 @needs_amtool
 @pytest.mark.parametrize(("labels", "receiver"), [
     (["alertname=GpuCriticalXid", "severity=critical", "xid=79"], "gpu-oncall"),
@@ -186,6 +193,7 @@ def test_alertmanager_routes(labels, receiver):
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.slow
 @needs_amtool
 def test_every_alert_has_a_deliberate_route():
     """No shipped alert falls through to the default receiver by accident."""

@@ -7,7 +7,7 @@ import pytest
 from tests.agent_process import AgentProcess, poll
 from tests.prometheus_server import PrometheusServer
 
-pytestmark = pytest.mark.e2e
+pytestmark = pytest.mark.slow
 
 
 def test_prometheus_scrapes_a_two_node_virtual_cluster(tmp_path):

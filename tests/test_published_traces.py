@@ -22,6 +22,8 @@ from agent.model import WORKLOAD_CLASSES, GpuSample, Verdict
 from agent.model.specs.lookup import lookup
 from agent.trace import read_trace
 
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parent.parent
 PUBLISHED = REPO / "traces" / "published"
 LABELLED = REPO / "traces" / "labelled"

@@ -16,7 +16,7 @@ import pytest
 
 from tests.agent_process import AgentProcess, http_get, poll
 
-pytestmark = pytest.mark.e2e
+pytestmark = pytest.mark.slow
 
 
 class LiveLog:

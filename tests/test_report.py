@@ -123,6 +123,7 @@ def trace_file(trace, tmp_path_factory):
     return path
 
 
+@pytest.mark.slow
 def test_command_writes_the_page(trace_file, tmp_path):
     out = tmp_path / "report.html"
     result = run("report", str(trace_file), "--out", str(out), "--title", "Job 42")
@@ -133,6 +134,7 @@ def test_command_writes_the_page(trace_file, tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["report.html"]
 
 
+@pytest.mark.slow
 def test_command_errors_are_one_line_and_leave_nothing(trace_file, tmp_path):
     missing = run("report", str(tmp_path / "nope.jsonl"), "--out", str(tmp_path / "r.html"))
     assert missing.returncode == 1 and "cannot read trace" in missing.stderr and "Traceback" not in missing.stderr

@@ -7,6 +7,8 @@ import http.client
 import socket
 import threading
 
+import pytest
+
 import agent.context.workload.report_http as report_http
 from agent.context.workload.report_http import REPORT_PATH
 from agent.context.workload.report_schema import MAX_BODY_BYTES
@@ -111,6 +113,7 @@ def test_a_refused_client_is_answered_before_it_sends_its_body(http_server_facto
     assert answer.startswith(b"HTTP/1.1 401") and b"Connection: close" in answer
 
 
+@pytest.mark.slow
 def test_a_dribbled_body_gets_408_within_the_total_limit(http_server_factory, monkeypatch):
     """The body read has one deadline in all, not one per byte, so a slow client releases its slot."""
     monkeypatch.setattr(report_http, "BODY_READ_TIMEOUT_S", 0.5)

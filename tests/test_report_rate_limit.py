@@ -66,6 +66,7 @@ def test_http_client_past_its_rate_gets_429_with_retry_after_and_its_body_is_not
     assert http_post(port, body(step=12, pid=99), {"Content-Type": JSON})[0] == 429
 
 
+@pytest.mark.slow
 def test_on_the_socket_each_process_has_its_own_rate(short_dir):
     clock = Clock()
     store = ReportStore(rate_per_s=1.0, rate_clock=clock)  # bursts of 2

@@ -61,6 +61,7 @@ def test_serving_figures_survive_the_trace_round_trip(trace_file):
     assert read[0].workload.serving == QUEUED
 
 
+@pytest.mark.slow
 def test_classify_prints_the_serving_view_beside_the_class(trace_file):
     result = subprocess.run(roofwatch_cmd("classify", str(trace_file)), capture_output=True, text=True, timeout=120,
                             env=clean_env())

@@ -106,6 +106,7 @@ def test_a_gpu_the_node_does_not_have_is_a_usage_error_naming_the_gpus():
     assert caught.value.code == 2
 
 
+@pytest.mark.slow
 def test_in_real_time_the_sampler_thread_reads_every_interval_inside_each_phase():
     summary = virtual_run("idle,copy", seconds=4.0, real_time=True)
     assert [r.verdict for r in summary.results] == ["idle", "memory_bound"], summary.text()

@@ -12,6 +12,8 @@ from agent.diagnostics.selftest.phases import PHASES
 from tests.agent_process import clean_env, roofwatch_cmd
 from tests.selftest_helpers import NO_GPM, write_yaml
 
+pytestmark = pytest.mark.slow
+
 
 def _selftest(*args: str, cwd=None, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run(roofwatch_cmd("selftest", *args), capture_output=True, text=True, timeout=timeout,

@@ -144,6 +144,7 @@ def test_a_steady_phase_counts_every_call_it_times():
     assert ops.released == 1
 
 
+@pytest.mark.slow
 def test_the_starved_loop_measures_the_duty_its_slow_loader_allows():
     measured = CudaRunner("fake", FakeOps()).run(phase("starved"), 1.5, Window())
     assert measured.duty == pytest.approx(STARVED_BURST_S / STARVED_LOADER_S, abs=0.15)
@@ -167,6 +168,7 @@ def test_fp8_skips_with_the_libraries_reason_and_a_failing_phase_still_releases_
     assert ops.released == 1
 
 
+@pytest.mark.slow
 def test_on_a_gpu_node_the_backend_the_library_and_the_runner_are_wired_to_the_gpu_asked_for(monkeypatch):
     """The real path with its two outside pieces stood in: NVML by the fake driver, torch by FakeOps."""
     from agent.backends import registry

@@ -15,7 +15,7 @@ from tests.agent_process import serving
 from tests.serving_fixtures import HOSTILE, demo_snapshot, serving_snapshot
 from tests.test_status_page import elements
 
-pytestmark = pytest.mark.e2e
+pytestmark = pytest.mark.slow
 
 SIZE = (1280, 1700)
 """Tall enough that the chart, the serving cards and the first GPU cards are in the screenshot."""

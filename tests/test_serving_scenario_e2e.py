@@ -76,6 +76,7 @@ def test_the_four_servers_the_issue_asks_for_are_there() -> None:
     assert {EXPECTED[job].server for job in REQUIRED} == {"vllm", "sglang", "tgi"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("job", sorted(EXPECTED))
 def test_snapshot_shows_each_servers_floor_ratio_prefill_share_and_state(settled, job: str) -> None:
     e = EXPECTED[job]
@@ -91,6 +92,7 @@ def test_snapshot_shows_each_servers_floor_ratio_prefill_share_and_state(settled
         assert view["batch"] == e.phase["running"] and view["waiting"] == e.phase.get("waiting", 0)
 
 
+@pytest.mark.slow
 def test_the_advice_names_the_numbers_that_decided_it(settled) -> None:
     under = settled[EXPECTED["batch-capped-8b"].gpus[0]]["advice"]
     assert "max_num_seqs" in under and "24 requests waiting" in under
@@ -99,6 +101,7 @@ def test_the_advice_names_the_numbers_that_decided_it(settled) -> None:
     assert "55%" in settled[EXPECTED["rag-7b"].gpus[0]]["advice"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("job", sorted(EXPECTED))
 def test_metrics_export_each_servers_figures_at_full_precision(agent: AgentProcess, settled, job: str) -> None:
     e = EXPECTED[job]
@@ -122,6 +125,7 @@ def test_metrics_export_each_servers_figures_at_full_precision(agent: AgentProce
             pytest.approx(floor[gpu][0][1], rel=1e-9)
 
 
+@pytest.mark.slow
 def test_the_figures_came_over_http_from_one_fake_server_per_job(agent: AgentProcess, settled) -> None:
     """The agent listens on its own port and one port per serving job; each answers its server's dialect."""
     agent_port = int(agent.url.rstrip("/").rsplit(":", 1)[1])

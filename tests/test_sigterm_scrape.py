@@ -15,7 +15,7 @@ import pytest
 
 from tests.agent_process import AgentProcess, clean_env, poll, roofwatch_cmd
 
-pytestmark = pytest.mark.e2e
+pytestmark = pytest.mark.slow
 
 
 def test_sigterm_during_scrapes_leaves_no_half_answer():

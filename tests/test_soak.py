@@ -18,6 +18,8 @@ from agent.collector import Backoff, Collector
 from agent.virtual.clock import ManualClock
 from exporters.prometheus import ExpositionCache
 
+pytestmark = pytest.mark.slow
+
 T0 = 1_800_000_000.0
 HOURS = 2
 LOST = ("2", 1800.0, 120.0)    # GPU 2 falls off the bus for two minutes, half an hour in

@@ -20,7 +20,7 @@ import pytest
 from tests.agent_process import AgentProcess, clean_env, poll, roofwatch_cmd
 from tests.prometheus_server import PrometheusServer
 
-pytestmark = pytest.mark.e2e
+pytestmark = pytest.mark.slow
 
 PASSWORD = "s3cret:with:colons ü"
 

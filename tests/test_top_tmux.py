@@ -22,7 +22,7 @@ import pytest
 from agent.views import palette
 from tests.agent_process import AgentProcess, clean_env, poll, roofwatch_cmd, running_demo
 
-pytestmark = pytest.mark.e2e
+pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parent.parent
 TMUX = shutil.which("tmux") or "/usr/bin/tmux"

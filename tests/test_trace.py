@@ -410,6 +410,7 @@ samples = st.builds(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(st.lists(samples, max_size=5))
 def test_round_trip_property(tmp_path_factory: pytest.TempPathFactory, batch: list[GpuSample]) -> None:

@@ -32,7 +32,7 @@ from tests.prometheus_server import free_port
 from tests.test_dashboards import MODULES, VIEWS, dashboards, panel_problems, panels, until_no_problems
 from tests.victoriametrics import VictoriaMetrics, VmAgent, VmAlert, available
 
-pytestmark = [pytest.mark.e2e,
+pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not available(), reason="victoria-metrics missing: apt-get install victoria-metrics")]
 
 ROOT = Path(__file__).resolve().parent.parent

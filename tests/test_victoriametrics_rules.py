@@ -40,7 +40,7 @@ from tests.agent_process import poll
 from tests.promtool_cases import Case, read_cases
 from tests.victoriametrics import VictoriaMetrics, available, vmalert_replay
 
-pytestmark = [pytest.mark.e2e,
+pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not available(), reason="victoria-metrics missing: apt-get install victoria-metrics")]
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -26,7 +26,7 @@ from tests import chromium
 from tests.agent_process import AgentProcess, running_demo, serving
 from tests.test_status_page import elements
 
-pytestmark = pytest.mark.e2e
+pytestmark = pytest.mark.slow
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 PAGE_SHOT, REPORT_SHOT = DOCS / "status-page.png", DOCS / "report.png"

@@ -130,6 +130,7 @@ def check_invariants(s: GpuSample, engine: VirtualEngine, t0: float, t1: float, 
     assert 0.0 <= s.host.cpu_iowait_ratio <= 1.0 and 0.0 <= s.host.io_pressure_ratio <= 1.0
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(doc=scenarios(), data=st.data())
 def test_physical_invariants_hold_for_any_scenario(doc: dict[str, Any], data: st.DataObject) -> None:
