@@ -91,15 +91,22 @@ ensure_test_tools() {
 }
 
 parallel_args() {
-    # The suite runs on every core (pytest-xdist), tests handed out as workers free up (worksteal), unless
-    # the caller chose (-n, -p no:xdist) or asked for a debugger. ROOFWATCH_TEST_WORKERS overrides the count.
-    local arg
+    # The suite runs in parallel (pytest-xdist) unless the caller chose (-n, -p no:xdist) or asked for
+    # a debugger. The whole suite: one worker more than there are cores, since its slow tests spend
+    # about a third of their time waiting on servers, and a test file per worker at a time (--dist
+    # loadfile: a file's module fixtures, such as a fleet of agents and a Prometheus, start once).
+    # The quick tier (-m "not slow") is all computation: a worker per core, tests handed out one by
+    # one as workers free up (--dist worksteal). ROOFWATCH_TEST_WORKERS overrides the count.
+    local arg cores workers dist
     for arg in "$@"; do
         case "$arg" in
             -n|-n*|--numprocesses*|--pdb|--trace|no:xdist|-pno:xdist) return 0 ;;
         esac
     done
-    printf '%s\n' -n "${ROOFWATCH_TEST_WORKERS:-auto}" --dist worksteal
+    cores=$(nproc 2>/dev/null || echo 2)
+    workers=$((cores + 1)) dist=loadfile
+    case " $* " in *"not slow"*) workers=$cores dist=worksteal ;; esac
+    printf '%s\n' -n "${ROOFWATCH_TEST_WORKERS:-$workers}" --dist "$dist"
 }
 
 cmd=${1:-help}

@@ -97,6 +97,7 @@ def test_hopper_gpus_need_no_dcgm_and_doctor_says_so():
         backend.close()
 
 
+@pytest.mark.slow
 def test_dcgm_on_without_a_host_engine_is_fatal_and_auto_carries_on_with_nvml():
     backend, _, _ = joined(host="localhost:5599")
     with pytest.raises(BackendUnavailable, match="no host engine answers at localhost:5599"):

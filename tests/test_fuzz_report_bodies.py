@@ -45,6 +45,7 @@ reports = (report_like
            | json_values)
 
 
+@pytest.mark.slow
 @FUZZ
 @given(obj=reports, ascii_only=st.booleans())
 def test_any_json_value_is_stored_only_when_valid(target: Target, obj: Any, ascii_only: bool) -> None:

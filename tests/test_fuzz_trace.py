@@ -48,6 +48,7 @@ def test_round_trip_of_any_valid_sample(tmp_path_factory: pytest.TempPathFactory
 KNOWN_NESTED = {"host": HostSample, "workload": WorkloadReport, "attribution": Attribution, "remapped_rows": RemappedRows}
 
 
+@pytest.mark.slow
 @FUZZ
 @given(sample=samples, extra=st.dictionaries(st.text(max_size=10), json_values, min_size=1, max_size=4), data=st.data())
 def test_unknown_fields_are_ignored_at_every_level(sample: GpuSample, extra: dict[str, Any], data: st.DataObject) -> None:

@@ -152,6 +152,7 @@ def test_one_bad_line_is_named_by_file_and_line(tmp_path_factory: pytest.TempPat
     assert [(e.path, e.line, str(e)) for e in reader.errors] == [(err.path, err.line, str(err))]
 
 
+@pytest.mark.slow
 @settings(FUZZ, max_examples=25)
 @given(good=st.lists(samples, min_size=2, max_size=4), data=st.data())
 def test_ts_that_does_not_increase_is_named_at_the_later_line(tmp_path_factory: pytest.TempPathFactory,

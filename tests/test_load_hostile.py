@@ -1,11 +1,13 @@
-"""Load, end to end: 500 hostile connections for 60 s against the real agent with TLS and basic auth on.
+"""Load, end to end: 500 hostile connections for 36 s against the real agent with TLS and basic auth on.
 
 Idle, idle-after-handshake, slowloris, slow-body and pipelining-never-reading clients (the rig is
 benchmarks/hostile_load.py, shared with ``./dev.sh bench``), while 8 honest scrapers scrape ``/metrics``
 once a second: every honest scrape is answered (its latency is printed here and measured as a benchmark,
 ``python -m benchmarks.hostile``), the agent stays under the systemd unit's
-256 MiB, and once the attackers leave the agent is as before: the attack runs in three rounds of 20 s, and the
-last may not leave the agent larger than the one before (``LEAK_SLACK_MIB`` says why not the first). ``ROOFWATCH_HOSTILE_S`` changes the 60 s.
+256 MiB, and once the attackers leave the agent is as before: the attack runs in three rounds of 12 s (longer than the
+10 s header deadline, so every slow connection is cut and comes back at least once in each), and the
+last may grow the agent only a little (``LEAK_SLACK_MIB`` says why not compare with the start). ``ROOFWATCH_HOSTILE_S`` changes the 36 s
+(``python -m benchmarks.hostile`` runs 60 s).
 """
 
 from __future__ import annotations
@@ -20,19 +22,20 @@ from tests.agent_process import poll
 
 pytestmark = pytest.mark.slow
 
-SECONDS = float(os.environ.get("ROOFWATCH_HOSTILE_S", "60"))
+SECONDS = float(os.environ.get("ROOFWATCH_HOSTILE_S", "36"))
 ATTACKERS = 500
 SCRAPERS = 8
 ROUNDS = 3
 MEMORY_MAX_MIB = 256
 """MemoryMax in deploy/systemd/roofwatch.service, the Helm chart's limit too."""
-LEAK_SLACK_MIB = 8
-"""After an attack the allocator keeps much of what 500 TLS connections used, and a second attack after a
-calm grows it once more (fragmentation) before it levels off: measured 49 -> 92 -> 122 -> 122 -> 122 MiB
-over four 12 s rounds, on an idle machine and beside a busy one alike. So RSS against the start says more
-about the allocator than about the agent. A leak grows with every round (each opens more than a thousand
-connections): the attack runs in three equal rounds and the third may not leave the agent more than this
-above the second."""
+LEAK_SLACK_MIB = 16
+"""After an attack the allocator keeps much of what 500 TLS connections used, and each later attack after a
+calm grows it a little more (fragmentation) until it levels off: measured, RSS after each 12 s round, idle
+machine 49 -> 92 -> 122 -> 122 -> 122 MiB; 20 s rounds beside a busy machine 49 -> 95 -> 117 -> 125. So RSS
+against the start says more about the allocator and the machine than about the agent. A leak grows by the
+same amount every round (each opens more than a thousand connections), where fragmentation's growth
+decays: the attack runs in three equal rounds, and the last may grow the agent by no more than this, nor by
+more than half of what the first did (a leak of ~15 kB per connection would fail both)."""
 
 
 @pytest.fixture
@@ -83,5 +86,6 @@ def test_honest_scrapes_are_all_answered_under_500_hostile_connections(agent: Ag
     after = [agent.rss_mib()]
     for _ in range(ROUNDS):
         after.append(_attack(agent, SECONDS / ROUNDS, after[-1]))
-    assert after[-1] <= after[-2] + LEAK_SLACK_MIB, \
-        f"RSS after each round {after}: the last grew {after[-1] - after[-2]:.1f} MiB, memory grows with connections served"
+    first, last = after[1] - after[0], after[-1] - after[-2]
+    assert last <= LEAK_SLACK_MIB and last <= first / 2, \
+        f"RSS after each round {after}: the last grew {last:.1f} MiB, memory grows with connections served"

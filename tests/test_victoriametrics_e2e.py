@@ -205,7 +205,7 @@ def test_prometheus_remote_write_into_victoriametrics(stack, tmp_path):
     binary = shutil.which("prometheus")
     assert binary, "the prometheus server is required (Debian package 'prometheus')"
     target = agents[0].url.removeprefix("http://").rstrip("/")
-    vm = VictoriaMetrics(tmp_path / "vm")
+    vm = VictoriaMetrics(tmp_path / "vm", "-search.latencyOffset=2s")  # as the stack's: recent points visible
     config = yaml.safe_load(REMOTE_WRITE_CONFIG.read_text())
     config["global"].update(scrape_interval="1s", external_labels={"cluster": "prom-east"})
     config["scrape_configs"][0].update(scrape_timeout="1s", static_configs=[{"targets": [target]}])

@@ -219,6 +219,7 @@ def mig_layouts(draw: st.DrawFn) -> dict[str, Any]:
         {"name": "n", "model": model, "gpus": 1, "counters": "full", "mig": {0: profiles}, "workloads": workloads}]}
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(doc=mig_layouts(), steps=st.lists(st.floats(0.05, 5.0), min_size=2, max_size=6))
 def test_instance_invariants_hold_for_any_layout(doc: dict[str, Any], steps: list[float]) -> None:

@@ -58,21 +58,35 @@ def field_shapes(cls: type) -> dict[str, _Shape]:
 
 def json_type_error(obj: dict[str, Any], cls: type, path: str = "") -> str | None:
     """The first known field of ``obj`` (parsed JSON for a ``cls``) whose JSON type is wrong, described."""
+    wrong = _first_wrong(obj, cls)
+    if wrong is None:
+        return None
+    where, value, expected = wrong
+    return f"field '{path}{where}': must be {expected}, not {_json_repr(value)}"
+
+
+def _first_wrong(obj: dict[str, Any], cls: type) -> tuple[str, Any, str] | None:
+    """``(field path, value, what it must be)`` of the first wrong field. Runs for every sample of a
+    trace, so nothing is formatted until something is wrong."""
     shapes = field_shapes(cls)
     for name, value in obj.items():
-        shape = shapes.get(name)
-        if shape is None or value is None:
+        if value is None:
             continue
-        where = f"{path}{name}"
-        if shape.scalar == _NUMBER and (isinstance(value, bool) or isinstance(value, str)):
-            return f"field '{where}': must be a number, not {_json_repr(value)}"
-        if shape.scalar == _BOOL and not isinstance(value, bool):
-            return f"field '{where}': must be true or false, not {_json_repr(value)}"
-        if shape.nested is not None:
-            items = [(f"{where}[{i}].", v) for i, v in enumerate(value)] if isinstance(value, list) else [(f"{where}.", value)]
-            for prefix, item in items:
-                if isinstance(item, dict) and (error := json_type_error(item, shape.nested, prefix)):
-                    return error
+        shape = shapes.get(name)
+        if shape is None:
+            continue
+        if shape.scalar == _NUMBER:
+            if isinstance(value, (bool, str)):
+                return name, value, "a number"
+        elif shape.scalar == _BOOL:
+            if not isinstance(value, bool):
+                return name, value, "true or false"
+        elif shape.nested is not None:
+            items = enumerate(value) if isinstance(value, list) else ((None, value),)
+            for i, item in items:
+                if isinstance(item, dict) and (inner := _first_wrong(item, shape.nested)) is not None:
+                    prefix = name if i is None else f"{name}[{i}]"
+                    return f"{prefix}.{inner[0]}", inner[1], inner[2]
     return None
 
 

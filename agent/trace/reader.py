@@ -68,6 +68,12 @@ def _finite_float(text: str) -> float:
     return value
 
 
+@cache
+def _decoder() -> json.JSONDecoder:
+    """One decoder for every line (``json.loads`` with options builds a new one per call)."""
+    return json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite_float)
+
+
 _PROFILING_FIELDS = ("sm_active", "sm_occupancy", "tensor_active", "fp64_active", "fp32_active", "fp16_active")
 
 
@@ -228,7 +234,7 @@ class TraceReader:
 
     def _parse(self, lineno: int, text: str) -> dict[str, Any] | None:
         try:
-            obj = json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
+            obj = _decoder().decode(text)
         except json.JSONDecodeError as exc:
             self._fail(TraceFormatError(self.path, lineno,
                                         f"not valid JSON: {exc.msg} at column {exc.colno}"))
