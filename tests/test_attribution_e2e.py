@@ -3,17 +3,24 @@
 The GPUs are the fake NVIDIA driver playing a scenario (an input-starved trainer on GPU 0, nothing
 running on GPU 1); the host side is the real one (:class:`agent.context.local_host.LocalHost` over this machine's
 /proc): the driver reports the PID of a real trainer process started here with a Slurm job's
-environment, whose one loader worker burns a whole core.
+environment, whose one loader worker burns a whole core. Two things are made independent of the machine
+running the suite: the host's clock runs at the pace of the worker's CPU time (so the worker reads as one
+saturated core even when a busy runner gives it less), and the node's CPU and PSI figures are a calm node's.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
+import re
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
+from collections import namedtuple
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -24,6 +31,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from agent.backends.nvml import NvmlBackend
 from agent.classifier.live import LiveClassifier
 from agent.collector import Collector
+from agent.context.host.node_stats import NodeStats
 from agent.context.local_host import LocalHost
 from exporters.prometheus import ExpositionCache
 from tests.agent_process import clean_env, poll
@@ -64,8 +72,57 @@ def start_trainer(env: dict[str, str]) -> subprocess.Popen[str]:
     return proc
 
 
+class WorkerPacedClock:
+    """Time as the saturated loader worker lives it: while the worker runs, the clock advances by the CPU
+    time the worker got, so it reads as exactly one busy core however many other processes share the
+    machine (a busy CI runner gives it a fraction of a core of real time, and the verdict then depended on
+    the runner's load); once the worker has exited, by real time."""
+
+    def __init__(self, worker: psutil.Process) -> None:
+        self._worker = worker
+        self._now = 0.0
+        self._last_cpu: float | None = None
+        self._last_real = time.monotonic()
+
+    def _worker_cpu(self) -> float | None:
+        try:
+            if self._worker.status() == psutil.STATUS_ZOMBIE:
+                return None
+            times = self._worker.cpu_times()
+        except psutil.Error:
+            return None
+        return times.user + times.system
+
+    def __call__(self) -> float:
+        real, cpu = time.monotonic(), self._worker_cpu()
+        if cpu is not None and self._last_cpu is not None:
+            self._now += max(0.0, cpu - self._last_cpu)
+        elif cpu is None:
+            self._now += real - self._last_real
+        self._last_cpu, self._last_real = cpu, real
+        return self._now
+
+
+def calm_node_stats(tmp_path: Path, clock: Callable[[], float]) -> NodeStats:
+    """The node's CPU and I/O as a calm node's: no pressure, no iowait (the machine running the suite may
+    be busy, and its real PSI and iowait would decide the starvation's sub-reason)."""
+    pressure = tmp_path / "proc" / "pressure"
+    pressure.mkdir(parents=True)
+    for name in ("cpu", "io"):
+        (pressure / name).write_text("some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"
+                                     "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n")
+    ticks = itertools.count()
+    CpuTimes = namedtuple("CpuTimes", "user system idle iowait")
+
+    def cpu_times() -> CpuTimes:
+        n = next(ticks)
+        return CpuTimes(user=n * 1.0, system=0.0, idle=n * 1.0, iowait=0.0)
+
+    return NodeStats(tmp_path / "proc", min_refresh_s=0.2, clock=clock, cpu_times=cpu_times)
+
+
 @pytest.fixture
-def node() -> Iterator[Node]:
+def node(tmp_path: Path) -> Iterator[Node]:
     uuid_probe = Rig(scenario(gpus=2))
     uuids = [d.uuid for d in uuid_probe.backend().discover()]  # the same scenario and seed give the same UUIDs
     uuid_probe.close()
@@ -76,8 +133,10 @@ def node() -> Iterator[Node]:
     rig = Rig(scenario(gpus=2, workloads=[
         {"job": "train", "gpus": [0], "pid": trainer.pid,
          "phases": [{"kind": "input_starved", "duration_s": 3600, "duty": 0.45, "dataloader_cpu_cores": 0.0}]}]))
-    backend = NvmlBackend(rig.nvml, host=LocalHost(min_refresh_s=0.2), clock=rig.clock, wall=rig.clock,
-                          sleep=rig.clock.advance)
+    (worker,) = psutil.Process(trainer.pid).children()
+    clock = WorkerPacedClock(worker)
+    host = LocalHost(min_refresh_s=0.2, clock=clock, node_stats=calm_node_stats(tmp_path, clock))
+    backend = NvmlBackend(rig.nvml, host=host, clock=rig.clock, wall=rig.clock, sleep=rig.clock.advance)
     collector = Collector(backend, node="n1", interval_s=1.0, clock=rig.clock, monotonic=rig.clock,
                           analyzer=LiveClassifier())
     try:
@@ -113,9 +172,10 @@ def test_a_saturated_loader_worker_makes_the_verdict_dataloader(node: Node) -> N
         return verdict if verdict is not None and (verdict.cls, verdict.detail) == ("input_starved", "dataloader") else None
 
     verdict = poll(starved_by_loader, 60, interval=0.0, what="an input_starved/dataloader verdict for GPU 0")
-    # The reason names the loader workers; on a loaded machine the host's real CPU pressure (PSI) may be
-    # what it blames them on ("while tasks wait for a CPU") rather than their saturation: both are dataloader.
-    assert "loader workers use" in verdict.reasons[1]
+    # The node is calm (its stats are injected) and the worker's clock is its own CPU time: the reason
+    # is the workers' saturation, however busy the machine running the test is.
+    # (The worker's CPU is read a moment after the clock, so it may read a little over one core.)
+    assert re.match(r"1 loader workers use 1\.\d of the 1\.0 cores they can have", verdict.reasons[1]), verdict.reasons
     proc = node.collector.snapshot.devices[0].sample.processes[0]
     assert proc.pid == node.trainer.pid and proc.workers == 1
     assert proc.cpu_workers_cores >= 0.5 > proc.cpu_main_cores

@@ -40,11 +40,13 @@ class LocalHost:
     def __init__(self, proc_root: str | Path = "/proc", min_refresh_s: float = 0.5, *,
                  sysfs_root: str | Path = "/sys", workloads: Sequence[WorkloadSource] = (),
                  pods: PodLookup | None = None, pod_from_pid: PodFromPid | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, node_stats: NodeStats | None = None) -> None:
+        """``node_stats`` replaces the node's CPU and PSI reader over ``proc_root``: a test of real
+        processes gives the node a known load this way, whatever else the machine it runs on runs."""
         self._proc_root = Path(proc_root)
         self._clock = clock
         self._ports = PortMonitor(sysfs_root, min_refresh_s)
-        self._stats = NodeStats(proc_root, min_refresh_s=min_refresh_s, clock=clock)
+        self._stats = node_stats or NodeStats(proc_root, min_refresh_s=min_refresh_s, clock=clock)
         self._tracker = ProcessTracker(proc_root, cgroup_root=Path(sysfs_root) / "fs" / "cgroup",
                                        min_refresh_s=min_refresh_s, clock=clock)
         self._workloads = tuple(workloads)
