@@ -22,6 +22,7 @@ Two steps, each as Grafana does it:
 
 from __future__ import annotations
 
+import fcntl
 import json
 import math
 import shutil
@@ -99,14 +100,18 @@ def ensure_installed() -> str:
     node = shutil.which("node")
     if node is None:
         raise NodeMissing("node missing: apt-get install nodejs npm (./dev.sh test does)")
-    if not INSTALLED.exists():
-        npm = shutil.which("npm")
-        if npm is None:
-            raise NodeMissing("npm missing: apt-get install npm (./dev.sh test does)")
-        done = subprocess.run([npm, "ci", "--prefix", str(GRAFANA_DIR), "--no-audit", "--no-fund"],
-                              capture_output=True, text=True, timeout=600)
-        if done.returncode != 0 or not INSTALLED.exists():
-            raise RuntimeError(f"npm ci in {GRAFANA_DIR} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
+    if INSTALLED.exists():
+        return node
+    npm = shutil.which("npm")
+    if npm is None:
+        raise NodeMissing("npm missing: apt-get install npm (./dev.sh test does)")
+    with open(GRAFANA_DIR / ".npm-ci.lock", "w") as lock:  # parallel workers: one installs, the others wait
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not INSTALLED.exists():
+            done = subprocess.run([npm, "ci", "--prefix", str(GRAFANA_DIR), "--no-audit", "--no-fund"],
+                                  capture_output=True, text=True, timeout=600)
+            if done.returncode != 0 or not INSTALLED.exists():
+                raise RuntimeError(f"npm ci in {GRAFANA_DIR} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
     return node
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -12,10 +14,33 @@ from pathlib import Path
 from tests.agent_process import http_get, poll
 
 
+_RANGE_START, _RANGE_SIZE = 20000, 12000
+"""Ports for programs that must be told theirs: 20000-31999, below Linux's ephemeral range (32768 up),
+shared out in equal blocks among the pytest-xdist workers."""
+_next_port = itertools.count()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port nothing listens on, for a program that must be given one (Prometheus, vmagent).
+
+    Binding port 0 and releasing it would hand out a port from the ephemeral range, which another
+    test's agent binding 127.0.0.1:0 may be given before the program binds it. So ports come from below
+    that range, from this worker's own block (PYTEST_XDIST_WORKER gw0, gw1, ... of
+    PYTEST_XDIST_WORKER_COUNT), each checked free first."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    count = os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")
+    span = _RANGE_SIZE // max(1, int(count) if count.isdigit() else 1)
+    first = _RANGE_START + (int(worker) if worker.isdigit() else 0) * span
+    for _ in range(span):
+        port = first + next(_next_port) % span
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue  # something else on the machine holds it
+            return port
+    raise AssertionError(f"no free port in {first}-{first + span - 1}")
 
 
 class PrometheusServer:

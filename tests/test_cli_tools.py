@@ -115,11 +115,9 @@ def test_first_cycle_of_the_demo_already_shows_the_workloads():
 
 @pytest.mark.slow
 def test_snapshot_from_unreachable_agent_is_a_clear_error():
-    import socket
+    from tests.prometheus_server import free_port
 
-    with socket.socket() as s:  # a port nothing listens on once the socket closes
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # nothing listens there
     result = run("snapshot", "--url", f"http://127.0.0.1:{port}")
     assert result.returncode == 1
     assert f"cannot read a snapshot from http://127.0.0.1:{port}/api/v1/snapshot" in result.stderr

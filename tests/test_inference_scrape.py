@@ -7,7 +7,6 @@ oversize, not an exposition or too slow, gzip, the background thread, and endpoi
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 
@@ -15,6 +14,7 @@ import pytest
 from pydantic import ValidationError
 
 from agent.context.workload.inference.scraper import InferenceEndpoint, InferenceScraper
+from tests.prometheus_server import free_port
 from tests.inference_server import DT, FIXTURES, T0, scraped
 from tests.inference_server import server  # noqa: F401 (a fixture)
 
@@ -48,9 +48,7 @@ def test_stale_report_is_dropped(server):
 
 
 def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_port()  # from below the ephemeral range: no other test's server can be given it meanwhile
 
 
 @pytest.mark.slow

@@ -18,6 +18,7 @@ from agent.app.cli import build_parser
 from agent.app.config import DEFAULT_PORT
 from agent.views.top import Poller, run_top
 from agent.views.top_source import TopSourceError, fetch_view, metrics_url
+from tests.prometheus_server import free_port
 from tests.top_exposition import FIXTURE, per_gpu, series
 from tests.top_exposition import text  # noqa: F401 (a fixture)
 
@@ -78,9 +79,7 @@ def server():
 
 @pytest.fixture
 def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    return free_port()  # from below the ephemeral range: no other test's server can be given it meanwhile
 
 
 def _error_of(url: str, timeout: float = 2.0) -> str:

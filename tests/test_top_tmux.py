@@ -13,7 +13,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 from pathlib import Path
 
@@ -21,6 +20,7 @@ import pytest
 
 from agent.views import palette
 from tests.agent_process import AgentProcess, clean_env, poll, roofwatch_cmd, running_demo
+from tests.prometheus_server import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -207,9 +207,7 @@ def test_once_prints_one_frame(demo):
 
 
 def test_once_against_a_closed_port_exits_1():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()  # nothing listens there
     result = subprocess.run(roofwatch_cmd("top", f"http://127.0.0.1:{port}", "--once"), capture_output=True,
                             text=True, env=clean_env(), cwd=REPO, timeout=30)
     assert result.returncode == 1 and result.stdout == ""
