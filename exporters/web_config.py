@@ -27,6 +27,7 @@ import hashlib
 import re
 import ssl
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -137,6 +138,10 @@ class BasicAuth:
     def enabled(self) -> bool:
         return bool(self._users)
 
+    @property
+    def users(self) -> list[str]:
+        return list(self._users)
+
     def quick_verdict(self, header: str | None) -> bool | None:
         """The verdict when it costs no bcrypt: True for remembered credentials, False for none or
         unreadable ones; None when a bcrypt check must decide (call :meth:`allows` off the event loop)."""
@@ -188,13 +193,60 @@ def _decode_basic(header: str | None) -> tuple[str, str] | None:
     return (user, password) if sep else None
 
 
+@dataclass(frozen=True)
+class Posture:
+    """What a web config promises a client, for comparing two of them at reload."""
+
+    tls: bool = False
+    client_auth: str = "NoClientCert"
+    users: frozenset[str] = frozenset()
+    headers: tuple[tuple[str, str], ...] = ()
+    certificate: str | None = None
+    """SHA-256 of the certificate file's bytes: a rotation is a change worth a log line."""
+
+    def weakened_by(self, new: Posture) -> list[str]:
+        """What ``new`` would give up against this one: auth, TLS, the client-certificate check."""
+        lost = []
+        if self.users and not new.users:
+            lost.append("basic auth")
+        if self.tls and not new.tls:
+            lost.append("TLS")
+        elif self.tls and _CLIENT_AUTH_RANK[new.client_auth] < _CLIENT_AUTH_RANK[self.client_auth]:
+            lost.append(f"client certificates ({self.client_auth} -> {new.client_auth})")
+        return lost
+
+    def changes_to(self, new: Posture) -> list[str]:
+        """Each security-relevant difference, one short phrase each (user names, never hashes)."""
+        out = []
+        if self.tls != new.tls:
+            out.append(f"TLS {'on' if new.tls else 'off'}")
+        elif new.tls and self.certificate != new.certificate:
+            out.append("TLS certificate replaced")
+        if self.client_auth != new.client_auth:
+            out.append(f"client_auth_type {self.client_auth} -> {new.client_auth}")
+        if added := sorted(new.users - self.users):
+            out.append("basic auth users added: " + ", ".join(added))
+        if removed := sorted(self.users - new.users):
+            out.append("basic auth users removed: " + ", ".join(removed))
+        if self.headers != new.headers:
+            out.append("response headers changed")
+        return out
+
+
+_CLIENT_AUTH_RANK = {"NoClientCert": 0, "RequestClientCert": 1, "VerifyClientCertIfGiven": 2,
+                     "RequireAnyClientCert": 3, "RequireAndVerifyClientCert": 4}
+
+
 class WebConfig:
     """What the HTTP server needs: an SSL context (or None), the auth check and extra headers."""
 
-    def __init__(self, tls: ssl.SSLContext | None, auth: BasicAuth, headers: dict[str, str]) -> None:
+    def __init__(self, tls: ssl.SSLContext | None, auth: BasicAuth, headers: dict[str, str],
+                 posture: Posture | None = None) -> None:
         self.tls = tls
         self.auth = auth
         self.headers = headers
+        self.posture = posture or Posture(tls=tls is not None, users=frozenset(auth.users),
+                                          headers=tuple(sorted(headers.items())))
 
     @staticmethod
     def none() -> WebConfig:
@@ -205,11 +257,14 @@ def load_web_config(path: str | Path) -> WebConfig:
     """Read and check the file, load the certificates; :class:`WebConfigError` names what is wrong."""
     path = Path(path)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        text = path.read_text(encoding="utf-8")
+        data = yaml.safe_load(text)
     except OSError as exc:
         raise WebConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
     except yaml.YAMLError as exc:
         raise WebConfigError(f"{path}: not valid YAML: {exc}") from None
+    if data is None:  # an empty file is a file being written (`> web.yml`, a Secret mid-update), not a choice
+        raise WebConfigError(f"{path}: the file is empty; write {{}} for a web config without TLS or basic auth")
     if not isinstance(data, dict):
         raise WebConfigError(f"{path}: expected a mapping of tls_server_config, http_server_config, basic_auth_users")
     try:
@@ -222,7 +277,19 @@ def load_web_config(path: str | Path) -> WebConfig:
             message = "not supported by roofwatch (see docs/security.md)"
         raise WebConfigError(f"{path}: {where}: {message}") from None
     tls = _ssl_context(path, parsed.tls_server_config, path.parent) if parsed.tls_server_config else None
-    return WebConfig(tls, BasicAuth(parsed.basic_auth_users), dict(parsed.http_server_config.headers))
+    headers = dict(parsed.http_server_config.headers)
+    tls_config = parsed.tls_server_config
+    posture = Posture(tls=tls is not None, client_auth=tls_config.client_auth_type if tls_config else "NoClientCert",
+                      users=frozenset(parsed.basic_auth_users), headers=tuple(sorted(headers.items())),
+                      certificate=_fingerprint(path.parent, tls_config.cert_file) if tls_config else None)
+    return WebConfig(tls, BasicAuth(parsed.basic_auth_users), headers, posture)
+
+
+def _fingerprint(base: Path, name: str) -> str | None:
+    try:
+        return hashlib.sha256((Path(name) if Path(name).is_absolute() else base / name).read_bytes()).hexdigest()
+    except OSError:
+        return None
 
 
 def _ssl_context(source: Path, config: TlsServerConfig, base: Path) -> ssl.SSLContext:

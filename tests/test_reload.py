@@ -107,3 +107,54 @@ def test_passwords_rotate_and_restart_only_fields_are_named(agent):
     assert _status(proc.url + "healthz", None) == 200
     # log_level debug took effect: the HTTP server's debug lines now appear
     live.wait_for("level=debug", after=mark)
+
+
+def test_an_emptied_web_config_is_refused_and_auth_stays_on(agent):
+    """`> web.yml` before the new text lands (a Secret or ConfigMap being rewritten), then SIGHUP."""
+    proc, live, config, web = agent
+    web.write_text("")
+    mark = len(live.lines)
+    _reload(proc)
+    line = live.wait_for("reload failed", after=mark)
+    assert "web_config_file" in line and "empty" in line
+    assert _status(proc.url + "metrics", None) == 401, "no password, still refused"
+    assert _status(proc.url + "metrics", "first") == 200
+    # The partial web config that follows (users without their hashes' file being whole) is refused too.
+    web.write_text("basic_auth_users:\n")
+    _reload(proc)
+    live.wait_for("reload failed", "basic_auth_users", after=mark)
+    assert _status(proc.url + "metrics", None) == 401
+
+
+def test_a_settings_file_cut_off_before_its_web_config_line_keeps_auth(agent):
+    proc, live, config, web = agent
+    config.write_text("log_level: info\n")  # the rest of the file not written yet
+    mark = len(live.lines)
+    _reload(proc)
+    line = live.wait_for("reload refused", after=mark)
+    assert "basic auth" in line and "allow_security_downgrade" in line and "level=error" in line
+    assert _status(proc.url + "metrics", None) == 401
+    assert _status(proc.url + "metrics", "first") == 200
+
+
+def test_turning_auth_off_on_purpose_takes_the_setting_and_is_logged_at_warning(agent):
+    proc, live, config, web = agent
+    web.write_text("{}\n")
+    config.write_text(f"log_level: info\nweb_config_file: {web}\nallow_security_downgrade: true\n")
+    mark = len(live.lines)
+    _reload(proc)
+    line = live.wait_for("web config changed", after=mark)
+    assert "level=warning" in line and "basic auth users removed: prom" in line
+    assert _status(proc.url + "metrics", None) == 200
+
+
+def test_an_added_user_is_logged_at_warning_with_its_name_only(agent):
+    proc, live, config, web = agent
+    hashed = bcrypt.hashpw(b"other", bcrypt.gensalt(rounds=4)).decode()
+    first = json.loads(web.read_text())["basic_auth_users"]
+    web.write_text(json.dumps({"basic_auth_users": {**first, "grafana": hashed}}))
+    mark = len(live.lines)
+    _reload(proc)
+    line = live.wait_for("web config changed", after=mark)
+    assert "level=warning" in line and "basic auth users added: grafana" in line and "$2" not in line
+    assert _status(proc.url + "metrics", "first") == 200

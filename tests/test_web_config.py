@@ -51,3 +51,27 @@ def test_unknown_users_cost_a_bcrypt_too(checks):
     auth = BasicAuth({"prom": HASH})
     assert not auth.allows(header("intruder", "pw"))
     assert len(checks) == 1, "an unknown name is checked against a dummy hash: timing does not tell names apart"
+
+
+def test_an_empty_web_config_is_an_error_and_an_empty_mapping_is_plain_http(tmp_path):
+    path = tmp_path / "web.yml"
+    for text in ("", "\n", "# only a comment\n"):
+        path.write_text(text)
+        with pytest.raises(web_config.WebConfigError, match="empty"):
+            web_config.load_web_config(path)
+    path.write_text("{}\n")
+    plain = web_config.load_web_config(path)
+    assert plain.tls is None and not plain.auth.enabled
+
+
+def test_a_posture_names_what_a_new_one_gives_up_and_what_changed():
+    Posture = web_config.Posture
+    strict = Posture(tls=True, client_auth="RequireAndVerifyClientCert", users=frozenset({"prom"}), certificate="a")
+    assert strict.weakened_by(Posture()) == ["basic auth", "TLS"]
+    assert strict.weakened_by(Posture(tls=True, users=frozenset({"prom"}))) == [
+        "client certificates (RequireAndVerifyClientCert -> NoClientCert)"]
+    assert strict.weakened_by(Posture(tls=True, client_auth="RequireAndVerifyClientCert", users=frozenset({"x"}))) == []
+    rotated = Posture(tls=True, client_auth="RequireAndVerifyClientCert", users=frozenset({"prom", "graf"}),
+                      certificate="b")
+    assert strict.changes_to(rotated) == ["TLS certificate replaced", "basic auth users added: graf"]
+    assert Posture().weakened_by(strict) == [] and strict.changes_to(strict) == []

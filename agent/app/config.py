@@ -87,6 +87,11 @@ class Settings(BaseSettings):
     web_config_file: str | None = Field(
         None, min_length=1, description="Prometheus exporter-toolkit web config: TLS (mTLS optional) and bcrypt "
         "basic auth for the HTTP port (docs/security.md); unset = plain HTTP, no auth.")
+    allow_security_downgrade: bool = Field(
+        False, description="Let a reload (SIGHUP) turn basic auth or TLS off, or lower the client-certificate "
+        "check. Off: such a reload is refused and the running web config stays, since an emptied or cut-off "
+        "file (a Secret being rewritten) looks the same as an intended change; set it in the new settings "
+        "when the change is meant (docs/security.md).")
     http_header_timeout_s: float = Field(
         10.0, gt=0.0, le=300.0, description="HTTP port: seconds a client gets from connecting (TLS handshake "
         "included), or from the first byte of a later request, to the end of its request headers; then 408 and "
@@ -111,6 +116,10 @@ class Settings(BaseSettings):
     expected_gpus: int | None = Field(
         None, ge=0, le=1024, description="GPUs this node should have; default: as many as were discovered."
     )
+    max_devices: int = Field(
+        128, ge=1, le=1024, description="GPUs and MIG instances taken from the source at most (a node has at most "
+        "16 GPUs x 7 MIG instances); a source that lists more (a dcgm-exporter URL that is not this node's) has the "
+        "rest refused with one warning and a doctor finding (docs/reliability.md).")
     stale_after_s: float | None = Field(
         None, gt=0.0, le=86_400.0, description="/healthz fails when the snapshot is older; default max(10 s, 5 "
         "intervals).")
@@ -127,8 +136,9 @@ class Settings(BaseSettings):
         "container attribution; used when it exists (or when set explicitly); empty disables it.")
     kubelet_refresh_s: float = Field(10.0, ge=1.0, le=3600.0, description="Seconds between pod-resources List calls.")
     inference_endpoints: list[InferenceEndpoint] = Field(
-        default_factory=list, description="Inference servers (vLLM, SGLang, TGI) whose Prometheus metrics give "
-        "workload MFU/MBU without code changes (see docs/attribution.md).")
+        default_factory=list, max_length=64, description="Inference servers (vLLM, SGLang, TGI) whose Prometheus "
+        "metrics give workload MFU/MBU without code changes (see docs/attribution.md); each is read by its own "
+        "thread, so at most 64.")
     models: dict[str, ModelFacts] = Field(
         default_factory=dict, max_length=1024, description="Facts about served models by the name their server "
         "reports (vLLM/SGLang model_name): model_bytes, params, dtype, kv_cache_bytes, max_running (docs/serving.md).")
