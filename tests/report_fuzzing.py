@@ -38,7 +38,7 @@ from hypothesis import HealthCheck, settings, strategies as st
 
 from agent.context.workload.report_http import REPORT_PATH
 from agent.context.workload.report_schema import MAX_HINT_LEN, MAX_STR_LEN
-from agent.context.workload.report_socket import ReportSocketServer
+from exporters.http.report_socket import ReportSocketServer
 from agent.context.workload.report_store import ReportStore
 from agent.model import DTYPES, CollectorHealth, NodeSnapshot
 from exporters.http import AgentHTTPServer
@@ -260,7 +260,7 @@ def unix_target(path: Path, store: ReportStore, **kwargs: Any) -> tuple[Target, 
         return sock
 
     assert srv._thread is not None
-    return Target("unix", store, connect, srv._thread, srv.RequestHandlerClass, errors), srv.close
+    return Target("unix", store, connect, srv._thread, object, errors, server=srv), srv.close  # the port's listener
 
 
 @pytest.fixture(scope="module", params=["http", "unix"])

@@ -39,18 +39,19 @@ import sys
 from agent.app import cli, commands_agent
 from agent.context.workload.report_store import ReportStore
 commands_agent.report_store = lambda settings: ReportStore(ttl_s=settings.report_ttl_s)
-sys.exit(cli.main(["demo", "--listen", "127.0.0.1:0"]))
+sys.exit(cli.main(["demo", "--listen", "127.0.0.1:0", *sys.argv[1:]]))
 """
 
 
 class ReportingDemo(AgentProcess):
     """The demo agent with HTTP workload reports on (loopback clients, no token: the real default)."""
 
-    def __init__(self, stderr_path: Path) -> None:
+    def __init__(self, stderr_path: Path, args: tuple[str, ...] = (), **env: str) -> None:
+        """``args``: more ``demo`` flags; ``env``: settings as ROOFWATCH_* variables (a report socket, say)."""
         self.stderr_path = stderr_path
         with open(stderr_path, "w") as stderr:  # a file, not a pipe: a chatty agent can never block on it
-            self.proc = subprocess.Popen([sys.executable, "-c", LAUNCHER], stdout=subprocess.PIPE, stderr=stderr,
-                                         text=True, env=clean_env(), cwd=REPO)
+            self.proc = subprocess.Popen([sys.executable, "-c", LAUNCHER, *args], stdout=subprocess.PIPE,
+                                         stderr=stderr, text=True, env=clean_env(**env), cwd=REPO)
         line = self.proc.stdout.readline()
         match = URL_PATTERN.search(line)
         if not match:

@@ -215,7 +215,7 @@ while True:
 def test_a_job_reporting_through_the_client_shows_workload_mfu_next_to_counter_mfu_and_its_pod(tmp_path) -> None:
     """A real process reports over the unix socket; its GPU's pod comes from a real gRPC kubelet."""
     from agent.context.attribution.kubelet import PodResourcesCache
-    from agent.context.workload.report_socket import ReportSocketServer
+    from exporters.http.report_socket import ReportSocketServer
     from agent.context.workload.report_store import ReportStore
     from agent.model.specs import spec_by_key
     from tests.fake_kubelet import FakeKubelet, pod

@@ -13,7 +13,8 @@ import pytest
 
 from agent import client
 from agent.client import Reporter
-from agent.context.workload.report_socket import ReportSocketServer, _SocketHandler
+from exporters.http.limits import ListenerLimits
+from exporters.http.report_socket import SOCKET_LIMITS, ReportSocketServer
 from agent.context.workload.report_store import ReportStore
 from exporters.http import AgentHTTPServer
 from tests.agent_process import poll
@@ -54,10 +55,10 @@ def agent_socket(short_dir):
     """A real ReportSocketServer; yields (socket path, its RecordingStore)."""
     started = []
 
-    def start(**store_kwargs):
+    def start(limits=None, **store_kwargs):
         store = RecordingStore(**store_kwargs)
         path = short_dir / f"agent{len(started)}.sock"
-        server = ReportSocketServer(path, store)
+        server = ReportSocketServer(path, store, limits=limits)
         server.start()
         started.append(server)
         store.server = server
@@ -204,15 +205,14 @@ def test_module_level_report_uses_a_lazy_default_reporter(agent_socket, monkeypa
         reporter.close(timeout=1.0)
 
 
-def test_reused_connection_closed_by_the_agent_is_retried_once(agent_socket, reporters, monkeypatch):
-    monkeypatch.setattr(_SocketHandler, "timeout", 0.2)  # the agent drops idle keep-alive connections quickly
-    path, store = agent_socket()
-    slots = store.server._slots
+def test_reused_connection_closed_by_the_agent_is_retried_once(agent_socket, reporters):
+    # The agent drops idle keep-alive connections quickly.
+    path, store = agent_socket(limits=ListenerLimits(**{**vars(SOCKET_LIMITS), "idle_timeout_s": 0.2}))
     reporter = reporters(socket_path=str(path))
     reporter.report(step=1)
     poll(lambda: settled(reporter, 1), 5.0, what="the first report")
-    # The agent closes the idle connection: its handler ends and gives its slot back.
-    poll(lambda: slots._value == 64, 5.0, what="the agent to close the idle connection")
+    # The agent closes the idle connection.
+    poll(lambda: store.server.open_connections == 0, 5.0, what="the agent to close the idle connection")
     reporter.report(step=2)
     stats = poll(lambda: settled(reporter, 2), 5.0, what="the second report")
     assert stats["sent"] == 2 and stats["failed"] == 0 and stats["connects"] == 2

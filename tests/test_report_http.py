@@ -9,7 +9,6 @@ import threading
 
 import pytest
 
-import agent.context.workload.report_http as report_http
 from agent.context.workload.report_http import REPORT_PATH
 from agent.context.workload.report_schema import MAX_BODY_BYTES
 from agent.context.workload.report_store import ReportStore
@@ -114,9 +113,9 @@ def test_a_refused_client_is_answered_before_it_sends_its_body(http_server_facto
 
 
 @pytest.mark.slow
-def test_a_dribbled_body_gets_408_within_the_total_limit(http_server_factory, monkeypatch):
-    """The body read has one deadline in all, not one per byte, so a slow client releases its slot."""
-    monkeypatch.setattr(report_http, "BODY_READ_TIMEOUT_S", 0.5)
+def test_a_dribbled_body_gets_408_within_the_total_limit(http_server_factory):
+    """The body read has one deadline in all (the listener's body_timeout_s, 5 s), not one per byte, so a
+    slow client releases its slot."""
     srv = http_server_factory(ReportStore())
     payload = body(step_time_s=1.0) + b" " * 100  # JSON allows the trailing blanks: 10 s at this pace
     with socket.create_connection(("127.0.0.1", srv.server_address[1]), timeout=10) as sock:

@@ -11,7 +11,7 @@ import textwrap
 import pytest
 
 from agent.context.workload.rate_limit import RateLimiter
-from agent.context.workload.report_socket import ReportSocketServer
+from exporters.http.report_socket import ReportSocketServer
 from agent.context.workload.report_store import ReportStore
 from tests.report_fixtures import JSON, Clock, body, http_post, http_server_factory, short_dir, unix_post  # noqa: F401 (fixtures)
 

@@ -7,13 +7,16 @@ from __future__ import annotations
 import os
 import socket
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from agent.context.workload.report_schema import MAX_BODY_BYTES
-from agent.context.workload.report_socket import ReportSocketServer
 from agent.context.workload.report_store import ReportStore
+from exporters.http.limits import ListenerLimits
+from exporters.http.report_socket import SOCKET_LIMITS, ReportSocketServer
 from tests.agent_process import poll
 from tests.report_fixtures import JSON, body, raw_exchange, short_dir, unix_post  # noqa: F401 (fixtures)
 
@@ -93,10 +96,14 @@ def test_socket_server_replaces_stale_socket_but_not_live_one_or_other_files(sho
     assert regular.read_text() == "precious"
 
 
-def test_socket_server_bounds_concurrent_connections(short_dir):
+def test_socket_server_bounds_connections_and_makes_room_for_a_report(short_dir):
+    """At the cap, the oldest connection that never sent a whole request is closed for a newcomer:
+    idle connections cannot keep a report out (they once held every slot of a thread-per-connection server)."""
     path = short_dir / "r.sock"
     store = ReportStore()
-    server = ReportSocketServer(path, store, max_connections=2)
+    # A process may hold more than the socket holds in all here: the cap in all is what is tested.
+    limits = ListenerLimits(**{**vars(SOCKET_LIMITS), "max_connections": 2, "max_connections_per_client": 3})
+    server = ReportSocketServer(path, store, limits=limits)
     server.start()
     idle = []
     try:
@@ -104,15 +111,46 @@ def test_socket_server_bounds_concurrent_connections(short_dir):
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             sock.connect(str(path))
             idle.append(sock)
-        # Both slots are taken once the server has accepted the two idle connections.
-        poll(lambda: server._slots._value == 0, 5.0, what="two connections accepted")
-        reply = raw_exchange(unix_connect(path), b"POST /api/v1/report HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
-        assert reply.startswith(b"HTTP/1.1 503 ")
-        idle.pop().close()
-        poll(lambda: server._slots._value == 1, 5.0, what="a slot freed")
+        poll(lambda: server.open_connections == 2, 5.0, what="two connections accepted")
         assert unix_post(path, body(step=1), {"Content-Type": JSON})[0] == 204
+        idle[0].settimeout(5.0)
+        assert idle[0].recv(4096).startswith(b"HTTP/1.1 503 "), "the oldest idle connection made room, and was told"
     finally:
         for sock in idle:
+            sock.close()
+        server.close()
+    assert store.stats()["accepted"] == 1
+
+
+@pytest.mark.slow
+def test_a_process_past_its_share_is_told_503_and_another_process_still_reports(short_dir):
+    """A client is a process here (the kernel's peer PID): one process holding its 16 connections does not
+    keep another out, and its 17th connection is answered 503 rather than dropped."""
+    path = short_dir / "r.sock"
+    store = ReportStore()
+    server = ReportSocketServer(path, store)
+    server.start()
+    held = []
+    try:
+        for _ in range(SOCKET_LIMITS.max_connections_per_client):
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.connect(str(path))
+            held.append(sock)
+        poll(lambda: server.open_connections == len(held), 5.0, what="this process's connections accepted")
+        reply = raw_exchange(unix_connect(path), b"POST /api/v1/report HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
+        assert reply.startswith(b"HTTP/1.1 503 ") and b"Retry-After: 1" in reply
+        code = ("import http.client, socket, sys\n"
+                "class C(http.client.HTTPConnection):\n"
+                "    def connect(self):\n"
+                "        self.sock = socket.socket(socket.AF_UNIX); self.sock.connect(sys.argv[1])\n"
+                "c = C('localhost', timeout=10)\n"
+                "c.request('POST', '/api/v1/report', body=sys.argv[2], headers={'Content-Type': 'application/json'})\n"
+                "print(c.getresponse().status)\n")
+        other = subprocess.run([sys.executable, "-c", code, str(path), body(step=7).decode()], capture_output=True,
+                               text=True, timeout=30)
+        assert other.stdout.strip() == "204", other.stderr
+    finally:
+        for sock in held:
             sock.close()
         server.close()
     assert store.stats()["accepted"] == 1

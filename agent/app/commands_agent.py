@@ -101,7 +101,7 @@ def serve(read_settings: Callable[[], Settings], record: str | None, *, announce
         raise CliError(f"cannot listen on {settings.listen}: {exc.strerror or exc}") from None
     report_socket = None
     if store is not None and settings.report_socket:
-        from agent.context.workload.report_socket import ReportSocketServer
+        from exporters.http.report_socket import ReportSocketServer
 
         try:
             report_socket = ReportSocketServer(settings.report_socket, store, mode=settings.report_socket_mode)

@@ -28,15 +28,17 @@ import logging
 import socket
 import ssl
 from http import HTTPStatus
-from typing import Any, Callable
+from typing import Any
 from urllib.parse import urlsplit
 
 import h11
 
-from agent.context.workload.report_http import REPORT_PATH, Answer, is_loopback, judge_body, judge_headers
-from exporters.http.framing import answer_headers, buffered as _buffered, closing, from_answer, phrase, protocol_error, raw_response
+from agent.context.workload.report_http import REPORT_PATH, Answer, is_loopback, judge_headers, peer_pid
+from exporters.http.framing import (BUSY, answer_headers, buffered as _buffered, closing, from_answer, phrase,
+                                    protocol_error, raw_response)
 from exporters.http.tls import start_tls
-from exporters.http.routes import Headers, NeedsWorker, Request, Response, answer_get, text
+from exporters.http.dispatch import quick_answer, worker_answer
+from exporters.http.routes import Headers, Request, Response, text
 
 log = logging.getLogger("roofwatch.http")
 
@@ -44,7 +46,6 @@ LINGER_S = 0.5
 LINGER_BYTES = 256 * 1024
 WRITE_HIGH_WATER = 64 * 1024
 """Past this many bytes not yet taken by the client, the next request waits (WRITE state)."""
-ALLOW = "GET, HEAD"
 TLS_READ_HIGH_WATER = 32 * 1024
 """Encrypted bytes TLS may hold for a connection whose reading is paused (asyncio's default: 256 KiB)."""
 
@@ -59,6 +60,10 @@ class Connection(asyncio.BufferedProtocol):
         self.loop = listener.loop
         self.transport: asyncio.Transport | None = None
         self.client = "?"
+        self.local = False
+        """Loopback or the unix socket: may report without a token (the store decides)."""
+        self.peer_pid: int | None = None
+        """The connecting process, on the unix socket (SO_PEERCRED); None on TCP."""
         self.state = "NEW"
         self.first = True
         """No request completed on this connection yet (it goes first when room must be made)."""
@@ -86,14 +91,24 @@ class Connection(asyncio.BufferedProtocol):
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
         transport.pause_reading()  # nothing is read before the connection is admitted (and, with TLS, wrapped)
-        peer = transport.get_extra_info("peername")
-        self.client = str(peer[0]) if peer else "?"
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family == socket.AF_UNIX:
+            # The report socket: the kernel says which process connected; that process is the client
+            # (its per-client cap, its report's PID), and the file mode said it may connect at all.
+            self.local, self.peer_pid = True, peer_pid(sock)
+            self.client = f"pid {self.peer_pid}" if self.peer_pid is not None else "unix"
+        else:
+            peer = transport.get_extra_info("peername")
+            self.client = str(peer[0]) if peer else "?"
+            self.local = is_loopback(self.client)
         if not self.listener.admit(self):
             self.state = "CLOSED"
-            transport.close()  # closed on arrival, unanswered: it costs nothing more
+            if self.peer_pid is not None or self.client == "unix":
+                self.listener.turn_away(transport, BUSY)  # a job on this node is told to come back
+            else:
+                transport.close()  # closed on arrival, unanswered: it costs nothing more
             return
         transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
-        sock = transport.get_extra_info("socket")
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # no 40 ms wait for a delayed ACK
         self._deadline(self.limits.header_timeout_s)
@@ -222,7 +237,7 @@ class Connection(asyncio.BufferedProtocol):
         self.request = Request(method, path, query, headers, self.client)
         self.keep_body = method == "POST" and path == REPORT_PATH and self.server.reports is not None
         if self.keep_body:
-            verdict = judge_headers(headers, self.server.reports, from_loopback=is_loopback(self.client))
+            verdict = judge_headers(headers, self.server.reports, from_loopback=self.local)
             if isinstance(verdict, Answer):
                 self._reply(from_answer(verdict))
                 return
@@ -268,7 +283,7 @@ class Connection(asyncio.BufferedProtocol):
         if self.server.draining.is_set():  # stopping: say so, and close, so the client goes elsewhere
             self._reply(text(503, "shutting down", headers={"Retry-After": "1"}, close=True))
             return
-        quick = self._quick(request)
+        quick = quick_answer(self.server, request)  # on the loop when it costs no bcrypt and no render
         if quick is not None:
             quick.close = quick.close or close
             self._reply(quick)
@@ -277,34 +292,12 @@ class Connection(asyncio.BufferedProtocol):
             self._reply(text(503, "too many concurrent requests", close=close))
             return
         self.holding_slot = True
-        job = self._job(request)
+        pid = self.peer_pid
+        client = ("pid", pid) if pid is not None else ("socket",) if self.client == "unix" else ("ip", self.client)
+        job = worker_answer(self.server, request, local=self.local, peer_pid=pid, client=client)
         if close:
             job = closing(job)
         self.listener.run(job, self._answered)
-
-    def _quick(self, request: Request) -> Response | None:
-        """The answer when the loop can give it at once (no bcrypt, no render), else None."""
-        if request.method in ("GET", "HEAD"):
-            try:
-                return answer_get(self.server, request, inline=True)
-            except NeedsWorker:
-                return None
-        if request.method == "POST" and request.path == REPORT_PATH:
-            return None
-        return text(405, "only GET and HEAD are supported", headers={"Allow": ALLOW})
-
-    def _job(self, request: Request) -> Callable[[], Response]:
-        server = self.server
-        if request.method in ("GET", "HEAD"):
-            return lambda: answer_get(server, request)
-        if request.method == "POST" and request.path == REPORT_PATH:
-            if server.reports is None:
-                # Its body may be unread: the connection cannot carry another request.
-                return lambda: text(404, "workload reports are not enabled on this agent", close=True)
-            store, client = server.reports, self.client
-            return lambda: from_answer(judge_body(request.body, request.headers, store, peer_pid=None,
-                                                   from_loopback=is_loopback(client), client=("ip", client)))
-        return lambda: text(405, "only GET and HEAD are supported", headers={"Allow": ALLOW})
 
     def _answered(self, response: Response) -> None:
         """Back on the loop thread with the worker's answer."""
@@ -434,7 +427,12 @@ class Connection(asyncio.BufferedProtocol):
         self._lost()
 
     def evict(self) -> None:
-        """Closed to make room for a newcomer at the connection cap."""
+        """Closed to make room for a newcomer at the connection cap (a job on the report socket is told)."""
+        if self.transport is not None and (self.peer_pid is not None or self.client == "unix"):
+            transport = self.transport
+            self._lost()
+            self.listener.turn_away(transport, BUSY)
+            return
         self._abort()
 
     @property

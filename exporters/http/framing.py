@@ -87,3 +87,9 @@ def buffered(parser: h11.Connection) -> int:
     """Bytes the parser holds that it has not turned into events. ``trailing_data`` copies them out on
     every call (a pipelining client made that quadratic); the buffer's length is what is needed."""
     return len(parser._receive_buffer)  # noqa: SLF001 - h11 has no public length
+
+
+_BUSY_TEXT = b"too many open connections\n"
+BUSY = raw_response(503, [("Content-Type", "text/plain; charset=utf-8"), ("Connection", "close"), ("Retry-After", "1"),
+                          ("Content-Length", str(len(_BUSY_TEXT)))], _BUSY_TEXT)
+"""What a job on the report socket gets when it finds no room: a connection refused, or closed to make room."""

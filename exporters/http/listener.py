@@ -35,6 +35,8 @@ GIL_SWITCH_S = 0.001
 """The event loop thread gives up the GIL at every socket call; each time, a busy thread (the collector,
 a render) may keep it for the whole switch interval, 5 ms by default. Hundreds of calls a turn made
 that seconds of lag under load (the convoy effect); 1 ms bounds it at a small cost to the busy threads."""
+TURNED_AWAY_MAX = 64
+"""Connections told "no room" (the report socket) that may wait a moment for their answer to be read."""
 FILES_RESERVED = 256
 """Open files the rest of the agent may need besides the connections (drivers, /proc, logs)."""
 
@@ -81,6 +83,7 @@ class Listener:
         self.connections: dict[Connection, None] = {}
         """Open connections, oldest first (a dict keeps insertion order)."""
         self.per_client: Counter[str] = Counter()
+        self._turned_away = 0
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._workers: list[threading.Thread] = []
         self._started = threading.Event()
@@ -113,6 +116,24 @@ class Listener:
         self.connections[connection] = None
         self.per_client[client] += 1
         return True
+
+    def turn_away(self, transport: asyncio.BaseTransport, answer: bytes) -> None:
+        """Answer a connection there is no room for, then close it a moment later. Closing at once, with
+        its request unread, would make the kernel reset it and destroy the answer; at most
+        ``TURNED_AWAY_MAX`` wait like that at once (past that: closed at once), outside the books."""
+        assert isinstance(transport, asyncio.WriteTransport)
+        transport.write(answer)
+        if self._turned_away >= TURNED_AWAY_MAX or not transport.can_write_eof():
+            transport.close()
+            return
+        self._turned_away += 1
+        transport.write_eof()
+
+        def close() -> None:
+            self._turned_away -= 1
+            transport.close()
+
+        self.loop.call_later(CLOSE_GRACE_S, close)
 
     def forget(self, connection: Connection) -> None:
         if connection in self.connections:

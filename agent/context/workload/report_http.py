@@ -1,10 +1,12 @@
-"""Receiving one report over HTTP, shared by the unix socket server and the agent's own port (exporters.http).
+"""Receiving one report over HTTP: the decisions, apart from the transport.
 
-The decisions (:func:`judge_headers`, :func:`judge_body`) are apart from the transport: the agent's
-port reads the body on its event loop (exporters.http.connection), the unix socket in a thread
-(:func:`serve_report`). The headers are judged before the body is read, the body is read within one deadline and a size
-cap, and every answer that leaves a body unread closes the connection, so a slow or hostile client
-costs a bounded amount of time and memory. The store (agent.context.workload.report_store) decides.
+The agent's port and the unix report socket are served by the same hardened listener
+(exporters.http: an event loop with a deadline per state and caps per client), which reads the body
+and calls these. The headers are judged before the body is read (:func:`judge_headers`), the whole
+body then goes to the store (:func:`judge_body`), and every answer that leaves a body unread closes
+the connection, so a slow or hostile client costs a bounded amount of time and memory. The store
+(agent.context.workload.report_store) decides. :func:`peer_pid` is what the kernel says about who
+connected to the unix socket.
 """
 
 from __future__ import annotations
@@ -12,19 +14,14 @@ from __future__ import annotations
 import ipaddress
 import math
 import socket
-import time
+import struct
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler
 from typing import Hashable, NamedTuple, Protocol
 
 from agent.context.workload.report_schema import MAX_BODY_BYTES
 from agent.context.workload.report_store import ReportStore
 
 REPORT_PATH = "/api/v1/report"
-
-
-BODY_READ_TIMEOUT_S = 5.0
-"""A client that announces a body and does not send it must not hold a server thread forever."""
 
 
 def is_loopback(host: str) -> bool:
@@ -92,100 +89,14 @@ def judge_body(body: bytes, headers: Headers, store: ReportStore, *, peer_pid: i
     return Answer(status, message)
 
 
-def serve_report(handler: BaseHTTPRequestHandler, store: ReportStore, *, peer_pid: int | None,
-                 from_loopback: bool, client: Hashable) -> int:
-    """Answer one ``POST /api/v1/report`` on a thread-per-connection ``handler`` (the unix socket):
-    judge the headers, read the body within limits, hand it to the store. Returns the status sent."""
-    headers = handler.headers
-    verdict = judge_headers(headers, store, from_loopback=from_loopback)
-    if isinstance(verdict, Answer):
-        return respond(handler, verdict.status, verdict.message, close=verdict.close, headers=verdict.headers)
-    length = verdict
-    connection = handler.connection
-    previous = connection.gettimeout()
-    try:
-        body = _read_within(handler, length, BODY_READ_TIMEOUT_S if previous is None else min(previous, BODY_READ_TIMEOUT_S))
-    except (TimeoutError, socket.timeout):
-        store.note_rejected("timeout")
-        return respond(handler, HTTPStatus.REQUEST_TIMEOUT, "body not received in time", close=True)
-    finally:
-        try:
-            connection.settimeout(previous)
-        except OSError:
-            pass
-    if len(body) < length:
-        store.note_rejected("bad_length")
-        return respond(handler, HTTPStatus.BAD_REQUEST, "body shorter than Content-Length", close=True)
-    answer = judge_body(body, headers, store, peer_pid=peer_pid, from_loopback=from_loopback, client=client)
-    return respond(handler, answer.status, answer.message, close=answer.close, headers=answer.headers)
+def peer_pid(sock: socket.socket) -> int | None:
+    """The connecting process's PID as the kernel knows it (translated into our PID namespace).
 
-
-def _read_within(handler: BaseHTTPRequestHandler, length: int, limit_s: float) -> bytes:
-    """``length`` body bytes within ``limit_s`` in all: a socket timeout alone restarts with every
-    byte, so a client sending one byte a second could hold the request (and its slot) for hours."""
-    deadline = time.monotonic() + limit_s
-    chunks: list[bytes] = []
-    received = 0
-    while received < length:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise TimeoutError("report body not received in time")
-        handler.connection.settimeout(remaining)
-        chunk = handler.rfile.read1(length - received)  # type: ignore[attr-defined] - a BufferedReader
-        if not chunk:
-            break
-        chunks.append(chunk)
-        received += len(chunk)
-    return b"".join(chunks)
-
-
-def respond(handler: BaseHTTPRequestHandler, status: int, message: str, *, close: bool = False,
-             headers: dict[str, str] | None = None) -> int:
-    handler.send_response(status)
-    if status == HTTPStatus.UNAUTHORIZED:  # every 401 says which scheme would do
-        headers = {"WWW-Authenticate": 'Bearer realm="roofwatch"', **(headers or {})}
-    for key, value in (headers or {}).items():
-        handler.send_header(key, value)
-    if close:
-        handler.send_header("Connection", "close")  # also sets handler.close_connection
-    if status == HTTPStatus.NO_CONTENT:
-        handler.end_headers()
-        return status
-    body = (message + "\n").encode()
-    handler.send_header("Content-Type", "text/plain; charset=utf-8")
-    handler.send_header("Content-Length", str(len(body)))
-    handler.end_headers()
-    handler.wfile.write(body)
-    if close:
-        linger(handler.connection)
-    return status
-
-
-LINGER_BYTES = 256 * 1024
-
-
-LINGER_S = 0.5
-
-
-def linger(sock: socket.socket, *, max_bytes: int = LINGER_BYTES, max_s: float = LINGER_S) -> None:
-    """Half-close after an answer that left a request body unread, and discard a bounded amount of it.
-
-    Closing a socket with unread data makes the kernel reset the connection, and the reset can
-    destroy our answer (413, 503) before the client reads it. Nothing is stored: at most
-    ``max_bytes`` over ``max_s`` seconds are read into a small buffer and thrown away.
+    0 means the peer lives in a namespace we cannot see; that is unknown, not PID 0.
     """
     try:
-        sock.shutdown(socket.SHUT_WR)
-        deadline = time.monotonic() + max_s
-        left = max_bytes
-        while left > 0:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                break
-            sock.settimeout(remaining)
-            chunk = sock.recv(min(65536, left))
-            if not chunk:
-                break
-            left -= len(chunk)
-    except OSError:
-        pass
+        data = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        pid, _uid, _gid = struct.unpack("3i", data)
+    except (OSError, AttributeError, struct.error):
+        return None
+    return pid if pid > 0 else None
