@@ -8,63 +8,57 @@ from __future__ import annotations
 
 import ipaddress
 import socket
-import time
-import urllib.error
-import urllib.request
-import zlib
 from urllib.parse import urlsplit
 
 import psutil
+
+from agent.context.neighbour_http import FetchFailed, fetch
 
 
 class ResponseTooLarge(Exception):
     """The body exceeds the cap: a misdirected URL (a file server, a log) must not eat the agent's memory."""
 
 
+class HttpStatus(Exception):
+    """The server answered, but not with 2xx."""
+
+    def __init__(self, code: int, reason: str) -> None:
+        super().__init__(f"HTTP {code} {reason}")
+        self.code, self.reason = code, reason
+
+
 def http_fetch(url: str, timeout_s: float, max_bytes: int) -> bytes:
-    """GET ``url``: gzip accepted, proxies ignored (an agent-wide HTTP_PROXY is
-    meant for the outside world, not a server on this node), at most ``max_bytes`` read
-    (decompressed included), ``timeout_s`` per socket operation and for the whole body."""
-    deadline = time.monotonic() + timeout_s
-    request = urllib.request.Request(url, headers={
-        "Accept": "text/plain;version=0.0.4;q=1.0, */*;q=0.1", "Accept-Encoding": "gzip",
-        "User-Agent": "roofwatch-inference"})
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    with opener.open(request, timeout=timeout_s) as response:
-        declared = response.headers.get("Content-Length", "")
-        if declared.isdigit() and int(declared) > max_bytes:
-            raise ResponseTooLarge(f"response larger than {max_bytes} bytes (Content-Length {declared})")
-        chunks, size = [], 0
-        while True:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"body not received within {timeout_s:g} s")
-            chunk = response.read1(min(65536, max_bytes + 1 - size))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-            if size > max_bytes:
-                raise ResponseTooLarge(f"response larger than {max_bytes} bytes")
-        body = b"".join(chunks)
-        if response.headers.get("Content-Encoding", "").strip().lower() == "gzip":
-            inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
-            body = inflater.decompress(body, max_bytes + 1)
-            if len(body) > max_bytes or inflater.unconsumed_tail:
-                raise ResponseTooLarge(f"decompressed response larger than {max_bytes} bytes")
-        return body
+    """GET ``url`` (gzip accepted, proxies ignored, at most ``max_bytes`` read, decompressed included)
+    within ``timeout_s`` in all, from connecting to the last byte (agent.context.neighbour_http): a
+    server that answers a byte a second costs its own scrape, never the reader's thread."""
+    try:
+        reply = fetch(url, timeout_s=timeout_s, max_bytes=max_bytes, gzip=True, headers={
+            "Accept": "text/plain;version=0.0.4;q=1.0, */*;q=0.1", "User-Agent": "roofwatch-inference"})
+    except FetchFailed as exc:
+        if exc.kind == "too_large":
+            raise ResponseTooLarge(str(exc)) from None
+        raise
+    if not 200 <= reply.status < 300:
+        raise HttpStatus(reply.status, reply.reason)
+    return reply.body
 
 
 def describe_error(exc: BaseException, timeout_s: float) -> str:
     """One line for status and logs, naming the likely cause."""
-    if isinstance(exc, urllib.error.HTTPError):
+    if isinstance(exc, HttpStatus):
         hint = " (is the server's metrics endpoint enabled? SGLang needs --enable-metrics)" if exc.code == 404 else ""
         return f"HTTP {exc.code} {exc.reason}{hint}"
-    reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
-    if isinstance(reason, (TimeoutError, socket.timeout)):
+    if isinstance(exc, FetchFailed):
+        if exc.kind == "refused":
+            return "connection refused (server not running or wrong port)"
+        if exc.kind in ("timeout", "deadline"):  # the deadline is the timeout: one bound from connect to end
+            return f"timed out after {timeout_s:g} s"
+        return str(exc)
+    if isinstance(exc, (TimeoutError, socket.timeout)):
         return f"timed out after {timeout_s:g} s"
-    if isinstance(reason, ConnectionRefusedError):
+    if isinstance(exc, ConnectionRefusedError):
         return "connection refused (server not running or wrong port)"
-    return f"{type(reason).__name__}: {reason}" if not isinstance(reason, str) else reason
+    return f"{type(exc).__name__}: {exc}"
 
 
 def _is_local(host: str) -> bool:

@@ -2,7 +2,7 @@
 
 A serving job never calls our client, but it already counts what we need: tokens in and out,
 and (depending on server and version) engine steps and estimated FLOPs. :class:`InferenceScraper`
-polls the configured ``/metrics`` endpoints in a background thread, turns counter deltas between
+polls the configured ``/metrics`` endpoints, each in a background thread of its own, turns counter deltas between
 two scrapes into rates (agent.context.workload.inference.parse), and answers :meth:`InferenceScraper.report_for`
 from memory, so a collection cycle never waits on a server.
 
@@ -104,35 +104,40 @@ class InferenceScraper:
         self._models = dict(models or {})
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._threads: list[threading.Thread] = []
 
     def start(self) -> None:
-        """Scrape every ``interval_s`` in a daemon thread (idempotent)."""
-        if self._thread is not None and self._thread.is_alive():
+        """Scrape each endpoint every ``interval_s`` in a daemon thread of its own (idempotent): a server that
+        answers slowly costs its own figures and never another's (one thread for all once let one trickling
+        server empty every server's serving figures). Each fetch has one deadline, ``timeout_s``."""
+        if any(thread.is_alive() for thread in self._threads):
             return
         self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="roofwatch-inference", daemon=True)
-        self._thread.start()
+        self._threads = [threading.Thread(target=self._run, args=(state,), name=f"roofwatch-inference-{i}",
+                                          daemon=True) for i, state in enumerate(self._states)]
+        for thread in self._threads:
+            thread.start()
 
     def close(self) -> None:
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=self._timeout_s + 1.0)
-            self._thread = None
+        for thread in self._threads:
+            thread.join(timeout=self._timeout_s + 1.0)
+        self._threads = []
 
-    def _run(self) -> None:
+    def _run(self, state: _State) -> None:
         while not self._stop.is_set():
             started = time.monotonic()
             try:
-                self.scrape_once()
+                self._scrape(state, None)
             except Exception:  # a bug here must not kill the thread for good
                 log.exception("inference scrape failed")
             self._stop.wait(max(0.0, self._interval_s - (time.monotonic() - started)))
 
     def scrape_once(self, now: float | None = None) -> None:
-        """Scrape every endpoint once; ``now`` stamps the scrapes (default: the clock after each fetch)."""
+        """Scrape every endpoint once, one after the other; ``now`` stamps the scrapes (default: the clock
+        after each fetch). For tests and one-off reads; the running agent uses :meth:`start`."""
         for state in self._states:
-            if self._stop.is_set() and self._thread is not None:
+            if self._stop.is_set() and self._threads:
                 return
             self._scrape(state, now)
 
