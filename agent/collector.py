@@ -5,12 +5,18 @@ atomically once per cycle, so a slow or hung GPU call can delay only its own dev
 
 Isolation per device:
 
-* each device is sampled in a worker thread with a deadline; a call that raises or overruns
+* each device is sampled by one of a bounded pool of worker threads (at most ``max_workers``,
+  16 by default, started as they are needed), with a deadline; a call that raises or overruns
   marks only that device down;
-* a device never has two calls in flight, so a hung driver call costs one thread, not one per
-  cycle (threads are bounded by the device count);
+* a device never has two calls in flight, so a hung driver call costs one worker, not one per
+  cycle; the other devices are sampled by the workers left. A device whose call has not started
+  by its deadline (every worker busy) is marked down too, and its call stays queued: the queue
+  holds at most one call per device however long the workers stay hung;
 * a failed device is retried on an exponential back-off, and comes back up on its first good
-  sample.
+  sample; going down and coming back are logged once per change, and as one summary line when
+  many devices change in one cycle;
+* at most ``max_devices`` devices are taken from a backend (the first it lists); more is a
+  misdirected or hostile source, refused with one warning.
 """
 
 from __future__ import annotations
@@ -58,36 +64,62 @@ class Backoff:
         return min(self.max_s, self.initial_s * (2.0 ** min(exponent, 30)))
 
 
-class _DeviceWorker:
-    """One daemon thread per device that runs its backend calls one at a time.
+MAX_DEVICES = 128
+"""Default bound on devices (setting ``max_devices``): a node has at most 16 GPUs x 7 MIG instances."""
+MAX_WORKERS = 16
+"""Default bound on sampling threads, whatever the device count."""
+LOG_EACH = 8
+"""Devices going down (or back up) in one cycle logged a line each; more make one summary line."""
+
+
+class _WorkerPool:
+    """At most ``size`` daemon threads running backend calls from one queue, started as needed.
 
     Not a ThreadPoolExecutor: executor threads are joined at interpreter exit, so one driver
     call hung forever would keep the agent from ever exiting on SIGTERM. A daemon thread
-    stuck in a driver call dies with the process.
+    stuck in a driver call dies with the process. A job cancelled before a worker takes it is
+    skipped.
     """
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, size: int, name: str) -> None:
         self._jobs: queue.SimpleQueue[tuple[cf.Future[GpuSample], Callable[[], GpuSample]] | None] = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
-        self._thread.start()
+        self._size, self._name = size, name
+        self._lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+        self._waiting = self._busy = 0  # jobs queued and not taken; workers running a call
+
+    @property
+    def threads(self) -> int:
+        return len(self._threads)
 
     def submit(self, call: Callable[[], GpuSample]) -> cf.Future[GpuSample]:
         future: cf.Future[GpuSample] = cf.Future()
+        with self._lock:
+            self._waiting += 1
+            if self._waiting > len(self._threads) - self._busy and len(self._threads) < self._size:
+                thread = threading.Thread(target=self._loop, name=f"{self._name}-{len(self._threads)}", daemon=True)
+                self._threads.append(thread)
+                thread.start()
         self._jobs.put((future, call))
         return future
 
     def stop(self) -> None:
-        self._jobs.put(None)
+        for _ in self._threads:
+            self._jobs.put(None)
 
     def _loop(self) -> None:
         while (job := self._jobs.get()) is not None:
             future, call = job
-            if not future.set_running_or_notify_cancel():
-                continue
-            try:
-                future.set_result(call())
-            except BaseException as exc:  # noqa: BLE001 - handed to the collector thread
-                future.set_exception(exc)
+            with self._lock:
+                self._waiting -= 1
+                self._busy += 1
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(call())
+                except BaseException as exc:  # noqa: BLE001 - handed to the collector thread
+                    future.set_exception(exc)
+            with self._lock:
+                self._busy -= 1
 
 
 @dataclasses.dataclass
@@ -166,6 +198,8 @@ class Collector:
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
         analyzer: Analyzer | None = None,
+        max_devices: int = MAX_DEVICES,
+        max_workers: int = MAX_WORKERS,
     ) -> None:
         self.backend = backend
         self.node = node
@@ -183,13 +217,17 @@ class Collector:
         self._sequence = 0
 
         devices: Sequence[DeviceInfo] = backend.discover()
+        self.refused_devices = tuple(d.gpu for d in devices[max_devices:])
+        if self.refused_devices:
+            log.warning("backend %s lists %d devices, more than max_devices (%d): sampling the first, refusing %s",
+                        backend.name, len(devices), max_devices, _first_names([(g, 0) for g in self.refused_devices]))
         self._slots: dict[str, _DeviceSlot] = {
-            d.gpu: _DeviceSlot(info=d, history=collections.deque(maxlen=history_len)) for d in devices
+            d.gpu: _DeviceSlot(info=d, history=collections.deque(maxlen=history_len)) for d in devices[:max_devices]
         }
         self.expected_devices = expected_devices if expected_devices is not None else len(self._slots)
-        # One worker per device: a device never has two calls in flight, so threads stay bounded
-        # by the device count even when every device hangs.
-        self._workers = {gpu: _DeviceWorker(f"roofwatch-sample-{gpu}") for gpu in self._slots}
+        # A device never has two calls in flight, so a hung call holds one worker, and the pool's
+        # threads stay bounded by max_workers even when every device hangs.
+        self._workers = _WorkerPool(max(1, min(max_workers, len(self._slots))), "roofwatch-sample")
         self._snapshot = self._build_snapshot(self._clock(), CollectorHealth(backend=backend.name, interval_s=interval_s))
 
     # -- reading -----------------------------------------------------------------------------
@@ -225,8 +263,7 @@ class Collector:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout)
-        for worker in self._workers.values():
-            worker.stop()
+        self._workers.stop()
         try:
             self.backend.close()
         except Exception:  # noqa: BLE001 - shutdown must not fail on a broken driver
@@ -258,6 +295,8 @@ class Collector:
         started = self._monotonic()
         now = self._clock()
         submitted: dict[cf.Future[GpuSample], _DeviceSlot] = {}
+        went_down: list[tuple[str, str]] = []
+        came_up: list[tuple[str, int]] = []
         for slot in self._slots.values():
             if slot.in_flight is not None:
                 if not slot.in_flight.done():
@@ -265,27 +304,27 @@ class Collector:
                 slot.in_flight = None
             if started < slot.next_attempt_mono:
                 continue
-            future = self._workers[slot.info.gpu].submit(functools.partial(self.backend.sample, slot.info.gpu, now))
+            future = self._workers.submit(functools.partial(self.backend.sample, slot.info.gpu, now))
             slot.in_flight = future
             submitted[future] = slot
 
-        if submitted:
-            done, pending = cf.wait(submitted, timeout=self.sample_timeout_s)
-        else:
-            done, pending = set(), set()
-        for future in done:
-            slot = submitted[future]
-            slot.in_flight = None
-            error = future.exception()
-            if error is None:
-                self._record_success(slot, future.result())
-            else:
-                self._record_failure(slot, error, started)
-        for future in pending:
-            slot = submitted[future]
-            self._record_failure(
-                slot, TimeoutError(f"no answer within {self.sample_timeout_s:.2f}s"), started
-            )
+        done = cf.wait(submitted, timeout=self.sample_timeout_s).done if submitted else set()
+        for future, slot in submitted.items():  # in device order, so the log names devices in order
+            if future in done:
+                slot.in_flight = None
+                error = future.exception()
+                if error is None:
+                    self._record_success(slot, future.result(), came_up)
+                else:
+                    self._record_failure(slot, error, started, went_down)
+                continue
+            if future.running() or future.done():
+                error = TimeoutError(f"no answer within {self.sample_timeout_s:.2f}s")
+            else:  # still queued behind busy (hung) workers: it stays queued, one call per device at most
+                error = TimeoutError(f"not started within {self.sample_timeout_s:.2f}s: all "
+                                     f"{self._workers.threads} sampling workers busy")
+            self._record_failure(slot, error, started, went_down)
+        _log_changes(went_down, came_up)
 
         self._cycles += 1
         duration = self._monotonic() - started
@@ -314,9 +353,9 @@ class Collector:
 
     # -- bookkeeping -------------------------------------------------------------------------
 
-    def _record_success(self, slot: _DeviceSlot, sample: GpuSample) -> None:
+    def _record_success(self, slot: _DeviceSlot, sample: GpuSample, came_up: list[tuple[str, int]]) -> None:
         if not slot.up and slot.consecutive_failures:
-            log.info("device back up", extra={"gpu": slot.info.gpu, "after_failures": slot.consecutive_failures})
+            came_up.append((slot.info.gpu, slot.consecutive_failures))
         if not slot.up:  # a device the backend could not identify at start (lost then) has an identity now
             current = getattr(self.backend, "device_info", None)
             if current is not None:
@@ -330,13 +369,16 @@ class Collector:
         slot.last_success_ts = sample.ts
         slot.next_attempt_mono = 0.0
 
-    def _record_failure(self, slot: _DeviceSlot, error: BaseException, started: float) -> None:
-        slot.consecutive_failures += 1
-        slot.sample_errors_total += 1
+    def _record_failure(self, slot: _DeviceSlot, error: BaseException, started: float,
+                        went_down: list[tuple[str, str]]) -> None:
         kind = "lost" if isinstance(error, DeviceLostError) else type(error).__name__
         message = f"{kind}: {error}"
-        if slot.up or slot.error != message:
-            log.warning("device down", extra={"gpu": slot.info.gpu, "error": message})
+        if slot.up or not slot.consecutive_failures:  # a change of state (or the first try failing), not a new text
+            went_down.append((slot.info.gpu, message))
+        else:
+            log.debug("device still down", extra={"gpu": slot.info.gpu, "error": message})
+        slot.consecutive_failures += 1
+        slot.sample_errors_total += 1
         slot.up = False
         slot.error = message
         slot.next_attempt_mono = started + self.backoff.delay(slot.consecutive_failures)
@@ -369,13 +411,28 @@ class Collector:
         states = tuple(slot.state(self._events_of(events, slot.info.gpu)) for slot in self._slots.values())
         host = next((s.sample.host for s in states if s.sample is not None and s.sample.host), None)
         nics = getattr(self.backend, "nic_ports", None)
-        return NodeSnapshot(
-            nics=self._nics_of(nics),
-            ts=now,
-            node=self.node,
-            devices=states,
-            health=health,
-            expected_devices=self.expected_devices,
-            host=host,
-            sequence=self._sequence,
-        )
+        return NodeSnapshot(nics=self._nics_of(nics), ts=now, node=self.node, devices=states, health=health,
+                            expected_devices=self.expected_devices, host=host, sequence=self._sequence)
+
+
+def _log_changes(went_down: list[tuple[str, str]], came_up: list[tuple[str, int]]) -> None:
+    """A line per device that went down or came back this cycle; past :data:`LOG_EACH`, one line in
+    all with the count, the first devices and the commonest reasons (an exporter with 128 GPUs that
+    goes away is one event, not 128 lines)."""
+    if len(went_down) <= LOG_EACH:
+        for gpu, message in went_down:
+            log.warning("device down", extra={"gpu": gpu, "error": message})
+    else:
+        reasons = collections.Counter(message for _, message in went_down).most_common(3)
+        log.warning("devices down", extra={"count": len(went_down), "gpus": _first_names(went_down),
+                                           "errors": "; ".join(f"{n} x {m[:200]}" for m, n in reasons)})
+    if len(came_up) <= LOG_EACH:
+        for gpu, failures in came_up:
+            log.info("device back up", extra={"gpu": gpu, "after_failures": failures})
+    else:
+        log.info("devices back up", extra={"count": len(came_up), "gpus": _first_names(came_up)})
+
+
+def _first_names(changes: Sequence[tuple[str, object]], most: int = 8) -> str:
+    names = ", ".join(gpu for gpu, _ in changes[:most])
+    return names + (f" and {len(changes) - most} more" if len(changes) > most else "")

@@ -5,6 +5,11 @@ GPUs answer in microseconds or hang. :class:`ExpositionCache` renders each snaps
 exposition format: Prometheus and a handful of dashboards scraping the same agent share
 the work. It writes the bytes prometheus_client's encoders would, without their per-label
 overhead (:mod:`exporters.encoding`), since that render is paid once a collection cycle.
+
+Every label value of every family passes through one rule on its way out, whatever source gave it
+(a driver, dcgm-exporter's labels, the kubelet, Slurm, the process table, an inference server, the
+settings): :func:`clip_labels`, which applies :func:`exporters.metrics.clip_label` (at most 128
+characters, valid UTF-8); the encoder then escapes it.
 """
 
 from __future__ import annotations
@@ -91,7 +96,25 @@ def families_for(snapshot: NodeSnapshot, *, max_processes_per_gpu: int = 16, gpu
     out.extend(_verdict_families(fam, node, snapshot))
     out.extend(nic_families(node, snapshot.nics))
     out.extend(serving_families(fam, node, snapshot))
-    return out
+    return clip_labels(out)
+
+
+def clip_labels(families: list[Metric]) -> list[Metric]:
+    """Every label value of ``families`` clipped in place by :func:`exporters.metrics.clip_label`.
+
+    One pass at the end rather than at each place a value enters, so no family and no source can
+    miss it (a dcgm-exporter ``Hostname`` of 2,200 characters became the ``node`` label of every
+    series). Each sample holds its own label dict, built by ``add_metric``; a value that is short and
+    ASCII, nearly all of them, costs two checks.
+    """
+    clip, limit = m.clip_label, m.JOB_ID_MAX_LEN
+    for family in families:
+        for sample in family.samples:
+            labels = sample.labels
+            for key, value in labels.items():
+                if len(value) > limit or not value.isascii():
+                    labels[key] = clip(value)
+    return families
 
 
 def _device_families(fam: Families, node: str, devices: tuple[DeviceState, ...], max_processes: int) -> list[Metric]:

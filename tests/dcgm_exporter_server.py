@@ -42,6 +42,32 @@ def replace_uuids(body: str, uuids: dict[str, str]) -> str:
     return re.sub(r'\{gpu="(\d+)",UUID="([^"]+)"', swap, body)
 
 
+MANY_GPU_FIELDS = ("DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE",
+                   "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "DCGM_FI_DEV_FB_USED")
+
+
+def many_gpus(count: int, fields: tuple[str, ...] = MANY_GPU_FIELDS) -> str:
+    """An exposition listing ``count`` GPUs, each GPU 7 of the A100 fixture (its lines for ``fields``)
+    with its own index and UUID, field by field as dcgm-exporter prints: a hostile or misdirected
+    exporter. 10,000 GPUs are about 11 MiB, inside the reader's 16 MiB body cap and 100,000 series."""
+    template = [line.split('{gpu="7",', 1) for line in fixture("a100-8x-pods.prom").splitlines()
+                if line.startswith(tuple(f'{name}{{gpu="7",' for name in fields))]
+    assert len(template) == len(fields), "every field of GPU 7 is in the fixture"
+    uuid = re.search(r'UUID="(GPU-[0-9a-f-]+)"', template[0][1]).group(1)
+    lines = [f'{head}{{gpu="{i}",{tail.replace(uuid, f"{uuid[:-12]}{i:012x}")}'
+             for head, tail in template for i in range(count)]
+    return "\n".join(lines) + "\n"
+
+
+def lengthen_labels(body: str, length: int, names: tuple[str, ...] = ("Hostname", "UUID", "modelName")) -> str:
+    """``body`` with each label in ``names`` grown to ``length`` characters (its own value repeated, so
+    UUIDs stay distinct per GPU): a hostile exporter's labels."""
+    def grow(match: re.Match[str]) -> str:
+        value = (match.group(2) + "~") * (length // (len(match.group(2)) + 1) + 1)
+        return f'{match.group(1)}="{value[:length]}"'
+    return re.sub(rf'\b({"|".join(names)})="([^"]*)"', grow, body)
+
+
 class FakeExporter:
     """``/metrics`` answering with :attr:`body`; :meth:`stop` and :meth:`start` keep the port."""
 

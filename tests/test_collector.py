@@ -248,3 +248,156 @@ def test_cli_reports_discovery_failure_without_traceback():
     with pytest.raises(CliError, match="no GPUs visible"):
         make_collector(load_settings(), backend)
     assert backend.closed
+
+
+# ---------------------------------------------------------------- a bounded pool, bounded logs
+
+
+def sampling_threads() -> int:
+    return sum(1 for t in threading.enumerate() if t.name.startswith("roofwatch-sample"))
+
+
+def test_sampling_threads_are_bounded_by_the_pool_not_the_device_count():
+    backend = ScriptedBackend(64)
+    before = sampling_threads()
+    collector, mono = make(backend)  # the default pool: 16 workers
+    try:
+        for _ in range(3):
+            snap = collector.collect_once()
+            mono.t += 1
+            assert all(d.up for d in snap.devices) and len(snap.devices) == 64
+        assert sampling_threads() - before <= 16, "one thread per device used to be 64"
+        assert all(n == 3 for n in backend.calls.values()) and max(backend.max_concurrent.values()) == 1
+    finally:
+        collector.stop()
+
+
+def test_devices_past_max_devices_are_refused_with_one_log_line(caplog):
+    backend = ScriptedBackend(200)
+    with caplog.at_level("INFO", logger="roofwatch"):
+        collector, mono = make(backend)  # max_devices: 128 by default
+        try:
+            for _ in range(3):
+                snap = collector.collect_once()
+                mono.t += 1
+        finally:
+            collector.stop()
+    assert [d.info.gpu for d in snap.devices] == [str(i) for i in range(128)]
+    assert snap.expected_devices == 128 and collector.refused_devices[0] == "128"
+    assert backend.calls["128"] == 0 and backend.calls["127"] == 3
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert "lists 200 devices, more than max_devices (128)" in line and "and 64 more" in line
+
+
+class ChangingErrors(ScriptedBackend):
+    """Each failed read says something new (an age, a count), as the dcgm-exporter reader's do."""
+
+    def sample(self, gpu: str, now: float) -> GpuSample:
+        if self.behaviour.get(gpu) == "changing":
+            self.calls[gpu] += 1
+            raise DeviceError(f"last good read {self.calls[gpu]} s ago")
+        return super().sample(gpu, now)
+
+
+def collector_lines(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "roofwatch.collector"]
+
+
+def test_a_device_down_is_logged_once_per_change_of_state_not_per_new_error_text(caplog):
+    backend = ChangingErrors(2)
+    backend.behaviour["1"] = "changing"
+    collector, mono = make(backend, backoff=Backoff(initial_s=0.0, max_s=0.0))
+    with caplog.at_level("DEBUG", logger="roofwatch"):
+        try:
+            for _ in range(10):
+                snap = collector.collect_once()
+                mono.t += 1
+            assert "last good read 10 s ago" in snap.devices[1].error, "the state still says the latest reason"
+            backend.behaviour["1"] = "ok"
+            collector.collect_once()
+            backend.behaviour["1"] = "changing"
+            collector.collect_once()
+        finally:
+            collector.stop()
+    lines = [(r.levelname, r.getMessage()) for r in caplog.records
+             if r.name == "roofwatch.collector" and r.levelname != "DEBUG"]
+    assert lines == [("WARNING", "device down"), ("INFO", "device back up"), ("WARNING", "device down")]
+
+
+def test_many_devices_going_down_or_coming_back_at_once_are_one_line_each_way(caplog):
+    backend = ScriptedBackend(40)
+    collector, mono = make(backend, backoff=Backoff(initial_s=0.0, max_s=0.0))
+    with caplog.at_level("INFO", logger="roofwatch"):
+        try:
+            collector.collect_once()
+            backend.behaviour.update({str(i): "error" for i in range(40)})
+            for _ in range(5):
+                mono.t += 1
+                collector.collect_once()
+            backend.behaviour.clear()
+            mono.t += 1
+            collector.collect_once()
+        finally:
+            collector.stop()
+    records = [r for r in caplog.records if r.name == "roofwatch.collector"]
+    assert [r.getMessage() for r in records] == ["devices down", "devices back up"]
+    down = records[0]
+    assert down.count == 40 and down.gpus == "0, 1, 2, 3, 4, 5, 6, 7 and 32 more"
+    assert down.errors == "40 x DeviceError: scripted failure"
+
+
+@pytest.mark.slow
+def test_a_hung_device_holds_one_worker_while_the_others_keep_being_sampled():
+    backend = ScriptedBackend(12)
+    backend.behaviour["1"] = "hang"
+    before = sampling_threads()
+    collector, mono = make(backend, max_workers=3)
+    try:
+        for _ in range(5):
+            snap = collector.collect_once()
+            mono.t += 10
+            assert [d.info.gpu for d in snap.devices if not d.up] == ["1"]
+            assert "no answer within 0.20s" in snap.devices[1].error, "its deadline marks it down"
+        assert backend.calls["1"] == 1 and backend.max_concurrent["1"] == 1, "not resubmitted while it hangs"
+        assert all(backend.calls[str(i)] == 5 for i in range(12) if i != 1)
+        assert sampling_threads() - before <= 3
+        backend.behaviour["1"] = "ok"
+        backend.release.set()
+        recovered = False
+        for _ in range(200):  # poll until the released call returns and a retry succeeds
+            mono.t += 10
+            if collector.collect_once().devices[1].up:
+                recovered = True
+                break
+        assert recovered
+    finally:
+        collector.stop()
+
+
+@pytest.mark.slow
+def test_with_every_worker_hung_the_rest_are_marked_down_and_wait_without_piling_up():
+    backend = ScriptedBackend(6)
+    backend.behaviour.update({"0": "hang", "1": "hang"})
+    before = sampling_threads()
+    collector, mono = make(backend, max_workers=2)
+    try:
+        for _ in range(3):
+            snap = collector.collect_once()
+            mono.t += 10
+            assert not any(d.up for d in snap.devices)
+            for d in snap.devices[2:]:
+                assert "not started within 0.20s: all 2 sampling workers busy" in d.error, d.error
+        assert [backend.calls[str(i)] for i in range(6)] == [1, 1, 0, 0, 0, 0], "no call started, none added"
+        assert collector._workers._waiting == 4, "one queued call per waiting device, not one per cycle"
+        assert sampling_threads() - before <= 2
+        backend.behaviour.clear()
+        backend.release.set()
+        recovered = False
+        for _ in range(200):
+            mono.t += 10
+            if all(d.up for d in collector.collect_once().devices):
+                recovered = True
+                break
+        assert recovered and max(backend.max_concurrent.values()) == 1
+    finally:
+        collector.stop()

@@ -51,6 +51,9 @@ def make_collector(settings: Settings, backend):
     node = settings.node_name
     if "node_name" not in settings.model_fields_set and getattr(backend, "name", "") in (*DEMO_BACKENDS, "dcgm-exporter"):
         node = getattr(backend, "node", None) or node  # dcgm-exporter: its Hostname label, when it has one
+    limit = getattr(backend, "limit_devices", None)  # dcgm-exporter: bounds what discovery takes from the exposition
+    if limit is not None:
+        limit(settings.max_devices)
     try:
         collector = Collector(
             backend,
@@ -61,6 +64,7 @@ def make_collector(settings: Settings, backend):
             expected_devices=settings.expected_gpus,
             backoff=Backoff(initial_s=settings.interval_s),
             analyzer=analyzer,
+            max_devices=settings.max_devices,
         )
     except BackendUnavailable as exc:
         backend.close()

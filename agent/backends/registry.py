@@ -139,7 +139,7 @@ def open_dcgm_exporter(settings: Settings, reports: WorkloadSource | None = None
         raise BackendUnavailable("dcgm-exporter backend: no exporter to read: set dcgm_exporter_url "
                                  "(--dcgm-exporter-url URL, ROOFWATCH_DCGM_EXPORTER_URL)")
     node = settings.node_name if "node_name" in settings.model_fields_set else None
-    backend = DcgmExporterBackend(dcgm_exporter_reader(settings), node=node)
+    backend = DcgmExporterBackend(dcgm_exporter_reader(settings), node=node, max_devices=settings.max_devices)
     backend.first_read()  # fails fast, and names the node after the exporter's Hostname label
     return backend  # type: ignore[return-value]
 

@@ -10,6 +10,7 @@ import time
 from typing import Any, Iterable
 
 from agent.backends.dcgm_exporter.mapping import PROFILING_FIELDS
+from agent.backends.dcgm_exporter.reader import listed
 from agent.diagnostics.findings import Finding
 
 CSV_LINES = {
@@ -41,6 +42,21 @@ def reader_findings(reader: Any) -> list[Finding]:
     return out
 
 
+def refused_finding(backend: Any) -> list[Finding]:
+    """The exporter listed more GPUs and MIG instances than ``max_devices``: which were refused, and why."""
+    refused = tuple(getattr(backend, "refused", ()))
+    if not refused:
+        return []
+    kept = len(backend.devices)
+    return [Finding("dcgm-exporter", "warn", f"{backend.reader.url} lists {kept + len(refused)} GPUs and MIG "
+                    f"instances, more than max_devices ({backend.max_devices}): the first {kept} are read, "
+                    f"{len(refused)} refused ({listed(refused, 4)})",
+                    "every metric of the refused devices",
+                    "a node has at most 16 GPUs x 7 MIG instances: check that dcgm_exporter_url is this node's own "
+                    "exporter (not a federating proxy or another service); raise max_devices only if the node "
+                    "really has more")]
+
+
 def _missing(sources: dict[str, str]) -> list[str]:
     return [f for f in WANTED if f not in sources]
 
@@ -66,7 +82,7 @@ def _missing_finding(gpu: str, missing: list[str], where: str) -> Finding:
 def standalone_findings(backend: Any, now: float | None = None) -> tuple[list[Finding], int]:
     """``--backend dcgm-exporter``: the exporter, then per GPU its state and what it lacks."""
     now = time.time() if now is None else now
-    out = reader_findings(backend.reader)
+    out = reader_findings(backend.reader) + refused_finding(backend)
     usable = 0
     for gpu, info in backend.devices.items():
         record, problem = backend.reader.lookup(gpu, now)
@@ -81,9 +97,12 @@ def standalone_findings(backend: Any, now: float | None = None) -> tuple[list[Fi
         missing = _missing(sources)
         if missing:
             out.append(_missing_finding(gpu, missing, "the exporter does not export them"))
-    for gpu in backend.unknown_gpus():
+    unknown = backend.unknown_gpus()
+    for gpu in unknown[:16]:
         out.append(Finding("GPU", "info", "listed by the exporter since the agent started; restart the agent to read "
                            "it", gpu=gpu))
+    if len(unknown) > 16:
+        out.append(Finding("GPU", "info", f"and {len(unknown) - 16} more listed since the agent started"))
     return out, usable
 
 
@@ -91,6 +110,12 @@ def join_findings(backend: Any, now: float | None = None) -> list[Finding]:
     """NVML joined with the exporter: one sample of each GPU, then where each field came from."""
     now = time.time() if now is None else now
     out = reader_findings(backend.reader)
+    refused = backend.reader.status().refused
+    if refused:
+        out.append(Finding("dcgm-exporter", "warn", f"{backend.reader.url} lists more than "
+                           f"{backend.reader.max_gpus} GPUs and MIG instances: {len(refused)} past them are not "
+                           f"read ({listed(refused, 4)})", "the exporter's counters for GPUs among them",
+                           "check that dcgm_exporter_url is this node's own exporter"))
     for gpu in backend.inner.devices:
         try:
             backend.sample(gpu, now)

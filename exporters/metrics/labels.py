@@ -19,11 +19,13 @@ whenever a job or pod changes, so each one multiplies series churn; the job and 
 (:mod:`exporters.metrics.processes`) carry them without that cost, for joins."""
 
 JOB_ID_MAX_LEN = 128
-"""Longer job ids are cut: a label value is held in every Prometheus series index that uses it."""
+"""Longer label values are cut (job ids, pod and process names, and node, UUID and model names from any
+source): a label value is held in every Prometheus series index that uses it."""
 
 
 def clip_label(value: str | None) -> str:
-    """An attribution or process label value as exported: "" when unknown, cut at :data:`JOB_ID_MAX_LEN`,
+    """A label value as exported (the rule ``exporters.prometheus.clip_labels`` applies to every label of
+    every family, and the snapshot JSON to its label fields): "" when unknown, cut at :data:`JOB_ID_MAX_LEN`,
     and valid UTF-8: a lone surrogate (Python's, and psutil's, way of decoding the undecodable bytes of a
     process name) becomes U+FFFD, where it would otherwise make encoding the whole exposition fail."""
     text = (value or "")[:JOB_ID_MAX_LEN]

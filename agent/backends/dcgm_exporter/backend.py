@@ -11,6 +11,11 @@ reason and the collector marks the device down until the values are good again.
 
 A GPU that appears only after start (an exporter restarted with more GPUs) is logged and listed
 by ``doctor``; the collector's device set is fixed at start, so restart the agent to read it.
+
+An exposition may list any number of GPUs (a federating proxy, a misdirected URL, a hostile body),
+and each device costs the agent memory, series and sampling work. So at most ``max_devices``
+(the setting of that name, default :data:`MAX_DEVICES`) become devices: the first in index order.
+The rest are refused with one warning at discovery and a ``doctor`` finding, not once per cycle.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from typing import Sequence
 from agent.backends.base import BackendUnavailable, DeviceError
 from agent.backends.dcgm_exporter.exposition import GpuRecord
 from agent.backends.dcgm_exporter.mapping import capabilities, sample_values
-from agent.backends.dcgm_exporter.reader import ExporterReader
+from agent.backends.dcgm_exporter.reader import ExporterReader, listed
 from agent.model import DeviceInfo, GpuSample, XidCount
 from agent.model.specs.lookup import resolve_spec
 from agent.model.specs.slices import mig_name_spec
@@ -29,6 +34,8 @@ from agent.model.specs.slices import mig_name_spec
 log = logging.getLogger("roofwatch.dcgm_exporter")
 
 SOURCE = "dcgm-exporter"
+MAX_DEVICES = 128
+"""Default bound on devices (``max_devices``): a node has at most 16 GPUs x 7 MIG instances (112)."""
 
 
 def device_model(record: GpuRecord) -> str:
@@ -63,10 +70,14 @@ class DcgmExporterBackend:
 
     name = SOURCE
 
-    def __init__(self, reader: ExporterReader, *, node: str | None = None) -> None:
-        """``node``: the node label; None takes the exposition's ``Hostname`` label."""
+    def __init__(self, reader: ExporterReader, *, node: str | None = None, max_devices: int = MAX_DEVICES) -> None:
+        """``node``: the node label; None takes the exposition's ``Hostname`` label. ``max_devices``:
+        GPUs and MIG instances read at most; the exporter's others are refused (:attr:`refused`)."""
         self.reader = reader
         self.node = node
+        self.max_devices = max_devices
+        self.refused: tuple[str, ...] = ()
+        """Keys the exporter listed at discovery past ``max_devices`` (and past the reader's own bound)."""
         self._infos: dict[str, DeviceInfo] = {}
         self._last_now: dict[str, float] = {}
         self._closed = False
@@ -80,17 +91,32 @@ class DcgmExporterBackend:
         if self.node is None:
             self.node = next((r.hostname for r in self.reader.records().values() if r.hostname), None)
 
+    def limit_devices(self, max_devices: int) -> None:
+        """Apply the ``max_devices`` setting (before :meth:`discover`)."""
+        self.max_devices = max_devices
+
     def discover(self) -> Sequence[DeviceInfo]:
         if not self.reader.status().up:
             self.first_read()
+        keys = list(self.reader.records())
+        kept = keys[:self.max_devices]
+        self.refused = tuple(keys[self.max_devices:]) + self.reader.status().refused
+        if self.refused:
+            log.warning("dcgm-exporter %s lists %d GPUs and MIG instances, more than max_devices (%d): reading %s, "
+                        "refusing %d (%s); a node has at most 16 GPUs x 7 MIG instances: is the URL this node's "
+                        "exporter? (raise max_devices if the node has more)", self.reader.url,
+                        len(keys) + len(self.reader.status().refused), self.max_devices, listed(kept, 4),
+                        len(self.refused), listed(self.refused, 4))
         records = self.reader.records()
-        self._infos = {key: device_info(r) for key, r in records.items()}
+        self._infos = {key: device_info(records[key]) for key in kept}
         self.reader.start()
         return list(self._infos.values())
 
     def unknown_gpus(self) -> tuple[str, ...]:
-        """GPUs the exporter lists now that were not there at start (read after a restart of the agent)."""
-        return tuple(k for k in self.reader.records() if k not in self._infos)
+        """GPUs the exporter lists now that were not there at start (read after a restart of the agent);
+        those refused at discovery are :attr:`refused`, not unknown."""
+        refused = set(self.refused)
+        return tuple(k for k in self.reader.records() if k not in self._infos and k not in refused)
 
     def sample(self, gpu: str, now: float) -> GpuSample:
         info = self._infos.get(gpu)

@@ -12,8 +12,10 @@ XID gauge with ``err_code``/``err_msg``. Older releases print DCGM's "blank" sen
 appear at all is the operator's counters CSV: the profiling ones are commented out by default.
 
 So this parser takes each line on its own: a line it cannot read is skipped and counted, never
-fatal, unless nothing usable is left. Sizes are capped (the caller caps the body; here lines and
-series), so a misdirected URL or a hostile body costs bounded memory and time.
+fatal, unless nothing usable is left; so is a DCGM line whose ``gpu`` or ``GPU_I_ID`` is no index
+(``"²"`` is a digit to ``str.isdigit`` and none to ``int``). Sizes are capped (the caller caps the
+body; here lines, series and GPUs kept), and the reader's :func:`read_records` groups the lines as it
+reads them, so a misdirected URL or a hostile body costs bounded memory and time.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Iterable, Mapping
+from typing import Iterable, Iterator, Mapping
 
 from agent.model import Attribution
 
@@ -29,6 +31,13 @@ MAX_SERIES = 100_000
 """Series read from one body: a node of 8 GPUs x 7 MIG instances x 100 fields is 5,600."""
 MAX_LINE_CHARS = 16_384
 """A longer line is skipped: dcgm-exporter's longest (a pod-labelled MIG series) is under 1 KiB."""
+MAX_GPUS = 1024
+"""GPUs and MIG instances kept from one body, the first in the body's order; the rest are refused and
+counted. A node has at most 16 GPUs x 7 instances; this is the upper bound of the ``max_devices``
+setting, so it only bounds what a hostile or misdirected body costs in memory."""
+MAX_INDEX_DIGITS = 5
+"""A ``gpu`` or ``GPU_I_ID`` label is an index: ASCII digits, no leading zero, at most this many."""
+_INDEX = re.compile(r"0|[1-9][0-9]{0,%d}" % (MAX_INDEX_DIGITS - 1))
 
 _NAME = re.compile(r"[A-Za-z_:][A-Za-z0-9_:]*")
 _LABEL = re.compile(r'\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*(,|(?=\}))')
@@ -94,37 +103,82 @@ def parse_line(line: str) -> Series | None:
     return Series(name, labels, value, ts)
 
 
+def is_index(value: str | None) -> bool:
+    """A GPU or GPU instance index as DCGM prints one. ``str.isdigit`` is not enough: ``"²"`` is a
+    digit to it and no number to ``int``, and 4,301 digits are more than ``int`` converts."""
+    return value is not None and _INDEX.fullmatch(value) is not None
+
+
+def _bad_index(series: Series) -> bool:
+    """A DCGM series whose ``gpu`` or ``GPU_I_ID`` label is present but no index: a bad line."""
+    if not series.name.startswith("DCGM_"):
+        return False
+    gpu, instance = series.labels.get("gpu"), series.labels.get("GPU_I_ID")
+    return (gpu is not None and not is_index(gpu)) or (bool(instance) and not is_index(instance))
+
+
+@dataclass(slots=True)
+class _Tally:
+    skipped: int = 0
+    first_bad: str | None = None
+    series: int = 0
+    dcgm: int = 0
+
+    def bad(self, number: int, line: str, why: str = "") -> None:
+        self.skipped += 1
+        if self.first_bad is None:
+            shown = line[:80].encode("ascii", "backslashreplace").decode()
+            self.first_bad = f"line {number}: {shown!r}{why}"
+
+    def check(self) -> None:
+        if not self.dcgm:
+            why = f"; unreadable {self.first_bad}" if self.first_bad else ""
+            raise ExporterFormatError(f"no DCGM_* series in the response ({self.series} other series, "
+                                      f"{self.skipped} unreadable lines{why}): is the URL a dcgm-exporter's /metrics?")
+
+
+def _series(text: str, tally: _Tally, max_series: int) -> Iterator[Series]:
+    """The readable sample lines of ``text`` one at a time, bad lines counted in ``tally``. Lines are
+    cut out as they are reached, so a large body is never held a second time as a list of lines."""
+    pos, number, size = 0, 0, len(text)
+    while pos < size:
+        end = text.find("\n", pos)
+        end = size if end < 0 else end
+        number += 1
+        if end - pos > MAX_LINE_CHARS + 2:  # not cut out whole: only its start is shown
+            tally.bad(number, text[pos:pos + 80].strip(), " (over 16 KiB)")
+            pos = end + 1
+            continue
+        line = text[pos:end].strip()
+        pos = end + 1
+        if not line or line.startswith("#"):
+            continue
+        series = parse_line(line) if len(line) <= MAX_LINE_CHARS else None
+        if series is None or _bad_index(series):
+            tally.bad(number, line, " (over 16 KiB)" if len(line) > MAX_LINE_CHARS else
+                      " (gpu or GPU_I_ID is no index)" if series is not None else "")
+            continue
+        if tally.series >= max_series:
+            raise ExporterFormatError(f"more than {max_series} series: not one node's dcgm-exporter")
+        tally.series += 1
+        tally.dcgm += series.name.startswith("DCGM_")
+        yield series
+
+
 @dataclass(frozen=True, slots=True)
 class Parsed:
     series: tuple[Series, ...]
     skipped: int
-    """Lines that were neither comments nor readable samples."""
+    """Lines that were neither comments nor readable samples (a bad GPU index included)."""
     first_bad: str | None
 
 
 def parse_exposition(text: str, *, max_series: int = MAX_SERIES) -> Parsed:
     """Every readable sample line; ExporterFormatError when the body holds none of dcgm-exporter's."""
-    out: list[Series] = []
-    skipped, first_bad = 0, None
-    for number, raw in enumerate(text.splitlines(), 1):
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        series = parse_line(line) if len(line) <= MAX_LINE_CHARS else None
-        if series is None:
-            skipped += 1
-            if first_bad is None:
-                shown = line[:80].encode("ascii", "backslashreplace").decode()
-                first_bad = f"line {number}: {shown!r}" + (" (over 16 KiB)" if len(line) > MAX_LINE_CHARS else "")
-            continue
-        if len(out) >= max_series:
-            raise ExporterFormatError(f"more than {max_series} series: not one node's dcgm-exporter")
-        out.append(series)
-    if not any(s.name.startswith("DCGM_") for s in out):
-        why = f"; unreadable {first_bad}" if first_bad else ""
-        raise ExporterFormatError(f"no DCGM_* series in the response ({len(out)} other series, {skipped} "
-                                  f"unreadable lines{why}): is the URL a dcgm-exporter's /metrics?")
-    return Parsed(tuple(out), skipped, first_bad)
+    tally = _Tally()
+    out = tuple(_series(text, tally, max_series))
+    tally.check()
+    return Parsed(out, tally.skipped, tally.first_bad)
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,38 +221,80 @@ def _attribution(labels: Mapping[str, str]) -> Attribution | None:
     return Attribution(**found) if any(found.values()) else None
 
 
-def gpu_records(series: Iterable[Series]) -> dict[str, GpuRecord]:
-    """Group GPU series by GPU (and MIG instance). Link and switch series (``nvlink``,
-    ``nvswitch`` labels) and the exporter's own process metrics are left out."""
-    grouped: dict[str, dict] = {}
-    for s in series:
+class _Grouper:
+    """Series grouped by GPU (and MIG instance), at most ``max_gpus`` of them; later ones refused."""
+
+    def __init__(self, max_gpus: int) -> None:
+        self.max_gpus = max_gpus
+        self.grouped: dict[str, dict] = {}
+        self.refused: set[str] = set()
+
+    def add(self, s: Series) -> None:
         labels = s.labels
         index = labels.get("gpu")
-        if not s.name.startswith("DCGM_") or index is None or not index.isdigit() or "nvlink" in labels \
-                or "nvswitch" in labels:
-            continue
+        if not s.name.startswith("DCGM_") or not is_index(index) or "nvlink" in labels or "nvswitch" in labels:
+            return
         instance = labels.get("GPU_I_ID") or None
-        if instance is not None and not instance.isdigit():
-            continue
-        key = f"{index}/{instance}" if instance is not None else index
-        entry = grouped.setdefault(key, {"labels": {}, "values": {}, "ts": None, "xid": None,
-                                         "index": index, "instance": instance})
+        if instance is not None and not is_index(instance):
+            return
+        key = f"{index}/{instance}" if instance is not None else str(index)
+        entry = self.grouped.get(key)
+        if entry is None:
+            if len(self.grouped) >= self.max_gpus:
+                self.refused.add(key)
+                return
+            entry = self.grouped[key] = {"labels": {}, "values": {}, "ts": None, "xid": None, "index": index,
+                                         "instance": instance}
         for name, value in labels.items():
             entry["labels"].setdefault(name, value)
         if s.ts_s is not None:
             entry["ts"] = s.ts_s if entry["ts"] is None else max(entry["ts"], s.ts_s)
         if is_blank(s.value):
-            continue
+            return
         if s.name == "DCGM_FI_DEV_XID_ERRORS":
             entry["xid"] = int(s.value) if s.value >= 0 else None
         entry["values"].setdefault(s.name, s.value)
-    return {key: GpuRecord(
-        key=key, index=e["index"], instance=e["instance"], profile=e["labels"].get("GPU_I_PROFILE") or None,
-        uuid=_first(e["labels"], "UUID", "uuid"), model=_first(e["labels"], "modelName", "model_name"),
-        hostname=_first(e["labels"], "Hostname", "hostname"), pci_bus_id=_first(e["labels"], "pci_bus_id"),
-        driver=_first(e["labels"], "DCGM_FI_DRIVER_VERSION"), attribution=_attribution(e["labels"]),
-        values=dict(e["values"]), newest_ts_s=e["ts"], xid=e["xid"],
-    ) for key, e in sorted(grouped.items(), key=lambda kv: _order(kv[0]))}
+
+    def records(self) -> dict[str, GpuRecord]:
+        return {key: GpuRecord(
+            key=key, index=e["index"], instance=e["instance"], profile=e["labels"].get("GPU_I_PROFILE") or None,
+            uuid=_first(e["labels"], "UUID", "uuid"), model=_first(e["labels"], "modelName", "model_name"),
+            hostname=_first(e["labels"], "Hostname", "hostname"), pci_bus_id=_first(e["labels"], "pci_bus_id"),
+            driver=_first(e["labels"], "DCGM_FI_DRIVER_VERSION"), attribution=_attribution(e["labels"]),
+            values=dict(e["values"]), newest_ts_s=e["ts"], xid=e["xid"],
+        ) for key, e in sorted(self.grouped.items(), key=lambda kv: _order(kv[0]))}
+
+
+def gpu_records(series: Iterable[Series], *, max_gpus: int = MAX_GPUS) -> dict[str, GpuRecord]:
+    """Group GPU series by GPU (and MIG instance). Link and switch series (``nvlink``,
+    ``nvswitch`` labels) and the exporter's own process metrics are left out, and so are GPUs past
+    the first ``max_gpus`` (in the order the series name them)."""
+    grouper = _Grouper(max_gpus)
+    for s in series:
+        grouper.add(s)
+    return grouper.records()
+
+
+@dataclass(frozen=True, slots=True)
+class Exposition:
+    """One body read into records, without holding its series (the reader's form)."""
+
+    records: dict[str, GpuRecord]
+    skipped: int
+    first_bad: str | None
+    refused: tuple[str, ...]
+    """GPU keys past ``max_gpus``, in index order."""
+
+
+def read_records(text: str, *, max_series: int = MAX_SERIES, max_gpus: int = MAX_GPUS) -> Exposition:
+    """:func:`parse_exposition` and :func:`gpu_records` in one pass, each series dropped once counted:
+    a 16 MiB body costs its text and the records, not a hundred thousand series objects."""
+    tally, grouper = _Tally(), _Grouper(max_gpus)
+    for s in _series(text, tally, max_series):
+        grouper.add(s)
+    tally.check()
+    return Exposition(grouper.records(), tally.skipped, tally.first_bad,
+                      tuple(sorted(grouper.refused, key=_order)))
 
 
 def _order(key: str) -> tuple[int, int]:

@@ -27,7 +27,7 @@ from typing import Any, Sequence
 
 from agent.backends.dcgm_exporter.backend import SOURCE
 from agent.backends.dcgm_exporter.mapping import COUNTER_FIELDS, PROFILING_FIELDS, sample_values
-from agent.backends.dcgm_exporter.reader import ExporterReader
+from agent.backends.dcgm_exporter.reader import ExporterReader, listed
 from agent.model import DeviceInfo, GpuSample
 
 log = logging.getLogger("roofwatch.dcgm_exporter")
@@ -71,6 +71,11 @@ class DcgmExporterJoin:
         error = self.reader.read_once()  # once before the first cycle, so the first samples are joined
         if error is not None:
             log.warning("dcgm-exporter %s: %s; samples are NVML's alone until it answers", self.reader.url, error)
+        refused = self.reader.status().refused
+        if refused:  # said once here; the reader itself says nothing per read
+            log.warning("dcgm-exporter %s lists more than %d GPUs and MIG instances: %d past them are not read (%s); "
+                        "is the URL this node's exporter?", self.reader.url, self.reader.max_gpus, len(refused),
+                        listed(refused, 4))
         self.reader.start()
         return infos
 

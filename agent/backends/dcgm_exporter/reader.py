@@ -35,7 +35,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from agent.backends.dcgm_exporter.exposition import ExporterFormatError, GpuRecord, gpu_records, parse_exposition
+from agent.backends.dcgm_exporter.exposition import MAX_GPUS, ExporterFormatError, GpuRecord, read_records
 from agent.context.workload.inference.fetch import ResponseTooLarge, describe_error, http_fetch
 from agent.model import XidCount
 
@@ -70,11 +70,21 @@ class ReaderStatus:
     """GPU keys in the latest good exposition."""
     skipped_lines: int
     first_bad_line: str | None
+    refused: tuple[str, ...] = ()
+    """GPU keys the latest good exposition lists past the reader's ``max_gpus``."""
+
+
+def listed(keys: "list[str] | tuple[str, ...]", most: int = 16) -> str:
+    """GPU keys for a log line or an error: the first ``most``, then how many more (never 10,000 names)."""
+    shown = ", ".join(keys[:most])
+    return shown + (f" and {len(keys) - most} more" if len(keys) > most else "") if keys else "none"
 
 
 @dataclass(slots=True)
 class _State:
     records: dict[str, GpuRecord] = field(default_factory=dict)
+    by_uuid: dict[tuple[str | None, str | None], GpuRecord] = field(default_factory=dict)
+    refused: tuple[str, ...] = ()
     read_at: float | None = None
     error: str | None = "not read yet"
     reads: int = 0
@@ -91,10 +101,10 @@ class ExporterReader:
 
     def __init__(self, url: str, *, interval_s: float = 5.0, timeout_s: float = 2.0, stale_s: float = 120.0,
                  max_bytes: int = DEFAULT_MAX_BYTES, fetch: Fetch | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
-        if interval_s <= 0 or timeout_s <= 0 or stale_s <= 0 or max_bytes < 1:
-            raise ValueError("interval_s, timeout_s, stale_s and max_bytes must be positive")
-        self.url = url
+                 clock: Callable[[], float] = time.time, max_gpus: int = MAX_GPUS) -> None:
+        if interval_s <= 0 or timeout_s <= 0 or stale_s <= 0 or max_bytes < 1 or max_gpus < 1:
+            raise ValueError("interval_s, timeout_s, stale_s, max_bytes and max_gpus must be positive")
+        self.url, self.max_gpus = url, max_gpus
         self.interval_s, self.timeout_s, self.stale_s, self.max_bytes = interval_s, timeout_s, stale_s, max_bytes
         self._fetch = fetch or http_fetch
         self._clock = clock
@@ -131,8 +141,9 @@ class ExporterReader:
         try:
             body = self._fetch(self.url, self.timeout_s, self.max_bytes)
             arrived = now if now is not None else self._clock()
-            parsed = parse_exposition(body.decode("utf-8", errors="replace"))
-            records = gpu_records(parsed.series)
+            parsed = read_records(body.decode("utf-8", errors="replace"), max_gpus=self.max_gpus)
+            del body
+            records = parsed.records
             if not records:
                 raise ExporterFormatError("the exposition has DCGM series but none names a GPU (no gpu label)")
         except (ExporterFormatError, ResponseTooLarge) as exc:
@@ -146,11 +157,12 @@ class ExporterReader:
             for key, record in records.items():
                 self._watch_energy(state, key, record, arrived)
                 self._count_xid(state, key, record, arrived)
-            gone = set(state.records) - set(records)
+            gone = [key for key in state.records if key not in records]
             if gone and state.records:
-                log.warning("dcgm-exporter %s no longer lists GPU(s) %s", self.url, ", ".join(sorted(gone)))
+                log.warning("dcgm-exporter %s no longer lists GPU(s) %s", self.url, listed(gone))
             state.records, state.read_at, state.error = records, arrived, None
-            state.skipped, state.first_bad = parsed.skipped, parsed.first_bad
+            state.by_uuid = {(r.uuid, r.instance): r for r in reversed(records.values())}
+            state.skipped, state.first_bad, state.refused = parsed.skipped, parsed.first_bad, parsed.refused
             state.reads += 1
         return None
 
@@ -199,7 +211,7 @@ class ExporterReader:
         """The same, found by the physical GPU's UUID (and MIG GPU instance id): how the NVML join matches."""
         with self._lock:
             state = self._state
-            record = next((r for r in state.records.values() if r.uuid == uuid and r.instance == instance), None)
+            record = state.by_uuid.get((uuid, instance))
             return self._judge(state, record, f"{uuid}" + (f" instance {instance}" if instance else ""), now)
 
     def _judge(self, state: _State, record: GpuRecord | None, what: str,
@@ -212,7 +224,7 @@ class ExporterReader:
             return None, f"dcgm-exporter {self.url}: last good read {age:.0f} s ago (stale after {self.stale_s:g} s)"
         if record is None:
             return None, (f"GPU {what} is not in dcgm-exporter's exposition ({len(state.records)} GPU(s) listed: "
-                          f"{', '.join(state.records) or 'none'})")
+                          f"{listed(list(state.records))})")
         if record.newest_ts_s is not None and state.read_at - record.newest_ts_s > self.stale_s:
             return None, (f"dcgm-exporter's own timestamps for GPU {record.key} are "
                           f"{state.read_at - record.newest_ts_s:.0f} s old (stale after {self.stale_s:g} s)")
@@ -239,4 +251,4 @@ class ExporterReader:
             s = self._state
             return ReaderStatus(url=self.url, up=s.error is None, error=s.error, last_success_ts=s.read_at,
                                 reads_total=s.reads, failures_total=s.failures, gpus=tuple(s.records),
-                                skipped_lines=s.skipped, first_bad_line=s.first_bad)
+                                skipped_lines=s.skipped, first_bad_line=s.first_bad, refused=s.refused)
