@@ -1,18 +1,21 @@
 """Runs the report's queries into a :class:`FleetReport`, section by section.
 
 A section whose query fails (a metric the fleet does not export, a recording rule not loaded,
-a server-side timeout) becomes a :class:`Problem` on the page and the rest goes on; only a
+a server-side timeout, an answer past a cap) becomes a :class:`Problem` on the page and the rest
+goes on; so do NaN and +-Inf samples an answer carried (left out, counted per query). Only a
 server that cannot be reached at all stops the report (:class:`Unreachable`).
 """
 
 from __future__ import annotations
 
+import json
+import math
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
-from agent.views.fleet_report.data import Group, Prices, Problem, group_rows, percentile, share_below
-from agent.views.fleet_report.promapi import PromClient, PromError, Series
+from agent.views.fleet_report.data import Group, Prices, Problem, group_rows, percentile, share_below, skipped_text
+from agent.views.fleet_report.promapi import Answer, PromClient, PromError, Series
 from agent.views.fleet_report.queries import Queries
 from agent.views.fleet_report.window import Window
 from agent.views.palette import MFU_TARGET
@@ -54,8 +57,10 @@ class FleetReport:
         return _totals(self.fleet, self.held, self.energy, self.mfu)
 
     def to_json(self) -> dict[str, object]:
+        """The numbers as plain data, every float finite (a non-finite one, say a sum that overflowed,
+        is ``None``), so that strict JSON holds them."""
         w = self.window
-        return {
+        return finite({
             "window": {"start": w.start, "end": w.end, "range_s": w.range_s, "step_s": w.step_s},
             "cluster": self.cluster, "source": self.source, "generated": self.generated, "queries": self.queries,
             "prices": {"rates": self.prices.rates, "default": self.prices.default,
@@ -66,7 +71,22 @@ class FleetReport:
             "jobs": [g.to_json() for g in self.jobs], "mfu": self.mfu, "stragglers": self.stragglers,
             "jitter": self.jitter, "alerts": self.alerts, "energy": self.energy, "dcgm": self.dcgm,
             "problems": [p.to_json() for p in self.problems],
-        }
+        })
+
+    def to_json_text(self, indent: int | None = None) -> str:
+        """:meth:`to_json` as strict JSON (no ``NaN``/``Infinity`` tokens): how the report writes JSON."""
+        return json.dumps(self.to_json(), indent=indent, sort_keys=True, allow_nan=False)
+
+
+def finite(value: Any) -> Any:
+    """``value`` with every non-finite float in its dicts and lists replaced by ``None``."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(v) for v in value]
+    return value
 
 
 def _totals(fleet: list[Group], held: list[Group], energy: dict[str, object], mfu: dict[str, object]) -> dict[str, object]:
@@ -96,7 +116,7 @@ class _Runner:
     def instant(self, section: str, expr: str, at: float) -> list[Series] | None:
         self.progress(section)
         try:
-            return self.client.query(expr, at)
+            answer = self.client.query(expr, at)
         except PromError as exc:
             if exc.unreachable and self.client.queries <= 1:
                 raise Unreachable(str(exc)) from None
@@ -104,6 +124,12 @@ class _Runner:
             return None
         finally:
             self.report.queries = self.client.queries
+        self.skipped(section, answer, expr)
+        return answer
+
+    def skipped(self, section: str, answer: Answer, expr: str) -> None:
+        if answer.skipped:
+            self.report.problems.append(Problem(section, skipped_text(answer.skipped), expr))
 
     def missing(self, section: str, what: str, expr: str) -> None:
         self.report.problems.append(Problem(section, f"no data: {what}", expr))

@@ -131,6 +131,12 @@ class Problem:
         return {"section": self.section, "error": self.error, "query": self.query}
 
 
+def skipped_text(count: int) -> str:
+    """A query's problem when its answer carried NaN or +-Inf samples (the API's "NaN", "+Inf", "-Inf")."""
+    return (f"{count:,} non-finite sample{'s' if count != 1 else ''} (NaN, +Inf or -Inf) in the answer, "
+            "left out of the report")
+
+
 def percentile(histogram: dict[int, float], q: float) -> float | None:
     """The ``q`` quantile (0..1) of a whole-percent histogram, interpolated inside its bucket."""
     total = sum(histogram.values())

@@ -12,8 +12,9 @@ with the classifier's windows stretched to the step (a week at 5-minute points c
 20-second window).
 
 Cost bound: GPUs are listed once, at most ``max_gpus`` are read (the page says when more exist),
-each field is one range query per batch of ``batch`` GPUs, and the step keeps points per series
-under 1440.
+each field is one range query per batch of ``batch`` GPUs and slice of at most 1440 steps (one
+slice up to 10 days, where the step reaches its 600 s ceiling), so an answer holds at most
+``batch`` x 1440 points (promapi.MAX_POINTS is sized from it).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Any, Callable
 from agent.classifier.engine import classify_samples
 from agent.classifier.thresholds import Thresholds
 from agent.model import WORKLOAD_CLASSES, GpuSample
-from agent.views.fleet_report.data import Prices, Problem, group_rows
+from agent.views.fleet_report.data import Prices, Problem, group_rows, skipped_text
 from agent.views.fleet_report.promapi import PromClient, PromError
 from agent.views.fleet_report.queries import _alternatives, _quote
 from agent.views.fleet_report.window import Window
@@ -61,6 +62,17 @@ def dcgm_step(range_s: int) -> int:
     return min(600, max(60, math.ceil(range_s / MAX_POINTS / 60) * 60))
 
 
+def dcgm_slices(window: Window, step: int) -> list[tuple[float, float]]:
+    """(start, end) of each range query: every ``step`` after the window's start up to its end, at
+    most MAX_POINTS steps a query."""
+    slices, first = [], window.start + step
+    while first <= window.end:
+        last = min(window.end, first + (MAX_POINTS - 1) * step)
+        slices.append((first, last))
+        first = last + step
+    return slices
+
+
 def dcgm_thresholds(base: Thresholds, step_s: int) -> Thresholds:
     """The classifier's thresholds with its windows stretched to whole steps of the query."""
     window = min(3600.0, max(base.window_s, 3.0 * step_s))
@@ -84,28 +96,36 @@ def collect_dcgm(client: PromClient, window: Window, *, cluster: str | None, thr
     gpus: dict[str, dict[str, str]] = {}
     for s in sorted(found, key=lambda s: (s.labels.get("Hostname", ""), _gpu_order(s.labels.get("gpu", "")))):
         gpus.setdefault(s.labels.get("UUID", ""), s.labels)
+    if found.skipped:
+        problems.append(Problem("dcgm GPUs", skipped_text(found.skipped), listing))
     if not gpus:
         problems.append(Problem("dcgm GPUs", "no DCGM_FI_PROF_GR_ENGINE_ACTIVE or DCGM_FI_DEV_GPU_UTIL series in the period", listing))
     uuids = list(gpus)[:max_gpus]
     values: dict[str, dict[float, dict[str, float]]] = defaultdict(lambda: defaultdict(dict))
     absent: list[str] = []
+    slices = dcgm_slices(window, step)
     for name, (attr, scale) in FIELDS.items():
-        seen = False
+        seen, skipped, expr = False, 0, ""
         for first in range(0, len(uuids), batch):
             chunk = uuids[first:first + batch]
-            progress(f"dcgm: {name} ({first + len(chunk)}/{len(uuids)} GPUs)")
             expr = f'max by (UUID) (avg_over_time({name}{{{match}UUID=~"{_quote(_alternatives(chunk))}"}}[{step}s]))'
-            try:
-                answer = client.query_range(expr, window.start + step, window.end, step)
-            except PromError as exc:
-                problems.append(Problem(f"dcgm {name}", str(exc), expr))
-                continue
-            for series in answer:
-                seen = True
-                for ts, value in series.points:
-                    if math.isfinite(value):
-                        v = value * scale
-                        values[series.labels.get("UUID", "")][ts][attr] = min(1.0, max(0.0, v)) if attr in RATIO_FIELDS else max(0.0, v)
+            for part, (start, end) in enumerate(slices):
+                progress(f"dcgm: {name} ({first + len(chunk)}/{len(uuids)} GPUs"
+                         + (f", part {part + 1}/{len(slices)})" if len(slices) > 1 else ")"))
+                try:
+                    answer = client.query_range(expr, start, end, step)
+                except PromError as exc:
+                    problems.append(Problem(f"dcgm {name}", str(exc), expr))
+                    continue
+                skipped += answer.skipped
+                for series in answer:
+                    seen = True
+                    for ts, value in series.points:
+                        if math.isfinite(value):
+                            v = value * scale
+                            values[series.labels.get("UUID", "")][ts][attr] = min(1.0, max(0.0, v)) if attr in RATIO_FIELDS else max(0.0, v)
+        if skipped:
+            problems.append(Problem(f"dcgm {name}", skipped_text(skipped), expr))
         if not seen:
             absent.append(name)
     samples = [_sample(gpus[u], ts, fields, step) for u in uuids for ts, fields in sorted(values[u].items())]

@@ -3,8 +3,14 @@
 The same API is served by Prometheus, VictoriaMetrics, Thanos and Mimir, so the report speaks
 only it. Queries go as form-encoded POSTs (long regexes of job ids or GPU UUIDs do not hit URL
 limits), each with the API's own ``timeout`` parameter so the server gives up on an expensive
-query instead of us waiting on it, and a socket deadline a little longer than that. Answers
-are capped in size. Every failure is :class:`PromError` with one line a person can read,
+query instead of us waiting on it, through the agent's one bounded request
+(agent.context.neighbour_http): one deadline from connect to the last byte, a little longer than
+that ``timeout``, so a server that trickles its answer cannot hold the report.
+
+The server may be broken or hostile, so an answer is bounded before it is believed: in bytes, in
+series and in points (the caps below, sized from the queries the report sends), in nesting, and in
+its numbers: NaN and +-Inf samples (the API's ``"NaN"``, ``"+Inf"``, ``"-Inf"``: 0/0 in a recording
+rule) are left out and counted. Every failure is :class:`PromError` with one line a person can read,
 including the server's own ``error`` text (a PromQL parse error, "query timed out").
 """
 
@@ -13,20 +19,40 @@ from __future__ import annotations
 import base64
 import json
 import math
-import socket
-import urllib.error
 import urllib.parse
-import urllib.request
 from dataclasses import dataclass, field
+from typing import Any
 
+from agent.context.neighbour_http import FetchFailed, Reply, fetch
 from agent.views.safe_text import printable
 
-MAX_ANSWER_BYTES = 256 * 2**20
-"""A report query answers with aggregates; more than this means a query the report did not mean."""
+# What a legitimate answer can hold, worked out from the queries (queries.py, dcgm.py):
+# * --source roofwatch sends instant queries only (one point per series), every one an aggregate:
+#   the widest are the waste tables, ``sum by (cluster, user|namespace, model, spec, class)``,
+#   7 classes per (cluster, user, model); the MFU histogram is at most 101 buckets; jobs and
+#   incidents are ``topk(--top)`` on the server (the job detail: --top jobs x models x 7 classes).
+#   MAX_SERIES allows 2,800 (cluster, user, model) rows of 7 classes, some 5x a 500-user fleet on
+#   two GPU models in one cluster.
+# * --source dcgm lists its GPUs in one instant query (a series per GPU and pod in the period), then
+#   reads each field as range queries over batches of 16 GPUs (``max by (UUID)``: 16 series) and
+#   slices of at most 1440 steps (dcgm.MAX_POINTS): 16 x 1440 = 23,040 points, a quarter of MAX_POINTS.
+# * Bytes: an instant series is 150-300 bytes of JSON (six or seven labels and
+#   ``"value":[1795478400,"12.3456789"]``), so MAX_SERIES of them are 3-6 MiB; a range point is
+#   30-40 bytes, so 23,040 of them are under 1 MiB. MAX_ANSWER_BYTES holds either with room, and
+#   bounds the parse: 8 MiB of JSON is at most a few hundred MB of Python objects however it is nested.
+MAX_ANSWER_BYTES = 8 * 2**20
+"""Bytes of one answer's body; past it the query is refused without reading further."""
+MAX_SERIES = 20_000
+"""Series in one answer; past it the query is refused before any series is built."""
+MAX_POINTS = 100_000
+"""Samples (points of all series) in one answer; past it the query is refused likewise."""
+SERVER_MARGIN_S = 5.0
+"""How much longer than the API's ``timeout`` the client waits: the server's own timeout, then its answer."""
 
 
 class PromError(Exception):
-    """A query failed: the server refused it, timed out, or could not be reached."""
+    """A query failed: the server refused it, timed out, could not be reached, or answered
+    something the report will not read (past a cap, not the API's JSON)."""
 
     def __init__(self, message: str, *, unreachable: bool = False) -> None:
         super().__init__(message)
@@ -35,7 +61,8 @@ class PromError(Exception):
 
 @dataclass(frozen=True)
 class Series:
-    """One series of an answer: its labels and its (unix time, value) points (one for an instant query)."""
+    """One series of an answer: its labels and its (unix time, value) points (one for an instant
+    query), every one finite."""
 
     labels: dict[str, str]
     points: tuple[tuple[float, float], ...]
@@ -43,6 +70,13 @@ class Series:
     @property
     def value(self) -> float:
         return self.points[-1][1] if self.points else math.nan
+
+
+class Answer(list):  # type: ignore[type-arg]
+    """The series of one answer, and ``skipped``: how many of its samples were NaN or +-Inf and
+    left out (a series with no finite sample is left out whole)."""
+
+    skipped: int = 0
 
 
 @dataclass
@@ -65,67 +99,113 @@ class PromClient:
             return {"Authorization": "Basic " + base64.b64encode(basic_auth.encode()).decode()}
         return {}
 
-    def query(self, expr: str, at: float) -> list[Series]:
+    @property
+    def deadline_s(self) -> float:
+        """The most one query may take, from connecting to the answer's last byte."""
+        return self.timeout_s + SERVER_MARGIN_S
+
+    def query(self, expr: str, at: float) -> Answer:
         """An instant query evaluated at unix time ``at``."""
         return self._call("query", {"query": expr, "time": _ts(at)}, "vector")
 
-    def query_range(self, expr: str, start: float, end: float, step_s: float) -> list[Series]:
+    def query_range(self, expr: str, start: float, end: float, step_s: float) -> Answer:
         """A range query from ``start`` to ``end`` (inclusive) every ``step_s`` seconds."""
         return self._call("query_range", {"query": expr, "start": _ts(start), "end": _ts(end),
                                           "step": f"{step_s:g}"}, "matrix")
 
-    def _call(self, endpoint: str, params: dict[str, str], want: str) -> list[Series]:
+    def _call(self, endpoint: str, params: dict[str, str], want: str) -> Answer:
         self.queries += 1
         params = {**params, "timeout": f"{self.timeout_s:g}s"}
         url = f"{self.base_url.rstrip('/')}/api/v1/{endpoint}"
-        body = urllib.parse.urlencode(params).encode()
-        request = urllib.request.Request(url, data=body, method="POST", headers={
-            **self.headers, "Content-Type": "application/x-www-form-urlencoded", "Accept": "application/json"})
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s + 5.0) as response:
-                raw = response.read(MAX_ANSWER_BYTES + 1)
-        except urllib.error.HTTPError as exc:
-            raise PromError(f"HTTP {exc.code}: {_server_error(exc)}") from None
-        except (socket.timeout, TimeoutError):
-            raise PromError(f"no answer within {self.timeout_s + 5.0:g} s") from None
-        except urllib.error.URLError as exc:
-            raise PromError(f"cannot reach {self.base_url}: {_line(exc.reason)}", unreachable=True) from None
-        except (OSError, ValueError) as exc:
-            raise PromError(f"cannot read the answer: {_line(exc)}", unreachable=True) from None
-        if len(raw) > MAX_ANSWER_BYTES:
-            raise PromError(f"answer larger than {MAX_ANSWER_BYTES // 2**20} MiB")
-        return _parse(raw, want)
+        try:  # a store is usually elsewhere: the user's proxy settings apply
+            reply = fetch(url, timeout_s=self.deadline_s, deadline_s=self.deadline_s, max_bytes=MAX_ANSWER_BYTES,
+                          method="POST", data=urllib.parse.urlencode(params).encode(), use_proxy=True,
+                          headers={**self.headers, "Content-Type": "application/x-www-form-urlencoded",
+                                   "Accept": "application/json"})
+        except FetchFailed as exc:
+            raise _failed(exc, self.base_url, self.deadline_s) from None
+        if not 200 <= reply.status < 300:
+            raise PromError(f"HTTP {reply.status}: {_server_error(reply)}")
+        return _parse(reply.body, want)
 
 
-def _parse(raw: bytes, want: str) -> list[Series]:
+def _failed(exc: FetchFailed, base_url: str, deadline_s: float) -> PromError:
+    if exc.kind == "too_large":
+        return PromError(f"answer refused: larger than {MAX_ANSWER_BYTES // 2**20} MiB, more than a report "
+                         "query can need (docs/fleet-report.md)")
+    if exc.kind in ("deadline", "timeout"):
+        return PromError(f"no whole answer within {deadline_s:g} s (--timeout and {SERVER_MARGIN_S:g} s more for the "
+                         "answer to arrive): the query gave up")
+    if exc.kind in ("refused", "unreachable"):
+        return PromError(f"cannot reach {base_url}: {_line(exc)}", unreachable=True)
+    return PromError(f"cannot read the answer: {_line(exc)}", unreachable=True)
+
+
+def _parse(raw: bytes, want: str) -> Answer:
     try:
         answer = json.loads(raw)
+    except RecursionError:
+        raise PromError("answer refused: JSON nested too deeply, not a Prometheus API answer") from None
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, a 5000-digit number
+        raise PromError(f"not a Prometheus API answer (not JSON: {_line(exc, 120)})") from None
+    try:
+        if not isinstance(answer, dict):
+            raise PromError("not a Prometheus API answer (not a JSON object)")
         if answer.get("status") != "success":
-            raise PromError(_line(answer.get("error") or answer))
+            error = answer.get("error")
+            raise PromError(_line(error) if isinstance(error, str) and error else "the server answered status "
+                            f"{_line(answer.get('status'), 40) if isinstance(answer.get('status'), str) else 'missing'}")
         data = answer["data"]
         kind, result = data["resultType"], data["result"]
         if kind == "scalar":
-            return [Series({}, ((float(result[0]), float(result[1])),))]
-        if kind != want:
-            raise PromError(f"expected a {want}, got a {kind}")
-        out = []
-        for item in result:
-            points = [item["value"]] if want == "vector" else item["values"]
-            out.append(Series({str(k): str(v) for k, v in item["metric"].items()},
-                              tuple((float(t), float(v)) for t, v in points)))
-        return out
-    except PromError:
-        raise
-    except (ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
+            result = [{"metric": {}, "value": result}]
+        elif kind != want:
+            raise PromError(f"expected a {want}, got a {_line(kind, 40) if isinstance(kind, str) else 'something else'}")
+        return _series(result, "values" if kind == "matrix" else "value")
+    except (RecursionError, ValueError, KeyError, TypeError, AttributeError, IndexError, OverflowError) as exc:
         raise PromError(f"not a Prometheus API answer ({type(exc).__name__}: {_line(exc)})") from None
 
 
-def _server_error(exc: urllib.error.HTTPError) -> str:
+def _series(result: list[Any], key: str) -> Answer:
+    """The answer's series, counted against the caps before any is built, then built one at a time
+    while the parsed JSON of each is let go (the answer is never held twice)."""
+    if not isinstance(result, list):
+        raise TypeError("result is not a list")
+    if len(result) > MAX_SERIES:
+        raise PromError(f"answer refused: {len(result):,} series, more than the {MAX_SERIES:,} a report query can need")
+    points = sum(len(item[key]) for item in result) if key == "values" else len(result)
+    if points > MAX_POINTS:
+        raise PromError(f"answer refused: {points:,} points, more than the {MAX_POINTS:,} a report query can need")
+    out = Answer()
+    result.reverse()
+    while result:
+        item = result.pop()
+        samples = item[key] if key == "values" else [item[key]]
+        kept = []
+        for t, v in samples:
+            pair = (float(t), float(v))
+            if math.isfinite(pair[0]) and math.isfinite(pair[1]):
+                kept.append(pair)
+            else:
+                out.skipped += 1
+        if kept:
+            out.append(Series({str(k): _label(v) for k, v in item["metric"].items()}, tuple(kept)))
+    return out
+
+
+def _label(value: object) -> str:
+    if isinstance(value, (dict, list)):
+        raise TypeError("a label value is not a string")
+    return str(value)
+
+
+def _server_error(reply: Reply) -> str:
     """The API's own ``error`` field (a parse error, a timeout), else the HTTP reason."""
     try:
-        return _line(json.loads(exc.read(64 * 1024)).get("error") or exc.reason)
-    except (ValueError, AttributeError, OSError):
-        return _line(exc.reason)
+        error = json.loads(reply.body).get("error")
+    except (ValueError, AttributeError, RecursionError):
+        error = None
+    return _line(error if isinstance(error, str) and error else reply.reason)
 
 
 def _ts(value: float) -> str:

@@ -9,11 +9,11 @@ the definitions, and what could not be computed.
 
 from __future__ import annotations
 
-import json
+import math
 import time
 
 from agent import __version__
-from agent.views.fleet_report.collect import FleetReport
+from agent.views.fleet_report.collect import FleetReport, finite
 from agent.views.fleet_report.data import DEFAULT_COST_PER_GPU_HOUR, USEFUL_CLASSES
 from agent.views.fleet_report.render_tables import class_table, hours, incidents_table, jobs_table, usd, waste_table
 from agent.views.html_parts import page, pct
@@ -42,7 +42,7 @@ def build_page(report: FleetReport, *, title: str | None = None) -> str:
     w = report.window
     scope = f"cluster {report.cluster}" if report.cluster else "all clusters"
     title = title or f"roofwatch fleet report · {scope} · {_utc(w.start)} – {_utc(w.end)}"
-    data = json.dumps(report.to_json(), sort_keys=True).replace("<", "\\u003c")
+    data = report.to_json_text().replace("<", "\\u003c")  # strict JSON: no NaN or Infinity tokens
     body = [
         f"<h1>{esc(title)}</h1>",
         f'<p class="muted">{_utc(w.start)} – {_utc(w.end)} ({_span(w.range_s)}), compared with the {_span(w.range_s)} before · '
@@ -75,7 +75,7 @@ def build_page(report: FleetReport, *, title: str | None = None) -> str:
 
 
 def _cards(report: FleetReport) -> str:
-    now, before = report.totals(), report.previous
+    now, before = finite(report.totals()), finite(report.previous)
     cards = [("GPU-hours", "gpu_hours", hours, False), ("wasted GPU-hours", "wasted_gpu_hours", hours, True),
              ("wasted cost", "wasted_cost_usd", usd, True), ("idle-allocated GPU-hours", "idle_allocated_gpu_hours", hours, True),
              ("busy MFU (mean)", "mfu_mean", pct, False), ("kWh per useful GPU-hour", "kwh_per_useful_gpu_hour",
@@ -189,7 +189,7 @@ def _problems(report: FleetReport) -> str:
 
 
 def _f(value: object) -> float | None:
-    return float(value) if isinstance(value, (int, float)) else None
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
 
 
 def _utc(ts: float) -> str:

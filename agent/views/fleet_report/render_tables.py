@@ -4,6 +4,7 @@ them; every name in them comes from the store and is escaped (agent.views.svg.es
 
 from __future__ import annotations
 
+import math
 from typing import Iterable, Sequence
 
 from agent.model import WORKLOAD_CLASSES
@@ -14,11 +15,13 @@ from agent.views.svg import esc
 
 
 def hours(value: float | None) -> str:
-    return "—" if value is None else f"{value:,.1f}"
+    return "—" if value is None or not math.isfinite(value) else f"{value:,.1f}"
 
 
 def usd(value: float | None) -> str:
-    return "—" if value is None else f"${value:,.0f}" if abs(value) >= 100 else f"${value:,.2f}"
+    if value is None or not math.isfinite(value):
+        return "—"
+    return f"${value:,.0f}" if abs(value) >= 100 else f"${value:,.2f}"
 
 
 def share_bar(group: Group) -> str:
@@ -97,5 +100,5 @@ def incidents_table(rows: Sequence[dict[str, object]], columns: Sequence[tuple[s
 
 def _incident_cell(value: object) -> str:
     if isinstance(value, float):
-        return f'<td class="num">{value:,.2f}</td>'
+        return f'<td class="num">{value:,.2f}</td>' if math.isfinite(value) else "<td>—</td>"
     return f"<td>{esc(value) if value not in (None, '') else '—'}</td>"
