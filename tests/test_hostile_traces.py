@@ -180,3 +180,90 @@ def test_the_classifier_survives_a_subnormal_interval_the_reader_would_refuse():
     assert verdicts and all(v.gpu == "0" for v in verdicts)
     with pytest.raises(TraceFormatError, match="'interval_s'"):
         list(TraceReader(io.StringIO('{"ts": 1800000000, "gpu": "0", "interval_s": 5e-324}\n')))
+
+
+# -- many GPUs: a limit per command, named by file, line and flag -----------------------------------
+
+
+MANY_GPUS = 400_000
+GPU_MEMORY_LIMIT = 2**30
+"""1 GiB of address space: the command itself takes about 400 MiB; replaying 400 000 GPUs took 2 GB."""
+
+
+def _limit_memory_1g() -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (GPU_MEMORY_LIMIT, GPU_MEMORY_LIMIT))
+
+
+@pytest.fixture(scope="module")
+def many_gpus(tmp_path_factory) -> str:
+    """A 2.3 MB .jsonl.gz naming 400 000 distinct GPUs, two samples each (all GPUs at T0, then at T0 + 1)."""
+    trace = tmp_path_factory.mktemp("many") / "many-gpus.jsonl.gz"
+    with gzip.open(trace, "wt", compresslevel=1) as f:
+        for ts in (T0, T0 + 1):
+            f.write("".join(f'{{"ts":{ts},"gpu":"{g}","interval_s":1.0,"gr_active":0.9,"sm_active":0.8}}\n'
+                            for g in range(MANY_GPUS)))
+    return str(trace)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", ["classify", "report", "report --skip-bad-lines"])
+def test_a_trace_naming_too_many_gpus_is_refused_at_the_first_past_the_limit(tmp_path, many_gpus, command):
+    """Under 1 GiB: the first sample of GPU 4097 stops the command with one line naming file:line and
+    the flag, skipping or not (a replay of part of the GPUs would pass for the whole trace)."""
+    out = tmp_path / "r.html"
+    extra = ("--out", str(out)) if command.startswith("report") else ()
+    result = subprocess.run(roofwatch_cmd(*command.split(), many_gpus, *extra), capture_output=True, text=True,
+                            timeout=120, env=clean_env(), preexec_fn=_limit_memory_1g)
+    assert result.returncode == 2, (result.returncode, result.stderr[-2000:])
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and f"{many_gpus}:4097:" in lines[0], lines
+    assert "more than 4096 distinct GPUs" in lines[0] and "gpu '4096'" in lines[0] and "--max-gpus" in lines[0]
+    assert result.stdout == "" and not out.exists()
+
+
+def _six_gpus(path) -> None:
+    path.write_text("".join(busy(T0 + i, str(g)) + "\n" for i in range(60) for g in range(6)))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", ["classify", "report"])
+def test_max_gpus_sets_the_limit_and_a_trace_within_it_is_replayed_as_usual(tmp_path, command):
+    trace = tmp_path / "six.jsonl"
+    _six_gpus(trace)
+    out = tmp_path / "r.html"
+    extra = ("--out", str(out)) if command == "report" else ()
+    refused = run(command, "--max-gpus", "5", str(trace), *extra)
+    assert refused.returncode == 2 and f"{trace}:6: more than 5 distinct GPUs" in refused.stderr, refused.stderr
+    assert refused.stderr.count("\n") == 1 and "--max-gpus" in refused.stderr
+    result = run(command, "--max-gpus", "6", str(trace), *extra)
+    assert result.returncode == 0, result.stderr
+    if command == "classify":
+        verdicts = [json.loads(line) for line in result.stdout.splitlines()]
+        assert {v["gpu"] for v in verdicts} == {str(g) for g in range(6)}
+        assert {v["class"] for v in verdicts[-6:]} == {"compute_bound"}
+    else:
+        assert "of 6 GPUs" in result.stdout and out.is_file()
+
+
+@pytest.mark.slow
+def test_max_gpus_must_be_a_positive_number(tmp_path):
+    trace = tmp_path / "six.jsonl"
+    _six_gpus(trace)
+    for bad in ("0", "-3", "many"):
+        result = run("classify", "--max-gpus", bad, str(trace))
+        assert result.returncode == 2 and "--max-gpus" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_the_reader_counts_gpus_by_node_and_shares_the_limit_between_traces():
+    from agent.trace.reader import TooManyGpus
+
+    first = "".join(busy(T0, g) + "\n" for g in ("0", "1"))
+    second = busy(T0 + 1, "1") + "\n" + json.dumps({"ts": T0 + 1, "gpu": "1", "node": "n2"}) + "\n"
+    seen: set[tuple[str, str]] = set()
+    assert len(list(TraceReader(io.StringIO(first), max_gpus=3, gpus=seen))) == 2
+    with pytest.raises(TooManyGpus, match=r"<stream>:2: more than 2 distinct GPUs .* gpu '1' on node 'n2'"):
+        list(TraceReader(io.StringIO(second), max_gpus=2, gpus=seen))
+    assert seen == {("local", "0"), ("local", "1")}, "the same GPU in the next trace is not counted again"
+    with pytest.raises(TooManyGpus, match=r":2: more than 1 distinct GPUs"):
+        list(TraceReader(io.StringIO(first), max_gpus=1, strict=False))  # skipping does not skip the limit
+    assert len(list(TraceReader(io.StringIO(first), max_gpus=None))) == 2

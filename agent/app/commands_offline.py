@@ -27,6 +27,7 @@ def register(sub: argparse._SubParsersAction) -> dict[str, Callable[[argparse.Na
     cls.add_argument("--dtype", choices=["fp8", "bf16", "fp16", "tf32", "fp32", "fp64"],
                      help="precision behind the peak FLOP/s when the trace does not say (default bf16, flagged as assumed)")
     cls.add_argument("--skip-bad-lines", action="store_true", help=SKIP_HELP)
+    add_max_gpus_flag(cls)
 
     report = sub.add_parser(
         "report", help="render a recorded trace as one self-contained HTML page",
@@ -40,6 +41,7 @@ def register(sub: argparse._SubParsersAction) -> dict[str, Callable[[argparse.Na
     report.add_argument("--dtype", choices=["fp8", "bf16", "fp16", "tf32", "fp32", "fp64"],
                         help="precision behind the peak FLOP/s when the trace does not say (default bf16, flagged as assumed)")
     report.add_argument("--skip-bad-lines", action="store_true", help=SKIP_HELP)
+    add_max_gpus_flag(report)
 
     _register_fleet_report(sub)
 
@@ -52,18 +54,43 @@ SKIP_HELP = ("skip lines that break the trace contract (and a cut-off gzip end) 
              "instead of stopping at the first with exit status 2: for a long recording whose agent was killed")
 
 
-def read_traces(paths: Sequence[str], *, skip_bad_lines: bool = False, command: str = "classify") -> list:
+def _max_gpus(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of GPUs, at least 1 (got {text[:40]!r})")
+    return value
+
+
+def add_max_gpus_flag(parser: argparse.ArgumentParser) -> None:
+    from agent.trace.reader import DEFAULT_MAX_GPUS
+
+    parser.add_argument("--max-gpus", type=_max_gpus, default=DEFAULT_MAX_GPUS, metavar="N",
+                        help=f"refuse traces that name more than N distinct GPUs (node, gpu) in all (default "
+                             f"{DEFAULT_MAX_GPUS}; each costs memory in every evaluation)")
+
+
+def read_traces(paths: Sequence[str], *, skip_bad_lines: bool = False, command: str = "classify",
+                max_gpus: int | None = None) -> list:
     """Every sample of every trace. A bad line stops with exit status 2 naming its file and line;
-    with ``skip_bad_lines`` bad lines are skipped and one warning on stderr counts them."""
+    with ``skip_bad_lines`` bad lines are skipped and one warning on stderr counts them. The traces
+    together may name at most ``max_gpus`` distinct GPUs (default the reader's): the first sample of
+    one more stops with exit status 2 naming its file and line and the flag, skipping or not."""
     from agent.trace import TraceFormatError, TraceReader
+    from agent.trace.reader import DEFAULT_MAX_GPUS, TooManyGpus
 
     samples = []
     skipped = read = 0
     first: TraceFormatError | None = None
+    gpus: set[tuple[str, str]] = set()  # one limit for all the traces replayed together
     for path in paths:
         try:
-            reader = TraceReader(path, strict=not skip_bad_lines)
+            reader = TraceReader(path, strict=not skip_bad_lines, max_gpus=max_gpus or DEFAULT_MAX_GPUS, gpus=gpus)
             samples.extend(reader)
+        except TooManyGpus as exc:
+            raise CliError(f"{exc} (--max-gpus N raises the limit)", EXIT_USAGE) from None
         except TraceFormatError as exc:
             hint = "" if skip_bad_lines else " (--skip-bad-lines skips such lines)"
             raise CliError(f"{exc}{hint}", EXIT_USAGE) from None
@@ -91,7 +118,7 @@ def cmd_classify(args: argparse.Namespace) -> int:
     from agent.classifier.evaluate import evaluate
 
     settings, dtype = trace_classifier_settings(args)
-    samples = read_traces(args.traces, skip_bad_lines=args.skip_bad_lines, command="classify")
+    samples = read_traces(args.traces, skip_bad_lines=args.skip_bad_lines, command="classify", max_gpus=args.max_gpus)
     kept = []
     out = sys.stdout
     for verdict in classify_samples(samples, settings.classifier, dtype=dtype):
@@ -121,7 +148,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         raise CliError(f"--out: {exc}", EXIT_USAGE) from None
 
     settings, dtype = trace_classifier_settings(args)
-    samples = read_traces(args.traces, skip_bad_lines=args.skip_bad_lines, command="report")
+    samples = read_traces(args.traces, skip_bad_lines=args.skip_bad_lines, command="report", max_gpus=args.max_gpus)
     verdicts = list(classify_samples(samples, settings.classifier, dtype=dtype))
     html = build_report(samples, verdicts, title=args.title, sources=[Path(t).name for t in args.traces])
     try:  # written whole or not at all, through a temporary file nobody could have planted
@@ -199,7 +226,7 @@ def cmd_fleet_report(args: argparse.Namespace) -> int:
             sys.stderr.write("\r\x1b[K")
     outputs = [(args.out, build_page(report, title=args.title))]
     if args.json:
-        outputs.append((args.json, json.dumps(report.to_json(), indent=1, sort_keys=True) + "\n"))
+        outputs.append((args.json, report.to_json_text(indent=1) + "\n"))
     for target, text in outputs:
         try:
             write_whole(target, text.encode("utf-8", "replace"))

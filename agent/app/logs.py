@@ -3,6 +3,10 @@
 Each line is one event with key=value context (``gpu=3 error="lost: ..."``) so log pipelines
 can filter on fields. Per-cycle chatter lives at debug; info carries only start, stop and
 state changes (a GPU going down or coming back), so a healthy node logs almost nothing.
+
+Values carry names other people choose (jobs, pods, inference servers' models), so no line holds
+a control or format character: logfmt writes them as escapes (``\\x1b``, ``\\u202e``,
+agent.views.safe_text.escaped), JSON as ``\\u001b`` (``json.dumps`` keeps to ASCII).
 """
 
 from __future__ import annotations
@@ -12,6 +16,8 @@ import logging
 import sys
 import time
 
+from agent.views.safe_text import escaped
+
 _STANDARD_ATTRS = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime"}
 
 
@@ -20,10 +26,13 @@ def _extras(record: logging.LogRecord) -> dict[str, object]:
 
 
 def _logfmt_value(value: object) -> str:
+    """A logfmt value: bare when it can be, else quoted with ``\\`` and ``"`` escaped and every
+    control or format character written as an escape (``\\n``, ``\\x1b``, ``\\u202e``): values come
+    from job, pod and model names, and a raw ESC would drive the terminal that tails the log."""
     text = str(value)
-    if text and not any(c in text for c in ' "=\n\t\\'):
+    if text and text.isprintable() and not any(c in text for c in ' "=\\'):
         return text
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+    return '"' + escaped(text.replace("\\", "\\\\").replace('"', '\\"')) + '"'
 
 
 class LogfmtFormatter(logging.Formatter):
@@ -33,7 +42,7 @@ class LogfmtFormatter(logging.Formatter):
         fields.update(_extras(record))
         if record.exc_info:
             fields["exc"] = self.formatException(record.exc_info)
-        return " ".join(f"{k}={_logfmt_value(v)}" for k, v in fields.items())
+        return " ".join(f"{escaped(k)}={_logfmt_value(v)}" for k, v in fields.items())
 
 
 class JsonFormatter(logging.Formatter):
@@ -47,7 +56,8 @@ class JsonFormatter(logging.Formatter):
         fields.update({k: v if isinstance(v, (int, float, bool, type(None))) else str(v) for k, v in _extras(record).items()})
         if record.exc_info:
             fields["exc"] = self.formatException(record.exc_info)
-        return json.dumps(fields, separators=(",", ":"))
+        # ASCII only: with ensure_ascii=False json leaves DEL, C1 controls (\x9b, a CSI) and bidi overrides raw
+        return json.dumps(fields, separators=(",", ":"), ensure_ascii=True)
 
 
 def configure_logging(level: str = "info", fmt: str = "logfmt") -> None:

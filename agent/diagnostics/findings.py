@@ -3,7 +3,8 @@
 Each :class:`Finding` says what was seen, what it costs (which metrics and which workload classes
 become unavailable) and the fix. Vendor checks (agent.diagnostics.nvidia, .amd) only produce
 findings; the exit status is decided here, in one place: 0 everything works, 3 the agent works
-with pieces missing, 1 no GPU can be read at all.
+with pieces missing, 1 no GPU can be read at all. The text form is printable whatever the findings
+hold (:meth:`Report.text`); the JSON form escapes as JSON does.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
 from typing import Any, Literal
+
+from agent.views.safe_text import printable
 
 Status = Literal["ok", "warn", "fail", "info"]
 
@@ -53,17 +56,27 @@ class Report:
                 "exit_code": self.exit_code, "gpus": self.gpus, "findings": [asdict(f) for f in self.findings]}
 
     def text(self) -> str:
+        """The findings for a terminal. Every field passes through :func:`shown`: a check's detail and
+        fix carry what the neighbours said (an inference server's model name, dcgm-exporter's
+        ``modelName``, a driver's GPU name, an error's text), and none of it may drive the terminal."""
         marks = {"ok": "ok  ", "warn": "WARN", "fail": "FAIL", "info": "    "}
         lines = []
         for f in self.findings:
-            where = f" [GPU {f.gpu}]" if f.gpu is not None else ""
-            lines.append(f"{marks[f.status]} {f.check}{where}: {f.detail}")
+            where = f" [GPU {shown(f.gpu)}]" if f.gpu is not None else ""
+            lines.append(f"{marks[f.status]} {shown(f.check)}{where}: {shown(f.detail)}")
             if f.impact:
-                lines.append(f"       missing: {f.impact}")
+                lines.append(f"       missing: {shown(f.impact)}")
             if f.fix:
-                lines.append(f"       fix: {f.fix}")
+                lines.append(f"       fix: {shown(f.fix)}")
         lines.append(f"\nnode: {self.verdict}")
         return "\n".join(lines)
+
+
+def shown(text: object) -> str:
+    """One line of printable text: line breaks and tabs become spaces (an error's text may span
+    lines), every other control or format character U+FFFD (ESC, BEL, C1 CSI, bidi overrides;
+    agent.views.safe_text). Letters of any script stay as they are."""
+    return printable(str(text).replace("\r\n", " ").replace("\n", " ").replace("\t", " "))
 
 
 def package_version(name: str) -> str | None:

@@ -42,6 +42,12 @@ TS_MAX = 4_102_444_800.0
 """2100-01-01 UTC: past it a timestamp is a unit error (milliseconds, nanoseconds) or garbage, and
 the grid and the report's calendar arithmetic stop being meaningful."""
 
+DEFAULT_MAX_GPUS = 4096
+"""Distinct GPUs (node, gpu) a reader accepts by default. A node has 8 to 16 GPUs (56 MIG instances
+at most on 8 GPUs, 72 in an NVL72 rack), so 4096 is a fleet trace of 256 full nodes. Each GPU costs
+the classifier about 5 KB for every evaluation it is in: a 2.4 MB trace naming 400 000 GPUs took
+2 GB. Past the limit the reader stops at the first sample of one GPU too many (:class:`TooManyGpus`)."""
+
 INTERVAL_MIN_S = 1e-3
 INTERVAL_MAX_S = 86_400.0
 """A sample averages over a millisecond to a day: no counter is read faster, and a longer
@@ -104,6 +110,15 @@ def _short(value: object) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+class TooManyGpus(TraceFormatError):
+    """A trace names more distinct GPUs than ``max_gpus``: raised at the first sample past the limit,
+    strict or not (skipping every later GPU would classify a part of the trace as if it were all)."""
+
+    def __init__(self, path: str, line: int, message: str, limit: int) -> None:
+        super().__init__(path, line, message)
+        self.limit = limit
+
+
 def _describe(exc: ValidationError) -> str:
     parts = []
     for err in exc.errors()[:3]:
@@ -136,10 +151,18 @@ class TraceReader:
     With ``strict=False`` bad lines are skipped and counted in ``error_count``; the first
     ``MAX_KEPT_ERRORS`` are kept in ``errors`` (a damaged 10 GB file must not fill memory with
     them). An unsupported header version still raises, since nothing after it can be trusted.
+
+    At most ``max_gpus`` distinct GPUs (node + gpu; ``None``: no limit) are read: the sample of one
+    more raises :class:`TooManyGpus`, strict or not. ``gpus`` is the set of GPUs already seen, to
+    share one limit between the readers of several traces replayed together; it is filled in.
     """
 
-    def __init__(self, source: str | os.PathLike[str] | IO[Any], *, strict: bool = True) -> None:
+    def __init__(self, source: str | os.PathLike[str] | IO[Any], *, strict: bool = True,
+                 max_gpus: int | None = DEFAULT_MAX_GPUS, gpus: set[tuple[str, str]] | None = None) -> None:
         self.strict = strict
+        self.max_gpus = max_gpus
+        self.gpus: set[tuple[str, str]] = set() if gpus is None else gpus
+        """Distinct (node, gpu) keys read so far (with those of the readers sharing the set)."""
         self.errors: list[TraceFormatError] = []
         self.error_count = 0
         self.lines_read = 0
@@ -291,6 +314,8 @@ class TraceReader:
                                    f"to {INTERVAL_MAX_S:.0f} s (a day)"))
             return None
         key = (sample.node, sample.gpu)
+        if key not in self.gpus:
+            self._admit(lineno, key)
         last = self._last_ts.get(key)
         if last is not None and sample.ts <= last[0]:
             self._fail(TraceFormatError(
@@ -300,6 +325,13 @@ class TraceReader:
             return None
         self._last_ts[key] = (sample.ts, lineno)
         return sample
+
+    def _admit(self, lineno: int, key: tuple[str, str]) -> None:
+        if self.max_gpus is not None and len(self.gpus) >= self.max_gpus:
+            raise TooManyGpus(self.path, lineno, f"more than {self.max_gpus} distinct GPUs (node, gpu): gpu "
+                                                 f"{_short(key[1])} on node {_short(key[0])} is the first past the limit",
+                              self.max_gpus)
+        self.gpus.add(key)
 
     def __iter__(self) -> Iterator[GpuSample]:
         try:
@@ -333,6 +365,6 @@ class TraceReader:
 
 
 def read_trace(source: str | os.PathLike[str] | IO[Any], *, strict: bool = True,
-               ) -> Iterator[GpuSample]:
+               max_gpus: int | None = DEFAULT_MAX_GPUS) -> Iterator[GpuSample]:
     """Yield the samples of a trace; see :class:`TraceReader` for the rules and for the header."""
-    yield from TraceReader(source, strict=strict)
+    yield from TraceReader(source, strict=strict, max_gpus=max_gpus)

@@ -5,7 +5,8 @@ traces and remote agents. Shown as they are, an escape sequence in a job name cl
 operator's terminal, retitles it or writes their clipboard (OSC 52); a bidi override makes
 ``job\u202egnp.exe`` read as ``jobexe.png``; an undecodable byte (a lone surrogate) stops a page
 from being encoded at all. Control characters are replaced by U+FFFD rather than dropped, so the
-reader sees that something stood there. Markup (rich's ``[bold]``, HTML) is not this module's
+reader sees that something stood there; logs write them as backslash escapes instead
+(:func:`escaped`), so the exact value survives. Markup (rich's ``[bold]``, HTML) is not this module's
 business: the terminal views draw names as plain :class:`rich.text.Text` and the pages escape them.
 """
 
@@ -23,12 +24,15 @@ _REPLACED_CATEGORIES = {"Cc", "Cs", "Zl", "Zp", "Cf"}
 format characters (bidi overrides and isolates, invisible tags)."""
 
 
+def _unsafe(char: str) -> bool:
+    """Whether ``char`` is one that :func:`printable` replaces."""
+    if char.isprintable() or char == " " or char in _KEPT_FORMAT:
+        return False
+    return unicodedata.category(char) in _REPLACED_CATEGORIES
+
+
 def _shown(char: str) -> str:
-    if char.isprintable() or char == " ":
-        return char
-    if char in _KEPT_FORMAT or unicodedata.category(char) not in _REPLACED_CATEGORIES:
-        return char
-    return REPLACEMENT
+    return REPLACEMENT if _unsafe(char) else char
 
 
 def printable(text: object, limit: int | None = None) -> str:
@@ -40,3 +44,25 @@ def printable(text: object, limit: int | None = None) -> str:
     if value.isprintable():  # the common case: nothing to look at character by character
         return value
     return "".join(_shown(c) for c in value)
+
+
+_NAMED_ESCAPES = {"\n": "\\n", "\t": "\\t", "\r": "\\r"}
+
+
+def _escape(char: str) -> str:
+    if not _unsafe(char):
+        return char
+    code = ord(char)
+    if char in _NAMED_ESCAPES:
+        return _NAMED_ESCAPES[char]
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+def escaped(text: object) -> str:
+    """``text`` with every character :func:`printable` would replace written as a backslash escape
+    instead (``\\x1b``, ``\\x9b``, ``\\u202e``, ``\\n``): for logs, where the exact value matters
+    more than its look. Backslashes themselves are left alone; a format that quotes escapes them first."""
+    value = str(text)
+    if value.isprintable():
+        return value
+    return "".join(_escape(c) for c in value)
