@@ -73,7 +73,11 @@ LOG_EACH = 8
 
 
 class _WorkerPool:
-    """At most ``size`` daemon threads running backend calls from one queue, started as needed.
+    """``size`` daemon threads running backend calls from one queue, all started at the first call.
+
+    All at once rather than as the queue grows: a pool that grew under a busy moment and never
+    shrank would change the agent's thread count long after start, and a thread count that
+    returns to its baseline is how a leak is told from a load.
 
     Not a ThreadPoolExecutor: executor threads are joined at interpreter exit, so one driver
     call hung forever would keep the agent from ever exiting on SIGTERM. A daemon thread
@@ -86,7 +90,6 @@ class _WorkerPool:
         self._size, self._name = size, name
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
-        self._waiting = self._busy = 0  # jobs queued and not taken; workers running a call
 
     @property
     def threads(self) -> int:
@@ -95,8 +98,7 @@ class _WorkerPool:
     def submit(self, call: Callable[[], GpuSample]) -> cf.Future[GpuSample]:
         future: cf.Future[GpuSample] = cf.Future()
         with self._lock:
-            self._waiting += 1
-            if self._waiting > len(self._threads) - self._busy and len(self._threads) < self._size:
+            while len(self._threads) < self._size:
                 thread = threading.Thread(target=self._loop, name=f"{self._name}-{len(self._threads)}", daemon=True)
                 self._threads.append(thread)
                 thread.start()
@@ -110,16 +112,11 @@ class _WorkerPool:
     def _loop(self) -> None:
         while (job := self._jobs.get()) is not None:
             future, call = job
-            with self._lock:
-                self._waiting -= 1
-                self._busy += 1
             if future.set_running_or_notify_cancel():
                 try:
                     future.set_result(call())
                 except BaseException as exc:  # noqa: BLE001 - handed to the collector thread
                     future.set_exception(exc)
-            with self._lock:
-                self._busy -= 1
 
 
 @dataclasses.dataclass

@@ -272,6 +272,25 @@ def test_sampling_threads_are_bounded_by_the_pool_not_the_device_count():
         collector.stop()
 
 
+def test_the_pool_starts_its_workers_at_the_first_cycle_and_never_grows_after():
+    """A pool that grew in a busy moment and never shrank moved the agent's thread count long after
+    start, so the load tests' 'threads back at their baseline' could not tell it from a leak."""
+    backend = ScriptedBackend(4)
+    collector, mono = make(backend)
+    try:
+        collector.collect_once()
+        started = collector._workers.threads
+        backend.behaviour.update({"0": "hang"})
+        for _ in range(3):
+            mono.t += 10
+            collector.collect_once()
+        assert started == 4 and collector._workers.threads == 4, "one worker per device up to 16, from the start"
+        backend.behaviour.clear()
+        backend.release.set()
+    finally:
+        collector.stop()
+
+
 def test_devices_past_max_devices_are_refused_with_one_log_line(caplog):
     backend = ScriptedBackend(200)
     with caplog.at_level("INFO", logger="roofwatch"):
@@ -388,7 +407,7 @@ def test_with_every_worker_hung_the_rest_are_marked_down_and_wait_without_piling
             for d in snap.devices[2:]:
                 assert "not started within 0.20s: all 2 sampling workers busy" in d.error, d.error
         assert [backend.calls[str(i)] for i in range(6)] == [1, 1, 0, 0, 0, 0], "no call started, none added"
-        assert collector._workers._waiting == 4, "one queued call per waiting device, not one per cycle"
+        assert collector._workers._jobs.qsize() == 4, "one queued call per waiting device, not one per cycle"
         assert sampling_threads() - before <= 2
         backend.behaviour.clear()
         backend.release.set()
