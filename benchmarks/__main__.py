@@ -51,6 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     figures += cost
     figures += scrape.run(args.quick)
     figures += hostile.run(args.quick, baseline=not args.no_listener_baseline)
+    figures += hostile.neighbours(args.quick)
     if not args.no_soak:
         figures += memory_soak.run(args.quick)
     print(table(figures))

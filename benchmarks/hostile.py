@@ -8,7 +8,11 @@ second. The baseline is the same command from the last commit before the listene
 given the hardening its knobs allow: a 10 s socket timeout instead of 300 s and room for 1024
 connections (a thread each) instead of 128. Without git history the baseline is left out, and said so.
 
-Run alone with ``.venv/bin/python -m benchmarks.hostile [--quick] [--no-baseline]``.
+Then the hostile neighbours (``neighbours``, the load of tests/test_load_neighbours.py): a dripping
+dcgm-exporter and inference server, slow report-socket connections and a SIGHUP with an emptied web
+config, around a real ``roofwatch run``; what honest scrapers and a reporting job see meanwhile.
+
+Run alone with ``.venv/bin/python -m benchmarks.hostile [--quick] [--no-baseline] [--neighbours]``.
 """
 
 from __future__ import annotations
@@ -130,14 +134,62 @@ def figures(ours: tuple[Samples, list[float], int], theirs: tuple[Samples, list[
     ]
 
 
+NEIGHBOURS_GROUP = "hostile neighbours"
+
+
+def neighbours(quick: bool = False) -> list[Figure]:
+    """The neighbours' load (benchmarks/neighbours_load.py, asserted by tests/test_load_neighbours.py): what an
+    honest scraper and a reporting job see while the node's own neighbours misbehave."""
+    from benchmarks.neighbours_load import HONEST_SERVERS, Neighbourhood, attack as misbehave, workdir as nb_dir
+
+    seconds = 24.0 if quick else 60.0
+    directory = nb_dir()
+    hood = Neighbourhood(directory)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and hood.honest_servers_in(hood.scrape()[1]) < HONEST_SERVERS:
+            time.sleep(0.5)
+        threads = hood.threads()
+        seen = misbehave(hood, seconds)
+    finally:
+        hood.close()
+        shutil.rmtree(directory, ignore_errors=True)
+    note = (f"dripping dcgm-exporter, 1 dripping + {HONEST_SERVERS} honest inference servers, 70 slow report-socket "
+            f"connections, SIGHUP with an emptied web config; {seconds:.0f} s, basic auth")
+
+    def fig(name: str, value: float, unit: str, budget: float | None = None, extra: str = "") -> Figure:
+        return Figure(NEIGHBOURS_GROUP, name, value, unit, budget=budget, note=extra or note)
+
+    latencies = seen.scrape_latencies
+    return [
+        fig("honest scrape p50", percentile(latencies, 0.5) * 1e3, "ms"),
+        fig("honest scrape p99", percentile(latencies, 0.99) * 1e3, "ms", 1000.0),
+        fig("honest scrape max", max(latencies, default=float("nan")) * 1e3, "ms", 1000.0),
+        fig("honest scrapes failed", float(len(seen.scrape_failures)), "scrapes", 0.0),
+        fig("scrapes without a password let through", float(sum(1 for s in seen.unauthenticated if s != 401)),
+            "scrapes", 0.0, extra="401 expected throughout, across the SIGHUP with an emptied web config"),
+        fig("job reports not answered 204", float(sum(1 for s in seen.reports if s != "204")), "reports", 0.0,
+            extra=f"{len(seen.reports)} reports on the unix socket from another process, 2 a second"),
+        fig("honest inference servers with figures (fewest seen)", float(min(seen.honest_servers_seen, default=0)),
+            "servers", extra=f"of {HONEST_SERVERS}; one dripping server beside them"),
+        fig("peak RSS", max(seen.rss_mib), "MiB", 256.0),
+        fig("peak threads", float(max(seen.threads)), "threads", extra=f"{threads} before the attack"),
+    ]
+
+
 def main() -> None:
     from benchmarks.figures import table
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="20 s of attack instead of 60")
     parser.add_argument("--no-baseline", action="store_true", help="leave out the http.server baseline")
+    parser.add_argument("--neighbours", action="store_true",
+                        help="only the hostile-neighbours load (benchmarks/neighbours_load.py)")
     args = parser.parse_args()
-    print(table(run(quick=args.quick, baseline=not args.no_baseline)))
+    if args.neighbours:
+        print(table(neighbours(quick=args.quick)))
+        return
+    print(table(run(quick=args.quick, baseline=not args.no_baseline) + neighbours(quick=args.quick)))
 
 
 if __name__ == "__main__":

@@ -80,7 +80,7 @@ KINDS = {  # scraper i plays MIX[i % 10]: 20 plain, 10 gzip, 5 OpenMetrics /metr
 MIX = ["metrics"] * 4 + ["metrics-gzip"] * 2 + ["metrics-openmetrics", "status-page", "snapshot", "healthz"]
 
 
-INVALID_REPORTS = [  # (what, body, content type, the status it must get); every 10th report is one of these
+INVALID_REPORTS = [  # (what, body, content type, the status it must get); sent once each, then every 10th report
     ("not JSON", b"{step: 1", JSON, 400),
     ("a string for a number", b'{"step": "five"}', JSON, 422),
     ("rank past world_size", b'{"step": 1, "rank": 4, "world_size": 2}', JSON, 422),
@@ -226,8 +226,11 @@ class Load:
         try:
             while self._running(ready):
                 n += 1
-                if n % 10 == 0:
-                    what, body, content_type, expected = INVALID_REPORTS[(n // 10) % len(INVALID_REPORTS)]
+                # Each invalid kind once right after the first report (so every kind is sent however busy
+                # the machine keeps the reporters), then every 10th report one of them in turn.
+                invalid = n - 2 if 2 <= n < 2 + len(INVALID_REPORTS) else (n // 10 if n % 10 == 0 else None)
+                if invalid is not None:
+                    what, body, content_type, expected = INVALID_REPORTS[invalid % len(INVALID_REPORTS)]
                     what = f"report ({what})"
                 else:
                     what, body, content_type, expected = "report", report(n, reporter), JSON, 204
