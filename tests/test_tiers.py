@@ -48,6 +48,18 @@ def test_the_quick_run_fails_an_unmarked_test_over_the_limit_naming_it(inner: py
     assert "test_fast took" not in result.stdout.str()
 
 
+def test_time_spent_waiting_for_a_cpu_is_not_counted(inner: pytest.Pytester, monkeypatch) -> None:
+    """A busy machine stretches every test; what counts is the time the test itself took. The kernel's
+    run-queue figure is stood in for: the slow test's thread 'waited' 0.3 s of its 0.4 s for a CPU."""
+    import tests.tiers
+
+    readings = iter([0.0, 0.3] * 2)  # start and end of each test that runs
+    monkeypatch.setattr(tests.tiers, "runqueue_wait_s", lambda: next(readings))
+    result = inner.runpytest_inprocess("-p", "tests.tiers", "-m", "not slow", "--quick-limit", "0.2",
+                                       "-k", "not process")
+    result.assert_outcomes(passed=2, deselected=2)
+
+
 def test_the_quick_run_refuses_a_child_process_in_an_unmarked_test(inner: pytest.Pytester) -> None:
     result = inner.runpytest_inprocess("-p", "tests.tiers", "-m", "not slow", "-k", "process")
     result.assert_outcomes(failed=1, deselected=3)
