@@ -290,3 +290,24 @@ def test_evaluation_skips_settling_windows_and_counts_errors() -> None:
     wrong = evaluate(forced)
     assert wrong.recall("compute_bound") == 0.0 and wrong.precision("memory_bound") == 0.0
     assert "| compute_bound |" in wrong.table()
+
+
+@pytest.mark.parametrize(("attribution", "processes", "detail", "named"), [
+    ({"namespace": "ml", "pod": "notebook-0"}, None, "idle_held", "pod ml/notebook-0"),  # dcgm-exporter: no process list
+    ({"namespace": "ml", "pod": "notebook-0"}, (), "idle_held", "pod ml/notebook-0"),  # allocated, no process yet
+    ({"job_id": "4711"}, None, "idle_held", "job 4711"),
+    (None, None, "idle_free", None),
+    (None, (), "idle_free", None),
+])
+def test_an_idle_gpu_allocated_by_the_scheduler_is_held_whether_or_not_a_process_shows(attribution, processes,
+                                                                                        detail, named):
+    """A GPU a pod or job was given cannot be handed out, so idle on it is waste held, not free
+    capacity: dcgm-exporter's pod labels say so where there is no process list at all."""
+    from agent.model import Attribution
+
+    samples = [GpuSample(ts=T0 + i, gpu="0", node="n", uuid="GPU-1", vendor="nvidia", model="NVIDIA L40S",
+                         interval_s=1.0, gr_active=0.0, processes=processes,
+                         attribution=Attribution(**attribution) if attribution else None) for i in range(90)]
+    last = [v for v in classify_samples(samples) if v.gpu == "0"][-1]
+    assert (last.cls, last.detail) == ("idle", detail)
+    assert named is None or any(named in reason for reason in last.reasons), last.reasons

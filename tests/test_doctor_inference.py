@@ -48,6 +48,22 @@ def test_a_server_without_latency_histograms_or_a_missing_endpoint_is_a_warning(
     assert missing.status == "warn" and "404" in missing.detail
 
 
+def test_the_line_says_which_gpus_the_figures_reach_and_warns_where_no_gpu_can_be_found(server):
+    """Without ``gpus`` an endpoint is matched by its server's PIDs among a GPU's processes;
+    ``--backend dcgm-exporter`` has none, so there its figures would reach no GPU (doctor used to call
+    such an endpoint ok while the agent did not even scrape it)."""
+    endpoint = {"url": server.seq("vllm-serving-1.prom"), "model_bytes": 16.06e9}
+    (by_pid,) = findings(inference_endpoints=[endpoint])
+    assert by_pid.status == "ok" and "used for the GPUs its processes hold" in by_pid.detail
+    sidecar = Settings(backend="dcgm-exporter", dcgm_exporter_url="http://127.0.0.1:9/metrics")
+    (lost,) = inference_findings(sidecar.model_copy(update={"inference_endpoints": Settings(
+        inference_endpoints=[endpoint]).inference_endpoints}), timeout_s=5.0)
+    assert lost.status == "warn" and "used for no GPU" in lost.detail and "inference_endpoints[0].gpus" in lost.fix
+    (named,) = inference_findings(sidecar.model_copy(update={"inference_endpoints": Settings(
+        inference_endpoints=[{**endpoint, "gpus": ["2", "3"]}]).inference_endpoints}), timeout_s=5.0)
+    assert named.status == "ok" and "used for GPUs 2, 3" in named.detail
+
+
 def test_the_cli_reports_endpoints_and_exits_degraded_on_a_warning(server, tmp_path):
     config = tmp_path / "roofwatch.yaml"
     config.write_text(json.dumps({"inference_endpoints": [{"url": server.seq("vllm-serving-1.prom")}]}))

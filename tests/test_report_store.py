@@ -260,3 +260,23 @@ def test_report_for_never_raises():
     assert store.report_for(gpu="0", uuid=None, pids=None, now=1000.0) is None  # type: ignore[arg-type]
     assert store.report_for(gpu="0", uuid=None, pids=["x"], now=1000.0) is None  # type: ignore[list-item]
     assert store.report_for(gpu=None, uuid=None, pids=[3], now=1000.0).step == 1  # type: ignore[arg-type]
+
+
+def test_without_a_process_list_a_report_must_name_its_gpu_and_is_matched_without_pids():
+    """``--backend dcgm-exporter`` lists no processes: a report found only by PID would be answered 204 and
+    then match nothing, so it is refused saying how to name the GPU; named ones match with no PIDs."""
+    clock = Clock()
+    store = ReportStore(clock=clock, pids_visible=False)
+    status, message = send(store, {"tokens_per_s": 100.0, "pid": 7}, peer_pid=4242)
+    assert status == 422 and "name its GPU" in message and "NVIDIA_VISIBLE_DEVICES" in message
+    assert send(store, {"tokens_per_s": 1.0, "gpu": "1"})[0] == 204
+    assert send(store, {"tokens_per_s": 2.0, "hints": {"NVIDIA_VISIBLE_DEVICES": UUID_A}}, peer_pid=11)[0] == 204
+    assert send(store, {"tokens_per_s": 3.0, "hints": {"CUDA_VISIBLE_DEVICES": "2"}}, peer_pid=12)[0] == 204
+    found = {gpu: store.report_for(gpu=gpu, uuid=uuid, pids=[], now=clock.t)
+             for gpu, uuid in (("0", UUID_A), ("1", UUID_B), ("2", UUID_C))}
+    assert {gpu: r.tokens_per_s if r else None for gpu, r in found.items()} == {"0": 2.0, "1": 1.0, "2": 3.0}
+    # with a process list, an index-only hint from a peer whose PID is on no GPU stays unmatched
+    listed = ReportStore(clock=clock)
+    assert send(listed, {"tokens_per_s": 100.0, "pid": 7}, peer_pid=4242)[0] == 204
+    assert send(listed, {"tokens_per_s": 3.0, "hints": {"CUDA_VISIBLE_DEVICES": "2"}}, peer_pid=12)[0] == 204
+    assert listed.report_for(gpu="2", uuid=UUID_C, pids=[], now=clock.t) is None

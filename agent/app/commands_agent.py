@@ -216,7 +216,8 @@ def report_store(settings: Settings):
         token = settings.read_report_token()
     except ConfigError as exc:
         raise CliError(str(exc), EXIT_USAGE) from None
-    return ReportStore(ttl_s=settings.report_ttl_s, token=token, rate_per_s=settings.report_rate_per_s)
+    return ReportStore(ttl_s=settings.report_ttl_s, token=token, rate_per_s=settings.report_rate_per_s,
+                       pids_visible=settings.backend != "dcgm-exporter")
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -140,7 +140,12 @@ def open_dcgm_exporter(settings: Settings, reports: WorkloadSource | None = None
                                  "(--dcgm-exporter-url URL, ROOFWATCH_DCGM_EXPORTER_URL)")
     node = settings.node_name if "node_name" in settings.model_fields_set else None
     backend = DcgmExporterBackend(dcgm_exporter_reader(settings), node=node, max_devices=settings.max_devices)
-    backend.first_read()  # fails fast, and names the node after the exporter's Hostname label
+    try:
+        backend.first_read()  # fails fast, and names the node after the exporter's Hostname label
+    except BackendUnavailable:
+        backend.close()
+        raise
+    backend.host = open_local_host(settings, reports)  # after the first read: no scraper left behind on failure
     return backend  # type: ignore[return-value]
 
 

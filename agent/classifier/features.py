@@ -17,7 +17,7 @@ from collections import Counter
 from typing import Sequence
 
 from agent.classifier.thresholds import Thresholds
-from agent.model import THROTTLE_REASON_MASK, GpuSample, GpuSpec, WindowFeatures, specs
+from agent.model import THROTTLE_REASON_MASK, Attribution, GpuSample, GpuSpec, WindowFeatures, specs
 
 _MIN_DUTY = 0.05
 """Floor of the duty cycle when normalising by it (classification.md §7.2: max(d, 0.05))."""
@@ -162,6 +162,15 @@ def _pipe_means(window: Sequence[GpuSample], factors: Sequence[float]) -> dict[s
     return means
 
 
+def allocation(attribution: Attribution | None) -> str | None:
+    """Who the scheduler gave the GPU to, for a verdict's words: its pod, else its job."""
+    if attribution is None:
+        return None
+    if attribution.pod:
+        return f"pod {attribution.namespace}/{attribution.pod}" if attribution.namespace else f"pod {attribution.pod}"
+    return f"job {attribution.job_id}" if attribution.job_id else None
+
+
 def split_at_change(window: Sequence[GpuSample], jump: float) -> Sequence[GpuSample]:
     """The recent half of the window if the workload visibly changed between the halves.
 
@@ -255,6 +264,7 @@ def window_features(window: Sequence[GpuSample], long_window: Sequence[GpuSample
         power_ratio=_mean(powers),
         process_alive=(len(procs) > 0) if procs is not None else None,
         memory_held_bytes=held,
+        allocated_to=allocation(latest.attribution if latest is not None else None),
         process_cpu_cores=max(cpu) if cpu else None,
         main_cpu_cores=busiest.cpu_main_cores if split and busiest else None,
         loader_cpu_cores=busiest.cpu_workers_cores if split and busiest else None,

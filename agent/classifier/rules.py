@@ -216,6 +216,9 @@ def _explain(cls: str, f: WindowFeatures, job: JobContext, t: Thresholds) -> tup
         if f.process_alive and held >= t.idle_held_bytes:
             return "idle_held", (f"no kernel ran ({_pct(f.duty)} duty) but a process holds "
                                  f"{held / 2**30:.1f} GiB of device memory",), 1.0
+        if f.allocated_to is not None:  # a scheduler allocation holds it, a process or not
+            return "idle_held", (f"no kernel ran ({_pct(f.duty)} duty) but the GPU is allocated to "
+                                 f"{f.allocated_to[:160]}: the scheduler cannot hand it out",), 1.0
         return "idle_free", (f"no kernel ran ({_pct(f.duty)} duty)",), 1.0
     if cls == "input_starved":
         return _starved_detail(f, t)

@@ -23,7 +23,23 @@ def inference_findings(settings: Any, *, timeout_s: float | None = None) -> list
     """One finding per configured endpoint (none when no endpoint is configured)."""
     timeout = timeout_s if timeout_s is not None else getattr(settings, "inference_timeout_s", 2.0)
     endpoints, models = getattr(settings, "inference_endpoints", ()), getattr(settings, "models", {})
-    return [_endpoint(i, endpoint, models, timeout) for i, endpoint in enumerate(endpoints)]
+    no_pids = getattr(settings, "backend", None) == "dcgm-exporter"
+    return [_matched(i, endpoint, _endpoint(i, endpoint, models, timeout), no_pids) for i, endpoint in enumerate(endpoints)]
+
+
+def _matched(i: int, ep: Any, finding: Finding, no_pids: bool) -> Finding:
+    """Which GPUs the server's figures will reach. Without ``gpus`` the agent finds them by the server's
+    PIDs among each GPU's processes; ``--backend dcgm-exporter`` has no process list, so there the
+    figures would reach no GPU: a warning, whatever the scrape found."""
+    if ep.gpus is not None:
+        return Finding(finding.check, finding.status, finding.detail + f"; used for GPUs {', '.join(ep.gpus)}",
+                       finding.impact, finding.fix)
+    if not no_pids:
+        return Finding(finding.check, finding.status, finding.detail + "; used for the GPUs its processes hold",
+                       finding.impact, finding.fix)
+    return Finding(finding.check, "warn", finding.detail + "; used for no GPU: with --backend dcgm-exporter there is "
+                   "no process list to find the GPUs it runs on", "its serving figures, workload MFU/MBU and serving "
+                   "view", f"set inference_endpoints[{i}].gpus to the GPU indexes or UUIDs the server runs on")
 
 
 def _endpoint(i: int, ep: Any, models: dict[str, Any], timeout_s: float) -> Finding:

@@ -76,6 +76,9 @@ class WindowFeatures:
     """What ``power_ratio`` divides by: ``"limit"`` (the enforced limit) or ``"tdp"`` (the catalogue)."""
     mfu_reported: float | None = None
     """The job's own MFU over the window (tokens/s x FLOPs/token against the dtype peak), when it reports."""
+    allocated_to: str | None = None
+    """Who the scheduler gave the GPU to at the window's end (``pod namespace/name``, ``job ID``), from
+    its attribution: a GPU allocated to someone cannot be handed out, whether or not a process shows."""
 
 
 EVIDENCE_BASES: dict[str, str] = {

@@ -12,6 +12,13 @@ reason and the collector marks the device down until the values are good again.
 A GPU that appears only after start (an exporter restarted with more GPUs) is logged and listed
 by ``doctor``; the collector's device set is fixed at start, so restart the agent to read it.
 
+The node's side comes from the same host source as on the NVML backend (``host``: workload
+reports, inference servers, the node's CPU and I/O pressure, its NICs, the kubelet): a sidecar beside
+NVIDIA's exporter is a whole agent, not a counter relay. What it cannot have is a process list (no
+driver access): which pod holds a GPU comes from the exposition's ``pod``/``namespace``/``container``
+labels, or the kubelet; which server or job runs on a GPU from what names the GPU (an endpoint's
+``gpus``, a report's ``gpu`` or visible devices), never from a PID.
+
 An exposition may list any number of GPUs (a federating proxy, a misdirected URL, a hostile body),
 and each device costs the agent memory, series and sampling work. So at most ``max_devices``
 (the setting of that name, default :data:`MAX_DEVICES`) become devices: the first in index order.
@@ -23,11 +30,14 @@ from __future__ import annotations
 import logging
 from typing import Sequence
 
+from dataclasses import replace
+
 from agent.backends.base import BackendUnavailable, DeviceError
 from agent.backends.dcgm_exporter.exposition import GpuRecord
 from agent.backends.dcgm_exporter.mapping import capabilities, sample_values
 from agent.backends.dcgm_exporter.reader import ExporterReader, listed
-from agent.model import DeviceInfo, GpuSample, XidCount
+from agent.context.sources import HostFacts, HostSource
+from agent.model import Attribution, DeviceInfo, GpuSample, NicPort, XidCount
 from agent.model.specs.lookup import resolve_spec
 from agent.model.specs.slices import mig_name_spec
 
@@ -70,10 +80,13 @@ class DcgmExporterBackend:
 
     name = SOURCE
 
-    def __init__(self, reader: ExporterReader, *, node: str | None = None, max_devices: int = MAX_DEVICES) -> None:
+    def __init__(self, reader: ExporterReader, *, node: str | None = None, max_devices: int = MAX_DEVICES,
+                 host: HostSource | None = None) -> None:
         """``node``: the node label; None takes the exposition's ``Hostname`` label. ``max_devices``:
-        GPUs and MIG instances read at most; the exporter's others are refused (:attr:`refused`)."""
+        GPUs and MIG instances read at most; the exporter's others are refused (:attr:`refused`).
+        ``host``: the node's side (reports, inference servers, pressure, NICs); None reads none."""
         self.reader = reader
+        self.host = host
         self.node = node
         self.max_devices = max_devices
         self.refused: tuple[str, ...] = ()
@@ -130,9 +143,28 @@ class DcgmExporterBackend:
         last = self._last_now.get(gpu)
         self._last_now[gpu] = now
         interval = now - last if last is not None and now > last else None
+        host = self._host_facts(info, now)
         return GpuSample(ts=now, gpu=gpu, node=self.node or "local", uuid=info.uuid, vendor="nvidia",
-                         model=info.model, interval_s=interval, attribution=record.attribution,
-                         **sample_values(record))
+                         model=info.model, interval_s=interval, attribution=joined(record.attribution, host.attribution),
+                         host=host.host, net_tx_bytes_per_s=host.net_tx_bytes_per_s,
+                         net_rx_bytes_per_s=host.net_rx_bytes_per_s, net_congestion_per_s=host.net_congestion_per_s,
+                         net_retransmits_per_s=host.net_retransmits_per_s, net_link_downs=host.net_link_downs,
+                         workload=host.workload, dtype=host.dtype, **sample_values(record))
+
+    def _host_facts(self, info: DeviceInfo, now: float) -> HostFacts:
+        """The node's facts for this GPU, with no PIDs (the exporter lists none); nothing on failure."""
+        if self.host is None:
+            return HostFacts(processes={})
+        try:
+            return self.host.facts(info.gpu, [], now, bus_id=info.pci_bus_id, uuid=info.uuid)
+        except Exception as exc:  # noqa: BLE001 - host facts are extras; never fail a GPU over them
+            log.debug("host facts for GPU %s failed: %s", info.gpu, exc)
+            return HostFacts(processes={})
+
+    def nic_ports(self) -> tuple[NicPort, ...]:
+        """The node's InfiniBand/RoCE ports as the host side last read them (none without such a host)."""
+        ports = getattr(self.host, "nic_ports", None)
+        return ports() if ports is not None else ()
 
     def device_events(self, gpu: str) -> tuple[XidCount, ...]:
         return self.reader.xids(gpu)
@@ -152,4 +184,16 @@ class DcgmExporterBackend:
     def close(self) -> None:
         self._closed = True
         self.reader.close()
+        close_host = getattr(self.host, "close", None)
+        if close_host is not None:
+            close_host()
+
+
+def joined(exported: Attribution | None, host: Attribution | None) -> Attribution | None:
+    """Who holds the GPU: the exposition's pod labels (dcgm-exporter asked the kubelet), completed by
+    what the node side knows (the kubelet again, a job from a report or Slurm)."""
+    if exported is None or host is None:
+        return exported or host
+    return replace(host, **{f: getattr(exported, f) for f in ("namespace", "pod", "container")
+                            if getattr(exported, f) is not None})
 

@@ -48,6 +48,8 @@ MAX_GPUS_KNOWN = 4096
 """GPUs the store remembers from the collection loop's lookups (a node has a few dozen at most)."""
 
 GPUS_NAMED = 16
+NO_PIDS = ("invalid report: this agent reads its GPUs from dcgm-exporter and sees no processes, so a report must "
+           "name its GPU: gpu (index or UUID), or NVIDIA_VISIBLE_DEVICES / CUDA_VISIBLE_DEVICES in hints")
 """GPUs a refusal lists; the rest are counted."""
 
 DEFAULT_RATE_PER_S = 200.0
@@ -75,8 +77,12 @@ class ReportStore:
 
     def __init__(self, *, ttl_s: float = 30.0, max_reporters: int = 1024, clock: Callable[[], float] = time.time,
                  token: str | None = None, rate_per_s: float | None = DEFAULT_RATE_PER_S,
-                 rate_clock: Callable[[], float] = time.monotonic) -> None:
+                 rate_clock: Callable[[], float] = time.monotonic, pids_visible: bool = True) -> None:
+        """``pids_visible``: whether the backend lists each GPU's processes. Without (``--backend
+        dcgm-exporter``) a report that names no GPU, by ``gpu`` or device hints, could only ever be
+        matched by PID, so it is refused with 422 saying how to name one, never kept unused."""
         self.ttl_s = ttl_s
+        self.pids_visible = pids_visible
         self.rate_per_s = rate_per_s
         self._limiter = RateLimiter(rate_per_s, clock=rate_clock) if rate_per_s else None
         self.max_reporters = max(1, max_reporters)
@@ -151,6 +157,10 @@ class ReportStore:
             return self._reject("invalid", HTTPStatus.UNPROCESSABLE_ENTITY, "invalid report: " + describe_validation_error(exc))
         if (absent := self._absent_gpu(request.gpu)) is not None:
             return self._reject("invalid", HTTPStatus.UNPROCESSABLE_ENTITY, absent)
+        if not self.pids_visible and request.gpu is None:
+            devices = resolve_devices(request.hints)
+            if not devices.uuids and not devices.indices:
+                return self._reject("invalid", HTTPStatus.UNPROCESSABLE_ENTITY, NO_PIDS)
         self._store(request, peer_pid)
         return HTTPStatus.NO_CONTENT, "ok"
 
@@ -232,7 +242,8 @@ class ReportStore:
            with several devices ``LOCAL_RANK`` picks one, and without it the report applies to all;
         5. index-only hints, the weak rule: an index means something else inside a container that
            sees a subset of the GPUs, so it is used only when nothing above matched this GPU, the
-           report has no peer PID (whose absence from ``pids`` says it is not on this GPU), the
+           report has no peer PID (whose absence from ``pids`` says it is not on this GPU; where no
+           backend lists processes, ``pids_visible`` false, that says nothing and is not asked), the
            hints resolve to exactly one index (after ``LOCAL_RANK``) equal to ``gpu``, and no GPU
            claimed the report by rules 1-4 within the TTL.
         """
@@ -252,7 +263,7 @@ class ReportStore:
                 self._gpus[gpu] = uuid  # the loop asks for every GPU it has: these are the GPUs present
             self._expire(now)
             for entry in self._entries.values():
-                rule = _rule(entry, gpu, uuid_l, pid_set, now, self.ttl_s)
+                rule = _rule(entry, gpu, uuid_l, pid_set, now, self.ttl_s, self.pids_visible)
                 if rule is None:
                     continue
                 if rule <= 4:
@@ -280,7 +291,8 @@ class ReportStore:
             return len(self._entries)
 
 
-def _rule(entry: _Entry, gpu: str, uuid_l: str | None, pids: set[int], now: float, ttl_s: float) -> int | None:
+def _rule(entry: _Entry, gpu: str, uuid_l: str | None, pids: set[int], now: float, ttl_s: float,
+          pids_visible: bool = True) -> int | None:
     request = entry.request
     if request.gpu is not None:
         named = request.gpu.lower()
@@ -294,7 +306,9 @@ def _rule(entry: _Entry, gpu: str, uuid_l: str | None, pids: set[int], now: floa
     if uuid_l is not None and devices.uuids and _uuid_in(uuid_l, devices.uuids):
         return 4
     recently_claimed = entry.strong_match is not None and now - entry.strong_match <= ttl_s
-    if entry.peer_pid is None and not devices.uuids and devices.indices == (gpu,) and not recently_claimed:
+    # a peer PID absent from the GPU's processes says the reporter is elsewhere, unless no process is ever listed
+    unplaced = entry.peer_pid is None or not pids_visible
+    if unplaced and not devices.uuids and devices.indices == (gpu,) and not recently_claimed:
         return 5
     return None
 
