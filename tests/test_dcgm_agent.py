@@ -121,7 +121,10 @@ def test_doctor_lists_each_gpus_fields_and_says_how_to_resume_paused_profiling()
         advance = lambda s: setattr(clock, "t", clock.t + s)  # noqa: E731
         findings = dcgm_findings(backend, load_settings(dcgm="on"), sleep=advance)
         per_gpu = {f.gpu: f for f in findings if f.gpu is not None}
-        assert per_gpu["0"].status == "ok" and "SM_ACTIVE" in per_gpu["0"].detail
+        assert per_gpu["0"].status == "ok" and "SM_UTIL_RATIO" in per_gpu["0"].detail, "DCGM 4.6 names its fields so"
+        backend.source.version = "version:4.5.2;arch:x86_64"  # an older host engine: the names it uses
+        older = {f.gpu: f for f in dcgm_findings(backend, load_settings(dcgm="on"), sleep=advance) if f.gpu}
+        assert "SM_ACTIVE" in older["0"].detail and "SM_UTIL_RATIO" not in older["0"].detail
         backend.source.m.structs.dcgmLib.engine.paused = True  # `dcgmi profile --pause`
         advance(1.0)
         paused = [f for f in dcgm_findings(backend, load_settings(dcgm="on"), sleep=advance) if f.gpu == "0"]

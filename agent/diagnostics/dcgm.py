@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
-from agent.backends.dcgm.fields import NAMES
+from agent.backends.dcgm.fields import field_name
 from agent.backends.profiling import ProfilingJoin
 from agent.diagnostics.findings import Finding
 
@@ -49,7 +49,7 @@ def dcgm_findings(backend: Any, settings: Any, *, sleep: Callable[[float], None]
                    "agent as root") if "root" in why else ""
             found.append(Finding(CHECK, "warn", f"no DCGM profiling fields: {why}", IMPACT, fix, gpu=gpu))
             continue
-        names = ", ".join(NAMES[f] for f in state.fields)
+        names = ", ".join(field_name(f, _version(source.version)) for f in state.fields)
         read = reads.get(uuid)
         if read is not None and read.paused:
             found.append(Finding(CHECK, "warn", read.reason or "profiling paused", IMPACT, RESUME_FIX, gpu=gpu))

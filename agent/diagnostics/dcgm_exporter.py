@@ -39,6 +39,8 @@ def reader_findings(reader: Any) -> list[Finding]:
     if status.skipped_lines:
         out.append(Finding("dcgm-exporter", "info", f"{status.skipped_lines} unreadable line(s) skipped, first "
                            f"{status.first_bad_line}"))
+    for why in getattr(status, "units", ()):
+        out.append(Finding("dcgm-exporter", "info", f"unit corrected: {why}"))
     return out
 
 

@@ -24,6 +24,24 @@ NAMES: dict[int, str] = {
     1009: "PCIE_TX_BYTES", 1010: "PCIE_RX_BYTES", 1011: "NVLINK_TX_BYTES", 1012: "NVLINK_RX_BYTES",
 }
 """The DCGM_FI_PROF_* names people know them by (dcgmi, dcgm-exporter) for messages and doctor."""
+NAMES_4_6: dict[int, str] = {
+    1001: "GR_ENGINE_UTIL_RATIO", 1002: "SM_UTIL_RATIO", 1003: "SM_OCCUPANCY_RATIO", 1004: "TENSOR_UTIL_RATIO",
+    1005: "DRAM_UTIL_RATIO", 1006: "FP64_UTIL_RATIO", 1007: "FP32_UTIL_RATIO", 1008: "FP16_UTIL_RATIO",
+    1009: "PCIE_TX_BYTES", 1010: "PCIE_RX_BYTES", 1011: "NVLINK_TX_BYTES", 1012: "NVLINK_RX_BYTES",
+}
+"""The same ids as DCGM 4.6.0 names them (``dcgmlib/dcgm_fields.h``; the names above are its
+deprecated aliases), for a doctor that talks to a 4.6 or newer host engine."""
+
+
+def field_name(field_id: int, version: str | None) -> str:
+    """``field_id``'s DCGM_FI_PROF_* name as the host engine of ``version`` (``"4.6.0"``) calls it."""
+    try:
+        major, minor = (int(p) for p in (version or "").split(".")[:2])
+    except ValueError:
+        major, minor = 0, 0
+    if (major, minor) >= (4, 6):
+        return NAMES_4_6[field_id]
+    return NAMES[field_id]
 RATIOS = frozenset(range(1001, 1009))
 
 BLANK = object()

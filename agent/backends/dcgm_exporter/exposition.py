@@ -15,7 +15,9 @@ So this parser takes each line on its own: a line it cannot read is skipped and 
 fatal, unless nothing usable is left; so is a DCGM line whose ``gpu`` or ``GPU_I_ID`` is no index
 (``"²"`` is a digit to ``str.isdigit`` and none to ``int``). Sizes are capped (the caller caps the
 body; here lines, series and GPUs kept), and the reader's :func:`read_records` groups the lines as it
-reads them, so a misdirected URL or a hostile body costs bounded memory and time.
+reads them, so a misdirected URL or a hostile body costs bounded memory and time. Every field is
+filed under one name and in one unit whichever release printed it (DCGM 4.6 names, lower-cased
+re-exports, moved units: :mod:`agent.backends.dcgm_exporter.names`).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import re
 from dataclasses import dataclass
 from typing import Iterable, Iterator, Mapping
 
+from agent.backends.dcgm_exporter.names import canonical, unit_corrections
 from agent.model import Attribution
 
 MAX_SERIES = 100_000
@@ -111,7 +114,7 @@ def is_index(value: str | None) -> bool:
 
 def _bad_index(series: Series) -> bool:
     """A DCGM series whose ``gpu`` or ``GPU_I_ID`` label is present but no index: a bad line."""
-    if not series.name.startswith("DCGM_"):
+    if canonical(series.name) is None:
         return False
     gpu, instance = series.labels.get("gpu"), series.labels.get("GPU_I_ID")
     return (gpu is not None and not is_index(gpu)) or (bool(instance) and not is_index(instance))
@@ -161,7 +164,7 @@ def _series(text: str, tally: _Tally, max_series: int) -> Iterator[Series]:
         if tally.series >= max_series:
             raise ExporterFormatError(f"more than {max_series} series: not one node's dcgm-exporter")
         tally.series += 1
-        tally.dcgm += series.name.startswith("DCGM_")
+        tally.dcgm += canonical(series.name) is not None
         yield series
 
 
@@ -228,12 +231,17 @@ class _Grouper:
         self.max_gpus = max_gpus
         self.grouped: dict[str, dict] = {}
         self.refused: set[str] = set()
+        self.spelled: dict[str, str] = {}
+        """Canonical field name -> the name the body used for it (its first spelling)."""
+        self.corrections: dict[str, tuple[float, str]] = {}
 
     def add(self, s: Series) -> None:
         labels = s.labels
         index = labels.get("gpu")
-        if not s.name.startswith("DCGM_") or not is_index(index) or "nvlink" in labels or "nvswitch" in labels:
+        field = canonical(s.name)
+        if field is None or not is_index(index) or "nvlink" in labels or "nvswitch" in labels:
             return
+        self.spelled.setdefault(field, s.name)
         instance = labels.get("GPU_I_ID") or None
         if instance is not None and not is_index(instance):
             return
@@ -251,16 +259,27 @@ class _Grouper:
             entry["ts"] = s.ts_s if entry["ts"] is None else max(entry["ts"], s.ts_s)
         if is_blank(s.value):
             return
-        if s.name == "DCGM_FI_DEV_XID_ERRORS":
+        if field == "DCGM_FI_DEV_XID_ERRORS":
             entry["xid"] = int(s.value) if s.value >= 0 else None
-        entry["values"].setdefault(s.name, s.value)
+        entry["values"].setdefault(field, s.value)
 
     def records(self) -> dict[str, GpuRecord]:
+        """The records, each family in its canonical unit (:func:`names.unit_corrections`)."""
+        families: dict[str, list[float]] = {}
+        for e in self.grouped.values():
+            for name, value in e["values"].items():
+                families.setdefault(name, []).append(value)
+        self.corrections = unit_corrections(families, self.spelled)
+        for e in self.grouped.values():
+            for name, (factor, _) in self.corrections.items():
+                if name in e["values"]:
+                    e["values"][name] *= factor
         return {key: GpuRecord(
             key=key, index=e["index"], instance=e["instance"], profile=e["labels"].get("GPU_I_PROFILE") or None,
             uuid=_first(e["labels"], "UUID", "uuid"), model=_first(e["labels"], "modelName", "model_name"),
             hostname=_first(e["labels"], "Hostname", "hostname"), pci_bus_id=_first(e["labels"], "pci_bus_id"),
-            driver=_first(e["labels"], "DCGM_FI_DRIVER_VERSION"), attribution=_attribution(e["labels"]),
+            driver=_first(e["labels"], "DCGM_FI_DRIVER_VERSION", "DCGM_FI_SYSTEM_DRIVER_VERSION"),
+            attribution=_attribution(e["labels"]),
             values=dict(e["values"]), newest_ts_s=e["ts"], xid=e["xid"],
         ) for key, e in sorted(self.grouped.items(), key=lambda kv: _order(kv[0]))}
 
@@ -284,6 +303,8 @@ class Exposition:
     first_bad: str | None
     refused: tuple[str, ...]
     """GPU keys past ``max_gpus``, in index order."""
+    units: tuple[str, ...] = ()
+    """Families read in another unit than their field's, each with why (for ``doctor``)."""
 
 
 def read_records(text: str, *, max_series: int = MAX_SERIES, max_gpus: int = MAX_GPUS) -> Exposition:
@@ -293,8 +314,9 @@ def read_records(text: str, *, max_series: int = MAX_SERIES, max_gpus: int = MAX
     for s in _series(text, tally, max_series):
         grouper.add(s)
     tally.check()
-    return Exposition(grouper.records(), tally.skipped, tally.first_bad,
-                      tuple(sorted(grouper.refused, key=_order)))
+    records = grouper.records()
+    return Exposition(records, tally.skipped, tally.first_bad, tuple(sorted(grouper.refused, key=_order)),
+                      tuple(why for _, why in sorted(grouper.corrections.values(), key=lambda c: c[1])))
 
 
 def _order(key: str) -> tuple[int, int]:

@@ -72,6 +72,8 @@ class ReaderStatus:
     first_bad_line: str | None
     refused: tuple[str, ...] = ()
     """GPU keys the latest good exposition lists past the reader's ``max_gpus``."""
+    units: tuple[str, ...] = ()
+    """Families of the latest good exposition read in another unit than their field's, each with why."""
 
 
 def listed(keys: "list[str] | tuple[str, ...]", most: int = 16) -> str:
@@ -91,6 +93,7 @@ class _State:
     failures: int = 0
     skipped: int = 0
     first_bad: str | None = None
+    units: tuple[str, ...] = ()
     energy: dict[str, _Energy] = field(default_factory=dict)
     xid_last: dict[str, int] = field(default_factory=dict)
     xids: dict[str, dict[int, XidCount]] = field(default_factory=dict)
@@ -163,6 +166,7 @@ class ExporterReader:
             state.records, state.read_at, state.error = records, arrived, None
             state.by_uuid = {(r.uuid, r.instance): r for r in reversed(records.values())}
             state.skipped, state.first_bad, state.refused = parsed.skipped, parsed.first_bad, parsed.refused
+            state.units = parsed.units
             state.reads += 1
         return None
 
@@ -251,4 +255,5 @@ class ExporterReader:
             s = self._state
             return ReaderStatus(url=self.url, up=s.error is None, error=s.error, last_success_ts=s.read_at,
                                 reads_total=s.reads, failures_total=s.failures, gpus=tuple(s.records),
-                                skipped_lines=s.skipped, first_bad_line=s.first_bad, refused=s.refused)
+                                skipped_lines=s.skipped, first_bad_line=s.first_bad, refused=s.refused,
+                                units=s.units)
