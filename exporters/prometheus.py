@@ -245,11 +245,12 @@ def _verdict_families(fam: Families, node: str, snapshot: NodeSnapshot) -> list[
             reason.add_metric(labels, {"class": "unknown", "detail": "warming_up" if device.up else "gpu_down", "throttle": "none",
                                        "basis": "none"})
             continue
-        throttle = "severe" if verdict.throttle_severe else "moderate" if verdict.throttled else "none"
-        reason.add_metric(labels, {"class": cls, "detail": verdict.detail, "throttle": throttle, "basis": verdict.basis})
+        reason.add_metric(labels, {"class": cls, "detail": verdict.detail, "throttle": verdict.throttle,
+                                   "basis": verdict.basis})
         for name, value in verdict.scores.items():
             scores.add_metric(labels + [name], value)
-        throttled.add_metric(labels, 1.0 if verdict.throttled else 0.0)
+        if verdict.features.throttle_known:  # no clock-event reasons: unknown is absent, never 0
+            throttled.add_metric(labels, 1.0 if verdict.throttled else 0.0)
         f, r = verdict.features, verdict.roofline
         add_known(duty, labels, f.duty)
         add_known(wait, labels, f.comm_wait_fraction)

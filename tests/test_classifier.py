@@ -311,3 +311,26 @@ def test_an_idle_gpu_allocated_by_the_scheduler_is_held_whether_or_not_a_process
     last = [v for v in classify_samples(samples) if v.gpu == "0"][-1]
     assert (last.cls, last.detail) == ("idle", detail)
     assert named is None or any(named in reason for reason in last.reasons), last.reasons
+
+
+def _t4(i: int, **fields: Any) -> GpuSample:
+    """A T4 as NVIDIA/dcgm-exporter#662 describes one under load: GPU_UTIL 91 %, 68 of 70 W, 660 of
+    1,590 MHz; dcgm-exporter's default CSV exports no clock-event reasons."""
+    values = dict(gr_active=0.91, mem_busy=0.73, power_w=68.0, power_limit_w=70.0, sm_clock_mhz=660.0,
+                  sm_clock_max_mhz=1590.0)
+    values.update(fields)
+    return GpuSample(ts=T0 + i, gpu="0", node="n", uuid="GPU-t4", vendor="nvidia", model="Tesla T4",
+                     interval_s=1.0, **values)
+
+
+def test_without_clock_event_reasons_the_throttle_is_unknown_and_a_power_cap_is_called_likely():
+    """Before, no reasons read as "not throttled" (throttled 0, throttle="none") even for a T4 held at
+    its power limit at 42 % of its clock."""
+    capped = [v for v in classify_samples([_t4(i) for i in range(90)]) if v.gpu == "0"][-1]
+    assert (capped.throttled, capped.throttle) == (False, "likely_power_capped")
+    assert any(r.startswith("likely power-capped: power at 97% of its limit") for r in capped.reasons), capped.reasons
+    cool = [v for v in classify_samples([_t4(i, power_w=40.0) for i in range(90)]) if v.gpu == "0"][-1]
+    assert cool.throttle == "unknown" and not any("power-capped" in r for r in cool.reasons)
+    read = [v for v in classify_samples([_t4(i, clock_event_reasons=0x4) for i in range(90)]) if v.gpu == "0"][-1]
+    assert (read.throttled, read.throttle) == (True, "severe"), "with the SW power cap bit it is known"
+    assert read.to_json()["throttle"] == "severe" and capped.to_json()["throttle"] == "likely_power_capped"

@@ -84,3 +84,28 @@ def test_the_sidecar_scrapes_the_server_joins_the_report_and_calls_a_pod_held_id
     assert jobs.get("2") == "train-7", jobs
     mfu = [s for s in samples(metrics, "roofwatch_gpu_mfu_ratio") if s["source"] == "workload"]
     assert [s["gpu"] for s in mfu] == ["2"] and mfu[0]["value"] > 0, mfu
+
+
+def test_what_the_l4_capture_does_not_say_is_absent_not_zero():
+    """kops-l4.txt (a published L4 under dcgm-exporter's default CSV): no clock-event reasons field, and
+    MEMORY_TEMP 0 because GDDR6 boards have no memory sensor. Before, /metrics said throttled 0,
+    throttle="none" and a memory at 0 °C."""
+    with FakeExporter(capture("dcgm-exporter/kops-l4.txt")) as exporter:
+        port = free_port()
+        url = f"http://127.0.0.1:{port}/"
+        agent = subprocess.Popen(roofwatch_cmd("run", "--backend", "dcgm-exporter", "--dcgm-exporter-url", exporter.url,
+                                               "--listen", f"127.0.0.1:{port}", "--interval", "0.2"),
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=clean_env(**FAST))
+        try:
+            poll(lambda: http_get(url + "healthz")[0] == 200, 30, what="/healthz")
+            metrics = poll(lambda: (m := http_get(url + "metrics")[1].decode()) and any(
+                s["class"] != "unknown" for s in samples(m, "roofwatch_gpu_workload_reason_info")) and m, 30,
+                what="a verdict for the L4")
+        finally:
+            agent.terminate()
+            agent.communicate(timeout=15)
+    (reason,) = samples(metrics, "roofwatch_gpu_workload_reason_info")
+    assert reason["throttle"] == "unknown", reason
+    assert samples(metrics, "roofwatch_gpu_throttled") == []
+    assert [s["value"] for s in samples(metrics, "roofwatch_gpu_temperature_celsius")] == [31.0]
+    assert samples(metrics, "roofwatch_gpu_memory_temperature_celsius") == []

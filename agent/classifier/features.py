@@ -265,6 +265,7 @@ def window_features(window: Sequence[GpuSample], long_window: Sequence[GpuSample
         process_alive=(len(procs) > 0) if procs is not None else None,
         memory_held_bytes=held,
         allocated_to=allocation(latest.attribution if latest is not None else None),
+        throttle_known=any(s.clock_event_reasons is not None for s in window),
         process_cpu_cores=max(cpu) if cpu else None,
         main_cpu_cores=busiest.cpu_main_cores if split and busiest else None,
         loader_cpu_cores=busiest.cpu_workers_cores if split and busiest else None,

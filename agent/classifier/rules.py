@@ -66,6 +66,7 @@ class Decision:
     reasons: tuple[str, ...]
     throttled: bool
     throttle_severe: bool
+    throttle_likely: bool = False
 
 
 def _pct(x: float | None) -> str:
@@ -150,6 +151,7 @@ def decide(f: WindowFeatures, job: JobContext, t: Thresholds, incumbent: str | N
            expected_samples: int | None = None) -> Decision:
     """Class, detail, confidence and reasons for one window."""
     throttled, severe, throttle_reasons = _throttle(f, t)
+    likely = bool(throttle_reasons) and not f.throttle_known
     expected = max(f.samples, expected_samples or 0)
     valid = f.valid_fraction * f.samples / expected if expected else 0.0
     proxies = proxy_scores(f, t, incumbent) if f.u_compute is None else None
@@ -191,13 +193,15 @@ def decide(f: WindowFeatures, job: JobContext, t: Thresholds, incumbent: str | N
     if f.mig:
         quality *= t.confidence_mig
     confidence = max(0.0, min(1.0, scores[cls] * (1.0 - rival) * valid * quality))
-    return Decision(cls, detail, scores, round(confidence, 3), reasons + throttle_reasons, throttled, severe)
+    return Decision(cls, detail, scores, round(confidence, 3), reasons + throttle_reasons, throttled, severe, likely)
 
 
 def _throttle(f: WindowFeatures, t: Thresholds) -> tuple[bool, bool, tuple[str, ...]]:
     """The throttled flag (§7.3): clocks held down by a throttle reason while the GPU is busy."""
     if f.duty is None or f.duty < t.throttle_duty or f.clock_ratio is None:
         return False, False, ()
+    if not f.throttle_known:
+        return False, False, _likely_power_capped(f, t)
     hard = bool(f.throttle_bits & _HARD_THROTTLE)
     if f.throttle_fraction < t.throttle_fraction or f.clock_ratio >= t.throttle_clock:
         return False, False, ()
@@ -207,6 +211,17 @@ def _throttle(f: WindowFeatures, t: Thresholds) -> tuple[bool, bool, tuple[str, 
     why = (f"clock at {_pct(f.clock_ratio)} of the peak's reference clock, held down by "
            f"{' and '.join(names) or 'a throttle reason'} in {_pct(f.throttle_fraction)} of busy samples")
     return True, severe, (why,)
+
+
+def _likely_power_capped(f: WindowFeatures, t: Thresholds) -> tuple[str, ...]:
+    """Without clock-event reasons the flag is unknown; the one cap the other counters show is power:
+    board power at its enforced limit while the busy GPU's clock sits well below the peaks' clock."""
+    if f.power_basis != "limit" or f.power_ratio is None or f.power_ratio < t.power_capped_ratio \
+            or f.clock_ratio is None or f.clock_ratio >= t.throttle_clock:
+        return ()
+    return (f"likely power-capped: power at {_pct(f.power_ratio)} of its limit and the clock at "
+            f"{_pct(f.clock_ratio)} of the peaks' reference clock while busy; the source exports no clock-event "
+            "reasons to confirm it",)
 
 
 def _explain(cls: str, f: WindowFeatures, job: JobContext, t: Thresholds) -> tuple[str, tuple[str, ...], float]:

@@ -88,6 +88,7 @@ class Thresholds(BaseModel):
     throttle_clock: float = Field(0.90, gt=0.0, le=2.0, description="SM clock / reference clock below which throttling costs performance.")
     throttle_severe_clock: float = Field(0.75, gt=0.0, le=2.0, description="Clock ratio below which throttling is severe.")
     throttle_duty: float = Field(0.5, ge=0.0, le=1.0, description="Duty cycle a GPU needs for its clock drops to matter.")
+    power_capped_ratio: float = Field(0.95, gt=0.0, le=1.5, description="Power / enforced limit at or above which a busy GPU with a low clock and no clock-event reasons is likely power-capped.")
 
     # -- scores and confidence --------------------------------------------------------------------------------
     score_width: float = Field(0.05, gt=0.0, le=1.0, description="Softness of the score around a ratio threshold.")
@@ -186,6 +187,7 @@ SOURCES: dict[str, tuple[str, str]] = {
     "throttle_clock": ("engineering band", "classification.md §7.3; SW power cap at >= 0.9 clock is normal under GEMM"),
     "throttle_severe_clock": ("sourced", "HW slowdown / power brake roughly halve clocks [DCGM-H]; §7.3"),
     "throttle_duty": ("engineering band", "classification.md §7.3"),
+    "power_capped_ratio": ("engineering band", "classification.md §7.3: NVML's power capping holds board power at the limit; within 5% of it, measurement noise"),
     "score_width": ("engineering band", "classification.md §7.4"),
     "score_width_cv": ("engineering band", "classification.md §7.4"),
     "power_proxy_compute": ("engineering band", _CAL + "; tensor work draws the most power; A100 training at 78-85% of its cap [DCGM#83]"),

@@ -76,6 +76,9 @@ class WindowFeatures:
     """What ``power_ratio`` divides by: ``"limit"`` (the enforced limit) or ``"tdp"`` (the catalogue)."""
     mfu_reported: float | None = None
     """The job's own MFU over the window (tokens/s x FLOPs/token against the dtype peak), when it reports."""
+    throttle_known: bool = True
+    """Whether any sample of the window carried clock-event reasons: without them the throttled flag
+    is unknown (dcgm-exporter's default CSV exports none), never a confident no."""
     allocated_to: str | None = None
     """Who the scheduler gave the GPU to at the window's end (``pod namespace/name``, ``job ID``), from
     its attribution: a GPU allocated to someone cannot be handed out, whether or not a process shows."""
@@ -184,6 +187,16 @@ class Verdict:
     """The labelled class of the window's last sample (labelled traces only)."""
     serving: ServingView | None = None
     """For a GPU serving inference: its distance from the decode latency floor, and the knob to turn."""
+    throttle_likely: bool = False
+    """No clock-event reasons, but power at its limit with the clock held low while busy: likely power-capped."""
+
+    @property
+    def throttle(self) -> str:
+        """The throttle label: ``severe``, ``moderate``, ``none``; without reasons to read, ``unknown`` or
+        ``likely_power_capped`` (a bounded set: the ``throttle`` label of the reason info metric)."""
+        if not self.features.throttle_known:
+            return "likely_power_capped" if self.throttle_likely else "unknown"
+        return "severe" if self.throttle_severe else "moderate" if self.throttled else "none"
 
     @property
     def basis(self) -> str:
@@ -199,6 +212,7 @@ class Verdict:
             "mfu": _round(r.mfu), "mbu": _round(r.mbu), "reasons": list(self.reasons),
             "scores": {k: round(v, 3) for k, v in self.scores.items()},
             "detail": self.detail, "raw_class": self.raw_class, "throttle_severe": self.throttle_severe,
+            "throttle": self.throttle,
             "mfu_source": r.mfu_source, "mfu_counters": _round(r.mfu_counters), "mfu_workload": _round(r.mfu_workload),
             "mbu_source": r.mbu_source, "mbu_counters": _round(r.mbu_counters), "mbu_workload": _round(r.mbu_workload),
             "dtype": r.dtype, "dtype_assumed": r.dtype_assumed,

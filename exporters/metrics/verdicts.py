@@ -27,13 +27,15 @@ WORKLOAD_SCORE = MetricDef(
 )
 WORKLOAD_REASON = MetricDef(
     "roofwatch_gpu_workload_reason_info", "info", "",
-    "Why: the class, a bounded detail code (e.g. dataloader, straggler, at_roof), throttle severity, and the "
+    "Why: the class, a bounded detail code (e.g. dataloader, straggler, at_roof), throttle severity (none, moderate, "
+    "severe; unknown or likely_power_capped where the source exports no clock-event reasons), and the "
     "evidence the verdict rests on (basis: counters, power_and_mem_busy, reported_mfu, ...; docs/classification.md).",
     GPU_LABELS + ("class", "detail", "throttle", "basis"), nvidia=_CLS, amd=_CLS, virtual=_CLS,
 )
 THROTTLED = MetricDef(
     "roofwatch_gpu_throttled", "gauge", "boolean",
-    "1 while a throttle reason holds a busy GPU's clock below 90% of the peak's reference clock.",
+    "1 while a throttle reason holds a busy GPU's clock below 90% of the peak's reference clock; absent where the "
+    "source exports no clock-event reasons (dcgm-exporter's default CSV).",
     GPU_LABELS, nvidia=_CLS, amd=_CLS, virtual=_CLS,
 )
 DUTY_CYCLE = MetricDef(

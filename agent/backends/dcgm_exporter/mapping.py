@@ -9,7 +9,8 @@ since the driver loaded, clocks in MHz, framebuffer in MiB, ``DCGM_FI_PROF_*`` a
 ``PROF_DRAM_ACTIVE``: the share of cycles the memory interface was busy, near a fraction of peak
 bandwidth). ``GPU_UTIL`` stands in for ``gr_active`` only when ``PROF_GR_ENGINE_ACTIVE`` is absent.
 
-A field the exposition lacks is None, never zero. ``DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL`` (in the
+A field the exposition lacks is None, never zero; so is a value that means "no sensor": DCGM
+reports ``MEMORY_TEMP`` 0 on boards with GDDR memory, which have no memory temperature sensor. ``DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL`` (in the
 default CSV) is left out: DCGM documents no unit for it; the per-direction profiling rates are used.
 """
 
@@ -96,6 +97,8 @@ def sample_values(record: GpuRecord) -> dict[str, Any]:
     for name, field in PLAIN.items():
         if name in v and field not in out and (v[name] >= 0 or field.endswith("_c")):
             out[field] = v[name]
+    if out.get("memory_temperature_c") == 0.0:
+        del out["memory_temperature_c"]  # GDDR boards (T4, L4, L40S, RTX, vGPU) have no memory sensor: DCGM says 0
     for name, field in COUNTS.items():
         if name in v and field not in out and v[name] >= 0:
             out[field] = int(v[name])
