@@ -230,6 +230,7 @@ def _verdict_families(fam: Families, node: str, snapshot: NodeSnapshot) -> list[
     one_hot, confidence, scores = gauge(m.WORKLOAD_CLASS), gauge(m.WORKLOAD_CONFIDENCE), gauge(m.WORKLOAD_SCORE)
     reason = fam.info(m.WORKLOAD_REASON)
     throttled, duty, wait, step_cv, skew = (gauge(d) for d in (m.THROTTLED, m.DUTY_CYCLE, m.COMM_WAIT, m.STEP_TIME_CV, m.RANK_SKEW))
+    suspect = gauge(m.COUNTERS_SUSPECT)
     flops, bandwidth, intensity, ridge, headroom, mfu, mbu = (gauge(d) for d in (
         m.ACHIEVED_FLOPS, m.ACHIEVED_BANDWIDTH, m.INTENSITY, m.RIDGE_POINT, m.ROOF_HEADROOM, m.MFU, m.MBU))
 
@@ -252,6 +253,8 @@ def _verdict_families(fam: Families, node: str, snapshot: NodeSnapshot) -> list[
         if verdict.features.throttle_known:  # no clock-event reasons: unknown is absent, never 0
             throttled.add_metric(labels, 1.0 if verdict.throttled else 0.0)
         f, r = verdict.features, verdict.roofline
+        if f.duty_check is not None:
+            suspect.add_metric(labels, 1.0 if verdict.counters_suspect else 0.0)
         add_known(duty, labels, f.duty)
         add_known(wait, labels, f.comm_wait_fraction)
         add_known(step_cv, labels, f.step_cv if f.steps >= 2 else None)
@@ -266,7 +269,7 @@ def _verdict_families(fam: Families, node: str, snapshot: NodeSnapshot) -> list[
         add_known(mfu, labels + ["workload", r.dtype], r.mfu_workload)
         add_known(mbu, labels + ["counters"], r.mbu_counters)
         add_known(mbu, labels + ["workload"], r.mbu_workload)
-    return [one_hot, confidence, scores, reason, throttled, duty, wait, step_cv, skew,
+    return [one_hot, confidence, scores, reason, throttled, suspect, duty, wait, step_cv, skew,
             flops, bandwidth, intensity, ridge, headroom, mfu, mbu]
 
 

@@ -334,3 +334,19 @@ def test_without_clock_event_reasons_the_throttle_is_unknown_and_a_power_cap_is_
     read = [v for v in classify_samples([_t4(i, clock_event_reasons=0x4) for i in range(90)]) if v.gpu == "0"][-1]
     assert (read.throttled, read.throttle) == (True, "severe"), "with the SW power cap bit it is known"
     assert read.to_json()["throttle"] == "severe" and capped.to_json()["throttle"] == "likely_power_capped"
+
+
+def test_profiling_counters_that_contradict_utilisation_and_power_give_no_class():
+    """NVIDIA/dcgm-exporter#662: a T4 under full load, GPU_UTIL 91 %, MEM_COPY_UTIL 73 %, power at its
+    limit, while PROF_GR_ENGINE_ACTIVE reads 0.156. It was called input_starved."""
+    dead = [_t4(i, gr_active=0.156, util_gpu=0.91) for i in range(90)]
+    verdict = [v for v in classify_samples(dead) if v.gpu == "0"][-1]
+    assert (verdict.cls, verdict.detail, verdict.counters_suspect) == ("unknown", "counters_disagree", True)
+    assert verdict.features.duty_check == pytest.approx((0.156, 0.91))
+    (why,) = [r for r in verdict.reasons if r.startswith("counters disagree")]
+    assert "91% busy" in why and "16%" in why and "power at 97%" in why
+    agree = [v for v in classify_samples([_t4(i, gr_active=0.88, util_gpu=0.91) for i in range(90)]) if v.gpu == "0"][-1]
+    assert agree.detail != "counters_disagree" and not agree.counters_suspect
+    quiet = [_t4(i, gr_active=0.05, util_gpu=0.60, power_w=20.0) for i in range(90)]
+    sides = [v for v in classify_samples(quiet) if v.gpu == "0"][-1]
+    assert sides.detail != "counters_disagree", "power at 29% sides with the profiling counter"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 import shutil
@@ -33,7 +34,7 @@ def full_sample(gpu: str, now: float, n_procs: int = 3) -> GpuSample:
     """A sample with every field known, so every metric family gets at least one series."""
     return GpuSample(
         ts=now, gpu=gpu, node="n1", uuid=f"GPU-{gpu}", vendor="nvidia", model="Test GPU", interval_s=1.0,
-        gr_active=0.9, sm_active=0.8, sm_occupancy=0.4, tensor_active=0.6, fp64_active=0.0, fp32_active=0.1,
+        gr_active=0.9, util_gpu=0.92, sm_active=0.8, sm_occupancy=0.4, tensor_active=0.6, fp64_active=0.0, fp32_active=0.1,
         fp16_active=0.05, dram_active=0.3, mem_busy=0.41, pcie_tx_bytes_per_s=1e9, pcie_rx_bytes_per_s=2e9,
         link_tx_bytes_per_s=5e10, link_rx_bytes_per_s=4e10, net_tx_bytes_per_s=1e10, net_rx_bytes_per_s=1e10,
         power_w=650.0, temperature_c=71.0, sm_clock_mhz=1755.0, sm_clock_max_mhz=1980.0,
@@ -153,6 +154,31 @@ def test_unknown_values_are_absent_not_zero():
     for name in ("roofwatch_gpu_tensor_active_ratio", "roofwatch_gpu_power_watts", "roofwatch_gpu_clock_event_active"):
         assert fams[name].samples == []
     collector.stop()
+
+
+class DeadProfilingBackend(FullBackend):
+    """GPU 1's profiling duty reads 0.156 while its utilisation counter says 91 % (dcgm-exporter#662)."""
+
+    def sample(self, gpu: str, now: float) -> GpuSample:
+        sample = super().sample(gpu, now)
+        return dataclasses.replace(sample, gr_active=0.156, util_gpu=0.91) if gpu == "1" else sample
+
+
+def test_a_dead_profiling_counter_is_flagged_per_gpu_and_named_in_the_reason():
+    clock = {"t": 1_800_000_000.0}
+    collector = Collector(DeadProfilingBackend(), node="n1", interval_s=1.0, clock=lambda: clock["t"],
+                          monotonic=lambda: clock["t"], analyzer=LiveClassifier())
+    try:
+        for _ in range(25):
+            collector.collect_once()
+            clock["t"] += 1.0
+        fams = families(scrape_text(collector))
+    finally:
+        collector.stop()
+    suspect = {s.labels["gpu"]: s.value for s in fams["roofwatch_gpu_counters_suspect"].samples}
+    assert suspect == {"0": 0.0, "1": 1.0}
+    reasons = {s.labels["gpu"]: s.labels["detail"] for s in fams["roofwatch_gpu_workload_reason_info"].samples}
+    assert reasons["1"] == "counters_disagree" and reasons["0"] != "counters_disagree"
 
 
 def test_down_gpu_reports_up_zero_and_drops_activity(full_collector):

@@ -36,7 +36,7 @@ def opt(strategy: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
 
 
 RATIOS = ("gr_active", "sm_active", "sm_occupancy", "tensor_active", "fp64_active", "fp32_active", "fp16_active",
-          "dram_active", "mem_busy", "tensor_hmma_active", "tensor_imma_active", "tensor_dmma_active", "tensor_dfma_active")
+          "dram_active", "mem_busy", "util_gpu", "tensor_hmma_active", "tensor_imma_active", "tensor_dmma_active", "tensor_dfma_active")
 NONNEG = ("pcie_tx_bytes_per_s", "pcie_rx_bytes_per_s", "link_tx_bytes_per_s", "link_rx_bytes_per_s",
           "net_tx_bytes_per_s", "net_rx_bytes_per_s", "power_w", "sm_clock_mhz", "sm_clock_max_mhz", "energy_j",
           "power_limit_w", "net_congestion_per_s", "net_retransmits_per_s", "pcie_bytes_per_s")

@@ -152,6 +152,7 @@ class Classifier:
             raw_class=decision.cls, roofline=serving_mbu(roofline(features, track.spec, self.dtype), serving), features=features,
             job=job.job or (features.workload.job if features.workload else None), rank_skew=job.rank_skew, truth=last.label if last else None,
             serving=serving, throttle_likely=decision.throttle_likely,
+            counters_suspect=decision.detail == "counters_disagree",
         )
 
 

@@ -162,6 +162,15 @@ def _pipe_means(window: Sequence[GpuSample], factors: Sequence[float]) -> dict[s
     return means
 
 
+def _duty_check(window: Sequence[GpuSample]) -> tuple[float, float] | None:
+    """Mean profiling duty and utilisation-counter duty over the samples that carry both as
+    distinct readings (a backend without a profiling counter copies one into the other)."""
+    pairs = [(s.gr_active, s.util_gpu) for s in window if s.gr_active is not None and s.util_gpu is not None]
+    if not pairs:
+        return None
+    return sum(p for p, _ in pairs) / len(pairs), sum(u for _, u in pairs) / len(pairs)
+
+
 def allocation(attribution: Attribution | None) -> str | None:
     """Who the scheduler gave the GPU to, for a verdict's words: its pod, else its job."""
     if attribution is None:
@@ -266,6 +275,7 @@ def window_features(window: Sequence[GpuSample], long_window: Sequence[GpuSample
         memory_held_bytes=held,
         allocated_to=allocation(latest.attribution if latest is not None else None),
         throttle_known=any(s.clock_event_reasons is not None for s in window),
+        duty_check=_duty_check(window),
         process_cpu_cores=max(cpu) if cpu else None,
         main_cpu_cores=busiest.cpu_main_cores if split and busiest else None,
         loader_cpu_cores=busiest.cpu_workers_cores if split and busiest else None,

@@ -37,7 +37,7 @@ DETAILS: tuple[str, ...] = (
     "none", "warming_up", "gpu_down", "no_counters", "no_compute_counter", "idle_held", "idle_free", "dataloader", "io", "host_launch",
     "unattributed", "straggler", "straggler_victim", "link_flap", "network_congestion", "unstable_steps",
     "bandwidth_bound", "at_roof",
-    "leaning", "balanced", "power_proxy", "small_kernels",
+    "leaning", "balanced", "power_proxy", "small_kernels", "counters_disagree",
 )
 """Every value the ``detail`` of a verdict can take: a bounded label set for the info metric."""
 
@@ -168,6 +168,10 @@ def decide(f: WindowFeatures, job: JobContext, t: Thresholds, incumbent: str | N
             detail = "warming_up"
         return Decision("unknown", detail, scores, 0.0, (why,), throttled, severe)
 
+    disagreement = counters_disagree(f, t)
+    if disagreement is not None:
+        return Decision("unknown", "counters_disagree", scores, 0.0, (disagreement,), throttled, severe, likely)
+
     cls = next((c for c in PRIORITY_TIER if (raw[c] or 0.0) >= 0.5), None)
     if cls is None:
         tier = {c: raw[c] for c in ROOFLINE_TIER if raw[c] is not None}
@@ -211,6 +215,27 @@ def _throttle(f: WindowFeatures, t: Thresholds) -> tuple[bool, bool, tuple[str, 
     why = (f"clock at {_pct(f.clock_ratio)} of the peak's reference clock, held down by "
            f"{' and '.join(names) or 'a throttle reason'} in {_pct(f.throttle_fraction)} of busy samples")
     return True, severe, (why,)
+
+
+def counters_disagree(f: WindowFeatures, t: Thresholds) -> str | None:
+    """Why the profiling counters cannot be trusted in this window, or None when they can.
+
+    The profiling duty (GPM, DCGM ``PROF_GR_ENGINE_ACTIVE``) and the driver's utilisation counter
+    (``utilization.gpu``, ``GPU_UTIL``) both measure the time a kernel ran. When the utilisation
+    counter reads far busier and power does not say it is idle, the profiling counters are not
+    counting (a paused profiler blanks them; NVIDIA/dcgm-exporter#662 shows them near zero under
+    full load), and every class built on them (input-starved first) would be wrong."""
+    if f.duty_check is None:
+        return None
+    profiling, utilisation = f.duty_check
+    if utilisation - profiling < t.counters_disagree_gap:
+        return None
+    if f.power_ratio is not None and f.power_ratio < 0.5:
+        return None  # power sides with the profiling counter: the utilisation counter is the odd one
+    power = f", power at {_pct(f.power_ratio)} of its {f.power_basis or 'limit'}" if f.power_ratio is not None else ""
+    return (f"counters disagree: the utilisation counter reads {_pct(utilisation)} busy{power}, but the profiling "
+            f"engine activity reads {_pct(profiling)}; profiling counters paused or not updating (dcgmi profile "
+            "--resume; NVIDIA/dcgm-exporter#662), so no class is given until they agree")
 
 
 def _likely_power_capped(f: WindowFeatures, t: Thresholds) -> tuple[str, ...]:

@@ -88,6 +88,7 @@ class Thresholds(BaseModel):
     throttle_clock: float = Field(0.90, gt=0.0, le=2.0, description="SM clock / reference clock below which throttling costs performance.")
     throttle_severe_clock: float = Field(0.75, gt=0.0, le=2.0, description="Clock ratio below which throttling is severe.")
     throttle_duty: float = Field(0.5, ge=0.0, le=1.0, description="Duty cycle a GPU needs for its clock drops to matter.")
+    counters_disagree_gap: float = Field(0.4, gt=0.0, le=1.0, description="Utilisation-counter duty minus profiling duty at or above which the profiling counters are not trusted.")
     power_capped_ratio: float = Field(0.95, gt=0.0, le=1.5, description="Power / enforced limit at or above which a busy GPU with a low clock and no clock-event reasons is likely power-capped.")
 
     # -- scores and confidence --------------------------------------------------------------------------------
@@ -187,6 +188,7 @@ SOURCES: dict[str, tuple[str, str]] = {
     "throttle_clock": ("engineering band", "classification.md §7.3; SW power cap at >= 0.9 clock is normal under GEMM"),
     "throttle_severe_clock": ("sourced", "HW slowdown / power brake roughly halve clocks [DCGM-H]; §7.3"),
     "throttle_duty": ("engineering band", "classification.md §7.3"),
+    "counters_disagree_gap": ("engineering band", "classification.md §2.1: utilization.gpu and GR_ENGINE_ACTIVE both measure the time a kernel ran and track within a few points; NVIDIA/dcgm-exporter#662 shows 91% against 16% on a loaded T4"),
     "power_capped_ratio": ("engineering band", "classification.md §7.3: NVML's power capping holds board power at the limit; within 5% of it, measurement noise"),
     "score_width": ("engineering band", "classification.md §7.4"),
     "score_width_cv": ("engineering band", "classification.md §7.4"),

@@ -164,6 +164,10 @@ class GpuSample:
     DCGM MEM_COPY_UTIL): a busy-time ratio, not a fraction of peak bandwidth like ``dram_active``.
     A memory-bound kernel keeps it near 100% and so does a GEMM streaming its tiles, so it is weak
     evidence on its own (see docs/classification.md)."""
+    util_gpu: Ratio | None = None
+    """Kernel duty as the driver's utilisation counter reads it (NVML ``utilization.gpu``, DCGM
+    ``GPU_UTIL``), kept beside ``gr_active`` when a profiling counter (GPM, DCGM PROF) gave that: the
+    two measure the same thing, so a wide gap between them says one of them is not counting."""
 
     pcie_tx_bytes_per_s: NonNegative | None = None
     pcie_rx_bytes_per_s: NonNegative | None = None

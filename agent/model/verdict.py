@@ -76,6 +76,9 @@ class WindowFeatures:
     """What ``power_ratio`` divides by: ``"limit"`` (the enforced limit) or ``"tdp"`` (the catalogue)."""
     mfu_reported: float | None = None
     """The job's own MFU over the window (tokens/s x FLOPs/token against the dtype peak), when it reports."""
+    duty_check: tuple[float, float] | None = None
+    """(profiling duty, utilisation-counter duty): window means of ``gr_active`` and ``util_gpu`` over
+    samples that carry both, when both are read; the cross-check of the duty the verdict rests on."""
     throttle_known: bool = True
     """Whether any sample of the window carried clock-event reasons: without them the throttled flag
     is unknown (dcgm-exporter's default CSV exports none), never a confident no."""
@@ -188,6 +191,8 @@ class Verdict:
     serving: ServingView | None = None
     """For a GPU serving inference: its distance from the decode latency floor, and the knob to turn."""
     throttle_likely: bool = False
+    counters_suspect: bool = False
+    """This window's profiling duty contradicts the utilisation counter (detail ``counters_disagree``)."""
     """No clock-event reasons, but power at its limit with the clock held low while busy: likely power-capped."""
 
     @property

@@ -38,6 +38,13 @@ THROTTLED = MetricDef(
     "source exports no clock-event reasons (dcgm-exporter's default CSV).",
     GPU_LABELS, nvidia=_CLS, amd=_CLS, virtual=_CLS,
 )
+COUNTERS_SUSPECT = MetricDef(
+    "roofwatch_gpu_counters_suspect", "gauge", "boolean",
+    "1 while the profiling duty (GPM, DCGM PROF_GR_ENGINE_ACTIVE) reads far below the utilisation counter "
+    "(utilization.gpu, GPU_UTIL) and power does not side with it: a dead or paused profiling counter (verdict "
+    "unknown, detail counters_disagree); 0 while they agree; absent where the GPU has only one of the two.",
+    GPU_LABELS, nvidia=_CLS + " (GPM or DCGM against utilization.gpu)", amd="—", virtual=_CLS,
+)
 DUTY_CYCLE = MetricDef(
     "roofwatch_gpu_window_duty_cycle_ratio", "gauge", "ratio",
     "Share of the classification window in which a kernel ran.", GPU_LABELS, nvidia=_CLS, amd=_CLS, virtual=_CLS,
@@ -95,6 +102,6 @@ MBU = MetricDef(
     GPU_LABELS + ("source",), nvidia=_CLS, amd="umc_activity (a proxy)", virtual=_CLS,
 )
 VERDICT_METRICS: tuple[MetricDef, ...] = (
-    WORKLOAD_CLASS, WORKLOAD_CONFIDENCE, WORKLOAD_SCORE, WORKLOAD_REASON, THROTTLED, DUTY_CYCLE, COMM_WAIT,
+    WORKLOAD_CLASS, WORKLOAD_CONFIDENCE, WORKLOAD_SCORE, WORKLOAD_REASON, THROTTLED, COUNTERS_SUSPECT, DUTY_CYCLE, COMM_WAIT,
     STEP_TIME_CV, RANK_SKEW, ACHIEVED_FLOPS, ACHIEVED_BANDWIDTH, INTENSITY, RIDGE_POINT, ROOF_HEADROOM, MFU, MBU,
 )

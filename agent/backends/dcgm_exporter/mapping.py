@@ -71,7 +71,7 @@ COUNTS: dict[str, str] = {
 
 
 COUNTER_FIELDS: frozenset[str] = frozenset({
-    *RATIOS.values(), "gr_active", "mem_busy", *RATES.values(), *PLAIN.values(), *COUNTS.values(), "energy_j",
+    *RATIOS.values(), "gr_active", "util_gpu", "mem_busy", *RATES.values(), *PLAIN.values(), *COUNTS.values(), "energy_j",
     "mem_used_bytes", "mem_total_bytes", "remapped_rows"})
 """Every sample field :func:`sample_values` can give: the counters whose source ``doctor`` names."""
 
@@ -87,8 +87,9 @@ def sample_values(record: GpuRecord) -> dict[str, Any]:
     for name, field in RATIOS.items():
         if name in v:
             out[field] = _ratio(v[name])
-    if "gr_active" not in out and "DCGM_FI_DEV_GPU_UTIL" in v:
-        out["gr_active"] = _ratio(v["DCGM_FI_DEV_GPU_UTIL"] / 100.0)
+    if "DCGM_FI_DEV_GPU_UTIL" in v:
+        out["util_gpu"] = _ratio(v["DCGM_FI_DEV_GPU_UTIL"] / 100.0)
+        out.setdefault("gr_active", out["util_gpu"])
     if "DCGM_FI_DEV_MEM_COPY_UTIL" in v:
         out["mem_busy"] = _ratio(v["DCGM_FI_DEV_MEM_COPY_UTIL"] / 100.0)
     for name, field in RATES.items():
