@@ -3,7 +3,9 @@
 A serving verdict rests on what the server exports (batch, queue, KV-cache usage, inter-token
 latency, prefill time) and on what only the configuration can say (the model's weight bytes): each
 finding names what is there, what is missing, and what that costs. One scrape per endpoint, with
-the agent's own fetch and parser, so doctor sees what the agent will see.
+the agent's own fetch and parser, so doctor sees what the agent will see: the line names the workload
+figures (tokens/s only with both token counters), the serving signals, the lines of the body that
+were no sample (how many, and the first), and which GPUs the figures reach.
 """
 
 from __future__ import annotations
@@ -11,12 +13,17 @@ from __future__ import annotations
 from typing import Any
 
 from agent.context.workload.inference.fetch import describe_error, http_fetch
-from agent.context.workload.inference.parse import ExpositionError, detect, parse, totals
+from agent.context.workload.inference.parse import Exposition, ExpositionError, Totals, parse, recognise, totals
 from agent.diagnostics.findings import Finding
 
 MAX_BYTES = 4 * 1024 * 1024
 SIGNALS = (("running", "running requests"), ("waiting", "waiting requests"), ("kv_usage", "KV-cache usage"),
-           ("itl", "inter-token latency"), ("prefill_s", "prefill time"))
+           ("itl", "inter-token latency"), ("prefill_s", "prefill time"), ("ttft", "time to first token"),
+           ("preemptions", "preemptions"), ("kv_pool_tokens", "KV-cache pool size"))
+"""Serving figures the agent reads (:class:`ServingTotals` field, words), in the order the line names them."""
+WORKLOAD = (("engine steps", ("steps",)), ("server FLOP estimates", ("flops",)),
+            ("server byte estimates", ("read_bytes", "write_bytes")))
+"""Workload figures besides tokens/s (words, the :class:`Totals` fields any of which gives them)."""
 
 
 def inference_findings(settings: Any, *, timeout_s: float | None = None) -> list[Finding]:
@@ -47,9 +54,7 @@ def _endpoint(i: int, ep: Any, models: dict[str, Any], timeout_s: float) -> Find
     costs = "workload MFU/MBU and the serving view (decode floor, TPOT/floor, advice) of the GPUs it serves"
     try:
         expo = parse(http_fetch(ep.url, timeout_s, MAX_BYTES).decode("utf-8", errors="replace"))
-        kind = detect(expo) if ep.kind == "auto" else ep.kind
-        if kind is None:
-            raise ExpositionError("no vLLM, SGLang or TGI token counters in the response")
+        kind = recognise(expo, ep.kind)
         current = totals(expo, kind)
     except Exception as exc:
         detail = str(exc) if isinstance(exc, ExpositionError) else describe_error(exc, timeout_s)
@@ -61,14 +66,40 @@ def _endpoint(i: int, ep: Any, models: dict[str, Any], timeout_s: float) -> Find
     model = ep.model or (current.models[0] if len(current.models) == 1 else None)
     facts = models.get(model) if model else None
     weights = ep.model_bytes if ep.model_bytes is not None else getattr(facts, "model_bytes", None)
-    detail = (f"{kind}, model {model or ', '.join(current.models) or 'not named'}; serving signals: "
-              f"{', '.join(present) or 'none'}" + (f"; not exported: {', '.join(missing)}" if missing else ""))
+    detail = (f"{kind}, model {model or ', '.join(current.models) or 'not named'}; workload figures: "
+              f"{_workload(current)}; serving signals: {', '.join(present) or 'none'}"
+              + (f"; not exported: {', '.join(missing)}" if missing else "") + _skipped(expo))
     if weights is None:
         name = model or "<model name>"
         return Finding(check, "warn", detail + "; weight bytes unknown", "the decode floor, TPOT/floor and the serving "
                        "advice (the serving state stays unknown)", f"set inference_endpoints[{i}].model_bytes, or "
                        f"models: {{{name!r}: {{model_bytes: ...}}}} (parameters x bytes per parameter)")
-    if "inter-token latency" in missing:
-        return Finding(check, "warn", detail, "TPOT/floor and the serving state", "upgrade the server: its metrics "
-                       "lack an inter-token latency histogram")
+    gaps = [(impact, fix) for lacking, impact, fix in (
+        ("inter-token latency" in missing, "TPOT/floor and the serving state",
+         "upgrade the server: its metrics lack an inter-token latency histogram"),
+        (not current.has_tokens, "workload MFU/MBU of the GPUs it serves",
+         "a server release that exports both token counters, reached without a filter in between"),
+    ) if lacking]
+    if gaps:
+        impacts, fixes = zip(*gaps)
+        return Finding(check, "warn", detail, "; ".join(impacts), "; ".join(fixes))
     return Finding(check, "ok", detail + f"; weights {weights / 1e9:.3g} GB")
+
+
+def _workload(current: Totals) -> str:
+    """What the workload report (MFU/MBU) will rest on: tokens/s needs both token counters, so a server
+    with one or none gives no tokens/s, and the line says so rather than implying a zero."""
+    used = [label for label, fields in WORKLOAD if any(getattr(current, f) is not None for f in fields)]
+    if current.has_tokens:
+        return ", ".join(["tokens/s", *used])
+    have = [name for name, series in (("prompt", current.prompt), ("generated", current.generated))
+            if series is not None]
+    lacking = f"only the {have[0]} token counter" if have else "no token counters"
+    return ", ".join([*used, f"no tokens/s ({lacking})"])
+
+
+def _skipped(expo: Exposition) -> str:
+    """How many lines of the body were no sample (a pasted ``curl`` line, a proxy's banner), and the first."""
+    if not expo.skipped:
+        return ""
+    return f"; {expo.skipped} unreadable line{'s' if expo.skipped != 1 else ''} skipped, first {expo.first_bad}"

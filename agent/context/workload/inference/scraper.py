@@ -27,9 +27,9 @@ from agent.context.workload.inference.parse import (
     Kind,
     Rates,
     Totals,
-    detect,
     parse,
     rates,
+    recognise,
     totals,
 )
 from agent.model import ServingReport, WorkloadReport
@@ -154,12 +154,11 @@ class InferenceScraper:
             # stamps, and parsing time under load would stretch one interval and shrink the next.
             arrived = now if now is not None else self._clock()
             expo = parse(body.decode("utf-8", errors="replace"))
-            kind = detect(expo) if ep.kind == "auto" else ep.kind
-            if kind is None:
-                seen = ", ".join(sorted(expo.prefixes)) or "none"
-                raise ExpositionError(f"no vLLM, SGLang or TGI token counters in the response (server metric "
-                                      f"families seen: {seen})")
+            kind = recognise(expo, ep.kind)
             current = totals(expo, kind)
+            if expo.skipped:
+                log.debug("inference endpoint %s: %d unreadable lines skipped, first %s", ep.url, expo.skipped,
+                          expo.first_bad)
         except Exception as exc:
             self._failed(state, describe_error(exc, self._timeout_s) if not isinstance(exc, ExpositionError)
                          else str(exc))
@@ -250,7 +249,7 @@ class InferenceScraper:
         tokens = r.computed_tokens_per_s
         flops_per_token = ep.effective_flops_per_token or facts.flops_per_token or (
             2.0 * facts.params if facts.params else None)
-        if r.flops_per_gpu_per_s is not None and tokens > 0:
+        if r.flops_per_gpu_per_s is not None and tokens:
             flops_per_token = r.flops_per_gpu_per_s * world / tokens  # the server's own estimate wins
         step_time = 1.0 / r.steps_per_s if r.steps_per_s else None
         weights = ep.model_bytes if ep.model_bytes is not None else facts.model_bytes
@@ -258,7 +257,7 @@ class InferenceScraper:
         if r.bytes_per_gpu_per_s is not None:  # bytes the server estimates it moved, KV cache included
             if step_time:
                 model_bytes = r.bytes_per_gpu_per_s * world * step_time
-            elif tokens > 0:
+            elif tokens:
                 model_bytes = r.bytes_per_gpu_per_s * world / tokens
         return WorkloadReport(job=ep.job, world_size=world,
                               step=int(r.steps_total) if r.steps_total is not None else None,

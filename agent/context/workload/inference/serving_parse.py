@@ -16,7 +16,9 @@ the servers' sources (the newest name first; an older one stands in where a rele
   the pool in tokens).
 * **SGLang** (``sglang/srt/observability/metrics_collector.py``, formerly ``srt/metrics/collector.py``;
   labels ``model_name``, ``engine_type``, ranks): gauges ``sglang:num_running_reqs``,
-  ``sglang:num_queue_reqs``, ``sglang:token_usage`` (0..1); counter
+  ``sglang:num_queue_reqs``, ``sglang:token_usage`` (0..1); up to 0.3 (``docs/references/production_metrics.md``
+  of that release, label ``name``) and in the pre-release of PR #1461 the gauges were
+  ``sglang:num_requests_running`` and ``sglang:num_requests_waiting`` (``sglang:queue_req`` beside them); counter
   ``sglang:num_retracted_requests_total``; histograms ``sglang:inter_token_latency_seconds``
   (``sglang:time_per_output_token_seconds`` before 0.4.5), ``sglang:time_to_first_token_seconds``,
   ``sglang:per_stage_req_latency_seconds{stage="prefill_forward"|"chunked_prefill"}``, the pool size
@@ -78,7 +80,9 @@ SERVING_NAMES: dict[str, ServingNames] = {
         decode_time="vllm:request_decode_time_seconds", phase_time=None, device_time=None,
         cache_config="vllm:cache_config_info"),
     "sglang": ServingNames(
-        running=("sglang:num_running_reqs",), waiting=("sglang:num_queue_reqs",), kv_usage=("sglang:token_usage",),
+        running=("sglang:num_running_reqs", "sglang:num_requests_running"),
+        waiting=("sglang:num_queue_reqs", "sglang:num_requests_waiting", "sglang:queue_req"),
+        kv_usage=("sglang:token_usage",),
         kv_tokens_used=None, kv_tokens_total=None, preemptions=("sglang:num_retracted_requests",),
         itl=("sglang:inter_token_latency_seconds", "sglang:time_per_output_token_seconds"),
         ttft=("sglang:time_to_first_token_seconds",), prefill_time="sglang:per_stage_req_latency_seconds",
@@ -99,13 +103,19 @@ def _histogram_names(base: str | None) -> tuple[str, ...]:
     return (base + "_sum", base + "_count") if base else ()
 
 
-SERVING_WANTED: frozenset[str] = frozenset(
-    name for n in SERVING_NAMES.values()
-    for name in (*n.running, *n.waiting, *n.kv_usage, n.kv_tokens_used, n.kv_tokens_total, *n.preemptions,
-                 *(h for base in (*n.itl, *n.ttft, n.prefill_time, n.decode_time, n.phase_time) for h in _histogram_names(base)),
-                 n.device_time, n.cache_config, n.pool_tokens)
-    if name
-)
+def serving_sample_names(kind: str) -> frozenset[str]:
+    """The sample names this module reads for ``kind``: parse keeps them, and recognises a server by them
+    even when it exports no token counter (a queue or a full KV cache needs none)."""
+    n = SERVING_NAMES[kind]
+    return frozenset(
+        name for name in (*n.running, *n.waiting, *n.kv_usage, n.kv_tokens_used, n.kv_tokens_total, *n.preemptions,
+                          *(h for base in (*n.itl, *n.ttft, n.prefill_time, n.decode_time, n.phase_time)
+                            for h in _histogram_names(base)),
+                          n.device_time, n.cache_config, n.pool_tokens)
+        if name)
+
+
+SERVING_WANTED: frozenset[str] = frozenset().union(*(serving_sample_names(kind) for kind in SERVING_NAMES))
 """Every sample name this module reads; parse keeps these besides its own."""
 
 
@@ -150,6 +160,13 @@ class ServingTotals:
     kv_cache_bytes_per_gpu: float | None
     kv_pool_tokens: float | None = None
     """Tokens the KV-cache pool holds (all replicas): vLLM blocks x block size, SGLang, TGI gauges."""
+
+    @property
+    def any_figure(self) -> bool:
+        """Whether the scrape gave any figure at all: a server known only by name gives the serving view nothing."""
+        return any(getattr(self, name) is not None for name in (
+            "running", "waiting", "kv_usage", "preemptions", "itl", "ttft", "prefill_s", "decode_s",
+            "kv_cache_bytes_per_gpu", "kv_pool_tokens"))
 
 
 def _sum(series: Series | None) -> float | None:
