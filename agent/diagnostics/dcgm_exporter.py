@@ -9,9 +9,12 @@ from __future__ import annotations
 import time
 from typing import Any, Iterable
 
+from agent.backends.dcgm_exporter.backend import UNNAMED_MODEL
 from agent.backends.dcgm_exporter.mapping import PROFILING_FIELDS
 from agent.backends.dcgm_exporter.reader import listed
 from agent.diagnostics.findings import Finding
+from agent.diagnostics.spec_advice import IMPACT as SPEC_IMPACT
+from agent.diagnostics.spec_advice import config_snippet, spec_finding
 
 CSV_LINES = {
     "sm_active": "DCGM_FI_PROF_SM_ACTIVE", "sm_occupancy": "DCGM_FI_PROF_SM_OCCUPANCY",
@@ -81,11 +84,46 @@ def _missing_finding(gpu: str, missing: list[str], where: str) -> Finding:
                    "them commented out; profiling needs a Volta or newer data-centre GPU)", gpu=gpu)
 
 
+def _unnamed_finding(gpu: str, info: Any, profiles: list[str]) -> Finding | None:
+    """For a GPU no label names (dcgm-exporter 2.x prints no ``modelName``): where its peaks came from, or
+    how to name them. None when a ``specs:`` entry named them (the user already did)."""
+    spec = info.spec
+    if spec is not None and spec.key.startswith("override:"):
+        return None
+    if spec is not None:
+        shared = "; TDP and NVLink unknown: the boards with these profiles differ in them" if spec.tdp_w is None else ""
+        return Finding("peak specs", "info", f"the exposition names no model (no modelName label): peaks of "
+                       f"{spec.name} ({spec.key}), identified by MIG profile {', '.join(profiles)}{shared}", gpu=gpu)
+    return Finding("peak specs", "warn", "the exposition names no model (no modelName label, as dcgm-exporter 2.x "
+                   "prints none) and no MIG profile identifies it: no peak specs", SPEC_IMPACT,
+                   "name its dense datasheet peaks in the config under the name roofwatch gives such GPUs, and "
+                   f"restart the agent: {config_snippet(UNNAMED_MODEL)} (docs/specs.md; the entry applies to every "
+                   "GPU this exporter lists without a model), or run a dcgm-exporter release that labels modelName",
+                   gpu=gpu)
+
+
+def spec_findings(backend: Any, gpu: str, info: Any, record: Any, seen: set[str]) -> list[Finding]:
+    """The peak-specs line of one device, once per model (once per physical GPU when unnamed): what is
+    lost without catalogued peaks and the ``specs:`` entry to add, as on the NVML backend."""
+    if record.model is not None:
+        advice = spec_finding(info.model, info.spec, gpu, seen)
+        return [advice] if advice is not None else []
+    gpu_key = f"unnamed:{record.index}"
+    if gpu_key in seen or (info.spec is None and UNNAMED_MODEL in seen):
+        return []  # one line per physical GPU; the fix for unidentified ones is said once
+    seen.add(gpu_key)
+    if info.spec is None:
+        seen.add(UNNAMED_MODEL)
+    profiles = sorted({r.profile for r in backend.reader.records().values() if r.index == record.index and r.profile})
+    finding = _unnamed_finding(gpu, info, profiles)
+    return [finding] if finding is not None else []
+
+
 def standalone_findings(backend: Any, now: float | None = None) -> tuple[list[Finding], int]:
     """``--backend dcgm-exporter``: the exporter, then per GPU its state and what it lacks."""
     now = time.time() if now is None else now
     out = reader_findings(backend.reader) + refused_finding(backend)
-    usable = 0
+    usable, advised = 0, set[str]()
     for gpu, info in backend.devices.items():
         record, problem = backend.reader.lookup(gpu, now)
         if record is None:
@@ -94,6 +132,7 @@ def standalone_findings(backend: Any, now: float | None = None) -> tuple[list[Fi
         usable += 1
         out.append(Finding("GPU", "info", f"{info.model} ({info.uuid}), spec "
                                           f"{info.spec.key if info.spec else 'unknown'}", gpu=gpu))
+        out.extend(spec_findings(backend, gpu, info, record, advised))
         sources = backend.counter_sources(gpu)
         out.append(_source_line(gpu, sources, backend.name))
         missing = _missing(sources)

@@ -8,8 +8,11 @@ power and memory busy time, and what would give it real counters.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
+from agent.backends.dcgm_exporter.backend import SOURCE as EXPORTER, DcgmExporterBackend
+from agent.backends.dcgm_exporter.exposition import GpuRecord
+from agent.backends.dcgm_exporter.join import DcgmExporterJoin
 from agent.diagnostics.findings import Finding
 from agent.model import EVIDENCE_BASES, DeviceInfo
 
@@ -57,16 +60,63 @@ def _joined(backend: Any, gpu: str) -> bool:
     return False
 
 
+DUTY_FIELDS = ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_DEV_GPU_UTIL")
+"""The DCGM fields a dcgm-exporter sample's duty cycle (``gr_active``) is built from, first present wins
+(:func:`agent.backends.dcgm_exporter.mapping.sample_values`)."""
+
+
+def _layers(backend: Any) -> Iterator[Any]:
+    """The backend and every backend it wraps (joins keep theirs as ``inner``)."""
+    layer: Any = backend
+    while layer is not None:
+        yield layer
+        layer = getattr(layer, "__dict__", {}).get("inner")
+
+
+def _exporter_record(backend: Any, gpu: str) -> GpuRecord | None:
+    """The exporter's latest record behind GPU ``gpu``: its own key on ``--backend dcgm-exporter``, the
+    UUID (and GPU instance) the NVML join matched on otherwise; None without an exporter."""
+    for layer in _layers(backend):
+        if isinstance(layer, DcgmExporterBackend):
+            return layer.reader.records().get(gpu)
+        if isinstance(layer, DcgmExporterJoin):
+            state = layer.join_state(gpu)
+            key = state.key if state is not None else None
+            return next((r for r in layer.reader.records().values() if (r.uuid, r.instance) == key), None)
+    return None
+
+
+def duty_source(backend: Any, gpu: str) -> str | None:
+    """The DCGM field GPU ``gpu``'s duty cycle came from when dcgm-exporter gave it, else None (NVML's
+    utilization.gpu, which :data:`EVIDENCE_BASES` names). Why: the duty is the fallback every basis ends
+    in, and on the exporter it is one of two fields with different meanings (engine activity, or the
+    share of time a kernel ran), so doctor must not name a third."""
+    sources = getattr(backend, "counter_sources", None)
+    if sources is None or sources(gpu).get("gr_active") != EXPORTER:
+        return None
+    record = _exporter_record(backend, gpu)
+    return next((f for f in DUTY_FIELDS if f in record.values), None) if record is not None else None
+
+
+def basis_text(basis: str, duty: str | None) -> str:
+    """:data:`EVIDENCE_BASES`' words for ``basis``, naming the duty source actually read when it is known."""
+    text = EVIDENCE_BASES[basis]
+    if duty is None or basis == "none":
+        return text
+    return text.replace("utilization.gpu", duty) if "utilization.gpu" in text else f"{text}; duty cycle from {duty}"
+
+
 def basis_findings(backend: Any, devices: Sequence[DeviceInfo]) -> list[Finding]:
-    """One finding per group of GPUs sharing a basis: what their verdicts rest on, and how to do better."""
-    groups: dict[tuple[str, str], list[str]] = {}
+    """One finding per group of GPUs sharing a basis (and duty source): what their verdicts rest on, and
+    how to do better."""
+    groups: dict[tuple[str, str, str | None], list[str]] = {}
     for info in devices:
         basis = predicted_basis(info.capabilities, _joined(backend, info.gpu))
-        groups.setdefault((basis, info.vendor), []).append(info.gpu)
+        groups.setdefault((basis, info.vendor, duty_source(backend, info.gpu)), []).append(info.gpu)
     out = []
-    for (basis, vendor), gpus in sorted(groups.items(), key=lambda kv: list(EVIDENCE_BASES).index(kv[0][0])):
+    for (basis, vendor, duty), gpus in sorted(groups.items(), key=lambda kv: list(EVIDENCE_BASES).index(kv[0][0])):
         status = _STATUS[basis]
-        what = f"verdicts rest on {EVIDENCE_BASES[basis]} (basis {basis})"
+        what = f"verdicts rest on {basis_text(basis, duty)} (basis {basis})"
         impact = ("" if status == "ok" else "compute- vs memory- vs latency-bound is inferred with lower confidence; "
                   "where the evidence cannot separate them the verdict is unknown with the missing counter named")
         fix = "" if status == "ok" else _FIX.get(vendor, "")

@@ -28,7 +28,7 @@ The rest are refused with one warning at discovery and a ``doctor`` finding, not
 from __future__ import annotations
 
 import logging
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from dataclasses import replace
 
@@ -37,8 +37,9 @@ from agent.backends.dcgm_exporter.exposition import GpuRecord
 from agent.backends.dcgm_exporter.mapping import capabilities, sample_values
 from agent.backends.dcgm_exporter.reader import ExporterReader, listed
 from agent.context.sources import HostFacts, HostSource
-from agent.model import Attribution, DeviceInfo, GpuSample, NicPort, XidCount
+from agent.model import Attribution, DeviceInfo, GpuSample, GpuSpec, NicPort, XidCount
 from agent.model.specs.lookup import resolve_spec
+from agent.model.specs.mig_identity import spec_from_mig_profiles
 from agent.model.specs.slices import mig_name_spec
 
 log = logging.getLogger("roofwatch.dcgm_exporter")
@@ -48,24 +49,35 @@ MAX_DEVICES = 128
 """Default bound on devices (``max_devices``): a node has at most 16 GPUs x 7 MIG instances (112)."""
 
 
+UNNAMED_MODEL = "NVIDIA GPU (model not exported)"
+"""The model of a GPU the exposition names nowhere (dcgm-exporter 2.x prints no ``modelName``); also the
+name a ``specs:`` entry for such GPUs is keyed by (docs/specs.md)."""
+
+
 def device_model(record: GpuRecord) -> str:
     """The model as NVML would name the device: a MIG instance is ``<parent> MIG <profile>``.
     dcgm-exporter's ``--replace-blanks-in-model-name`` dashes are turned back into spaces when the
     name starts ``NVIDIA-``, so both spellings find the same catalogue entry."""
-    model = record.model or "NVIDIA GPU (model not exported)"
+    model = record.model or UNNAMED_MODEL
     if model.startswith("NVIDIA-") and " " not in model:
         model = "NVIDIA " + model[len("NVIDIA-"):]
     return f"{model} MIG {record.profile}" if record.profile else model
 
 
-def device_info(record: GpuRecord) -> DeviceInfo:
+def device_info(record: GpuRecord, siblings: Mapping[str, GpuRecord] | None = None) -> DeviceInfo:
     """Identity and peaks of one record. A MIG instance has no UUID of its own in the exposition,
-    so it is named ``<GPU UUID>/<instance>``; its peaks are its profile's slice of the GPU's."""
+    so it is named ``<GPU UUID>/<instance>``; its peaks are its profile's slice of the GPU's.
+
+    ``siblings`` (the exposition's other records) matter only when no label names the model: then the
+    MIG profiles of the GPU's instances may still identify it (:func:`unnamed_spec`); a ``specs:``
+    entry for :data:`UNNAMED_MODEL` wins over that, as it wins over the catalogue."""
     values = sample_values(record)
     model = device_model(record)
     total = values.get("mem_total_bytes")
     parent_name = model.split(" MIG ")[0]
     spec = resolve_spec(vendor="nvidia", name=parent_name, memory_bytes=None if record.profile else total)
+    if spec is None and record.model is None:
+        spec = unnamed_spec(record, siblings or {})
     if spec is not None and record.profile:
         spec = mig_name_spec(spec, model)
     uuid = record.uuid or f"dcgm-exporter-gpu-{record.index}"
@@ -73,6 +85,16 @@ def device_info(record: GpuRecord) -> DeviceInfo:
                       model=model, memory_total_bytes=total, pci_bus_id=record.pci_bus_id,
                       sm_clock_max_mhz=values.get("sm_clock_max_mhz"), spec=spec,
                       capabilities=(SOURCE, *capabilities(values)))
+
+
+def unnamed_spec(record: GpuRecord, siblings: Mapping[str, GpuRecord]) -> GpuSpec | None:
+    """The whole GPU's peaks for a record no label names, from the MIG profiles of every instance of the
+    same GPU (a parent GPU's record carries none itself), checked against the GPU's own framebuffer
+    where exported; None when they identify nothing (:mod:`agent.model.specs.mig_identity`)."""
+    same_gpu = [r for r in siblings.values() if r.index == record.index and r.uuid == record.uuid] + [record]
+    whole = next((r for r in same_gpu if r.instance is None), None)
+    memory = sample_values(whole).get("mem_total_bytes") if whole is not None else None
+    return spec_from_mig_profiles((r.profile for r in same_gpu if r.profile), memory)
 
 
 class DcgmExporterBackend:
@@ -121,7 +143,7 @@ class DcgmExporterBackend:
                         len(keys) + len(self.reader.status().refused), self.max_devices, listed(kept, 4),
                         len(self.refused), listed(self.refused, 4))
         records = self.reader.records()
-        self._infos = {key: device_info(records[key]) for key in kept}
+        self._infos = {key: device_info(records[key], records) for key in kept}
         self.reader.start()
         return list(self._infos.values())
 

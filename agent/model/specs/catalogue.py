@@ -14,6 +14,10 @@ CATALOGUE: tuple[GpuSpec, ...] = NVIDIA_VOLTA_TURING + NVIDIA + NVIDIA_BLACKWELL
 # may confirm them, or the sibling (MI250, 104 CUs/GCD, ~6% slower) would silently get our peaks.
 SHARED_PCI_IDS: frozenset[int] = frozenset({0x740C})
 
+# PCI ids that one catalogued model shares with an uncatalogued sibling of the same SM count (pci.ids
+# 28b0 "RTX 2000 / 2000E Ada Generation"): only the driver name may confirm them.
+NAME_CONFIRMED_PCI_IDS: frozenset[int] = frozenset({0x28B0})
+
 
 # Driver names (NVML nvmlDeviceGetName, amdsmi market_name) -> candidate keys. Each entry's own
 # name and key are aliases too. Exact matches only: "NVIDIA H200 NVL" must not become an H200 SXM.

@@ -11,8 +11,15 @@ import re
 from collections.abc import Sequence
 
 from agent.model import GpuSpec, Vendor
-from agent.model.specs.catalogue import CATALOGUE, NAME_ALIASES, SHARED_NAMES, SHARED_PCI_IDS
+from agent.model.specs.catalogue import (
+    CATALOGUE,
+    NAME_ALIASES,
+    NAME_CONFIRMED_PCI_IDS,
+    SHARED_NAMES,
+    SHARED_PCI_IDS,
+)
 from agent.model.specs.override import override_for
+from agent.model.specs.vgpu import vgpu_spec
 
 _MEMORY_TOLERANCE = 0.15
 
@@ -79,6 +86,16 @@ def _name_candidates(catalogue: Sequence[GpuSpec], name: str) -> tuple[list[GpuS
     return [s for s in catalogue if s.key in keys], norm in shared
 
 
+def _id_candidates(pool: Sequence[GpuSpec], pci_device_id: int, name: str | None) -> list[GpuSpec]:
+    """Entries a PCI id can mean. An id two SKUs share (:data:`NAME_CONFIRMED_PCI_IDS`) keeps only the
+    entries the driver name also names: the id alone would hand the uncatalogued sibling our peaks."""
+    by_id = [s for s in pool if pci_device_id in s.pci_device_ids]
+    if pci_device_id not in NAME_CONFIRMED_PCI_IDS:
+        return by_id
+    named = _name_candidates(pool, name)[0] if name else []
+    return [s for s in by_id if s in named]
+
+
 def lookup(*, vendor: str | None = None, name: str | None = None,
            pci_device_id: int | None = None, memory_bytes: int | None = None,
            sm_count: int | None = None, catalogue: Sequence[GpuSpec] = CATALOGUE) -> GpuSpec | None:
@@ -94,7 +111,7 @@ def lookup(*, vendor: str | None = None, name: str | None = None,
         return None
     pool = [s for s in catalogue if canon is None or s.vendor == canon]
     if pci_device_id is not None:
-        by_id = [s for s in pool if pci_device_id in s.pci_device_ids]
+        by_id = _id_candidates(pool, pci_device_id, name)
         hit = _choose(by_id, memory_bytes, sm_count, confirm_sm=pci_device_id in SHARED_PCI_IDS)
         if hit is not None:
             return hit
@@ -157,11 +174,15 @@ def resolve_spec(*, vendor: str | None = None, name: str | None = None,
                  max_sm_clock_mhz: float | None = None, mem_bus_width_bits: int | None = None,
                  max_mem_clock_mhz: float | None = None,
                  reported_mem_bandwidth_bytes_per_s: float | None = None) -> GpuSpec | None:
-    """The config's ``specs:`` override for this driver name, else the catalogue entry, else a flagged
-    estimate, else None."""
+    """The config's ``specs:`` override for this driver name, else a vGPU profile's share of its board
+    (:mod:`agent.model.specs.vgpu`: before the catalogue, whose PCI id would give the whole board), else
+    the catalogue entry, else a flagged estimate, else None."""
     configured = override_for(name)
     if configured is not None:
         return configured
+    virtual = vgpu_spec(name) if _canon_vendor(vendor) in (None, "nvidia") else None
+    if virtual is not None:
+        return virtual
     spec = lookup(vendor=vendor, name=name, pci_device_id=pci_device_id,
                   memory_bytes=memory_bytes, sm_count=sm_count)
     if spec is not None or vendor is None or name is None:

@@ -18,6 +18,25 @@ _GH200 = ("§2 (not confirmed). TDP unknown: 450-1000 W is the whole module. GPU
           "depends on the system: unknown. " + _HOPPER)
 _H800 = ("H800 = the H100 die with NVLink limited to 400 GB/s bidirectional (200 per direction) and "
          "FP64 to ~1 TF (third-party: aiwiki.ai/wiki/nvidia_h800, philisun.com; no NVIDIA PDF found). ")
+_RTX_ADA_DENSE = ("Dense peaks derived as for rtx-6000-ada: the tensor figure (FP8 with sparsity) / 2 = FP8, "
+                  "BF16 half of that (FP32 accumulate at full rate on RTX Ada), TF32 half of BF16. ")
+_RTX_4000_ADA = (
+    "NVIDIA RTX 4000 Ada Generation datasheet (scribd copy): 6,144 CUDA cores (48 SMs), 192 tensor cores, "
+    "20 GB GDDR6; 26.7 TF FP32 and 130 W (huggingface.co/hardware/rtx-4000-ada), 160-bit bus at 360 GB/s "
+    "(technical.city), boost 2175 MHz (siliconcat.net). Tensor 327.6 TF (FP8 with sparsity) recalled from "
+    "NVIDIA's product page and quoted by a third-party MFU script, not re-read from the PDF: confirm. "
+    + _RTX_ADA_DENSE + "327.6 implies 1666 MHz at 4096 sparse FP8 FLOP/clk/SM (the rate rtx-6000-ada and "
+    "rtx-2000-ada fit at their boost clocks), not the 2175 MHz boost that FP32 26.7 = 48 x 256 x 2.175 GHz "
+    "fits, so the ref clock is left unknown (no clock credit) rather than guessed. Bandwidth checked on the "
+    "published linode capture: DCGM memory clock 9001 MHz x 2 (DDR) x 160 bit / 8 = 360 GB/s; the same "
+    "capture reads 2310 MHz SM clock under load (past the rated boost). No NVLink.")
+_RTX_2000_ADA = (
+    "NVIDIA RTX 2000 Ada Generation datasheet (itcreations.com and svethardware.cz copies): 2,816 CUDA cores "
+    "(22 SMs), 88 tensor cores, 16 GB GDDR6 on 128 bit at 224 GB/s, 12.0 TF FP32, 191.9 TF tensor (FP8 with "
+    "sparsity), 70 W, boost 2130 MHz; all rated at the boost clock. " + _RTX_ADA_DENSE + "Check: 22 x 1024 "
+    "FLOP/clk x 2.13 GHz = 47.98 TF BF16 and 22 x 256 x 2.13 GHz = 12.0 TF FP32, so ref = boost. PCI id "
+    "28b0 is shared with the RTX 2000E Ada Generation (not catalogued: its peaks were not sourced), so it "
+    "matches only with this driver name. No NVLink.")
 
 
 NVIDIA: tuple[GpuSpec, ...] = (
@@ -114,6 +133,17 @@ NVIDIA: tuple[GpuSpec, ...] = (
           "cputronic copies; boost 2505 MHz). Dense peaks derived: 1457 / 2 = 728.5 FP8, BF16 half "
           "of that (FP32 accumulate at full rate on RTX Ada), TF32 half of BF16; check: 142 x 1024 "
           "FLOP/clk x 2.505 GHz = 364.2 TF. No NVLink."),
+    # pci.ids: 27b2 "AD104GL [RTX 4000 Ada Generation]"; 27b0 (RTX 4000 SFF Ada Generation, a 70 W card
+    # with other clocks) and 27ba (the laptop GPU) are other SKUs: not catalogued. NVML name as the
+    # published linode capture's modelName: "NVIDIA RTX 4000 Ada Generation".
+    _spec("rtx-4000-ada", "NVIDIA RTX 4000 Ada Generation", "nvidia", bf16=81.9, fp8=163.8, tf32=40.95,
+          fp32=26.7, hbm_tbs=0.36, mem_gib=20, tdp=130, sms=48, ref=None, max_clk=2175, pci=(0x27B2,),
+          notes=_RTX_4000_ADA),
+    # pci.ids: 28b0 "AD107GL [RTX 2000 / 2000E Ada Generation]": one id for two SKUs, so it matches only
+    # together with the driver name (catalogue.NAME_CONFIRMED_PCI_IDS); the 2000E is not catalogued.
+    _spec("rtx-2000-ada", "NVIDIA RTX 2000 Ada Generation", "nvidia", bf16=47.98, fp8=95.95, tf32=23.99,
+          fp32=12.0, hbm_tbs=0.224, mem_gib=16, tdp=70, sms=22, ref=2130, max_clk=2130, pci=(0x28B0,),
+          notes=_RTX_2000_ADA),
     _spec("l4", "NVIDIA L4", "nvidia", bf16=121, fp8=242.5, tf32=60, fp32=30.3, hbm_tbs=0.300,
           mem_gib=24, tdp=72, sms=58, ref=2040, max_clk=2040, pci=(0x27B8,),
           notes="§2 (GDDR6). 58 SMs; ref derived: 121e12 / (58 x 1024 FLOP/clk) = 2037 ~ 2040 MHz "
