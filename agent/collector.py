@@ -41,6 +41,7 @@ from agent.model import (
     GpuSample,
     NicPort,
     NodeSnapshot,
+    SourceState,
     Verdict,
     XidCount,
 )
@@ -409,7 +410,19 @@ class Collector:
         host = next((s.sample.host for s in states if s.sample is not None and s.sample.host), None)
         nics = getattr(self.backend, "nic_ports", None)
         return NodeSnapshot(nics=self._nics_of(nics), ts=now, node=self.node, devices=states, health=health,
-                            expected_devices=self.expected_devices, host=host, sequence=self._sequence)
+                            expected_devices=self.expected_devices, host=host, sequence=self._sequence,
+                            sources=self._sources_of(now))
+
+    def _sources_of(self, now: float) -> tuple[SourceState, ...]:
+        """The backend's side sources (``source_states(now)``: from memory, never I/O)."""
+        states = getattr(self.backend, "source_states", None)
+        if states is None:
+            return ()
+        try:
+            return tuple(states(now))
+        except Exception:  # noqa: BLE001 - a source's state is an extra; never lose the snapshot over it
+            log.warning("reading source states failed", exc_info=True)
+            return ()
 
 
 def _log_changes(went_down: list[tuple[str, str]], came_up: list[tuple[str, int]]) -> None:

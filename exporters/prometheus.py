@@ -85,6 +85,10 @@ def families_for(snapshot: NodeSnapshot, *, max_processes_per_gpu: int = 16, gpu
     node_gauge(m.COLLECTOR_SUCCESS, backend_labels, 1.0 if snapshot.health.last_cycle_success else 0.0)
     node_gauge(m.COLLECTOR_INTERVAL, backend_labels, snapshot.health.interval_s)
     node_gauge(m.SNAPSHOT_TS, node_labels, snapshot.health.last_cycle_ts)
+    sources = GaugeMetricFamily(m.SOURCE_UP.name, m.SOURCE_UP.help, labels=m.SOURCE_UP.labels)
+    for source in snapshot.sources:
+        sources.add_metric([node, source.name, source.state], 1.0 if source.state == "up" else 0.0)
+    out.append(sources)
 
     host = snapshot.host
     node_gauge(m.HOST_IOWAIT, node_labels, host.cpu_iowait_ratio if host else None)

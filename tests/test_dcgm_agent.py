@@ -106,6 +106,8 @@ def test_dcgm_on_without_a_host_engine_is_fatal_and_auto_carries_on_with_nvml():
     try:
         backend.discover()
         assert backend.source is None and "localhost:5599" in backend.unavailable
+        (state,) = backend.source_states(clock.t)
+        assert (state.name, state.state) == ("dcgm", "down") and "localhost:5599" in state.detail
         clock.t += 1.0
         assert backend.sample("0", clock.t).sm_active is None  # NVML alone, as before
         (finding,) = dcgm_findings(backend, load_settings(dcgm="auto"))
@@ -122,6 +124,7 @@ def test_doctor_lists_each_gpus_fields_and_says_how_to_resume_paused_profiling()
         findings = dcgm_findings(backend, load_settings(dcgm="on"), sleep=advance)
         per_gpu = {f.gpu: f for f in findings if f.gpu is not None}
         assert per_gpu["0"].status == "ok" and "SM_UTIL_RATIO" in per_gpu["0"].detail, "DCGM 4.6 names its fields so"
+        assert [(s.name, s.state) for s in backend.source_states(clock.t)] == [("dcgm", "up")]
         backend.source.version = "version:4.5.2;arch:x86_64"  # an older host engine: the names it uses
         older = {f.gpu: f for f in dcgm_findings(backend, load_settings(dcgm="on"), sleep=advance) if f.gpu}
         assert "SM_ACTIVE" in older["0"].detail and "SM_UTIL_RATIO" not in older["0"].detail
@@ -172,7 +175,7 @@ def test_the_agent_process_reads_dcgm_through_the_bindings_on_its_path(a100_scen
                                           "--json"), capture_output=True, text=True, env=env, timeout=60)
     report = json.loads(doctor.stdout)
     dcgm = [f for f in report["findings"] if f["check"] == "dcgm"]
-    assert any(f["status"] == "ok" and "SM_ACTIVE" in f["detail"] for f in dcgm), dcgm
+    assert any(f["status"] == "ok" and "SM_UTIL_RATIO" in f["detail"] for f in dcgm), dcgm
 
 
 @pytest.mark.slow

@@ -167,6 +167,18 @@ def test_exporter_down_then_back(exporter):
     assert reader.status().failures_total == 1
 
 
+def test_the_exporters_own_state_is_up_stale_or_down(exporter):
+    reader = reader_for(exporter.url, stale_s=30.0)
+    assert reader.source_state(T0).state == "down", "not read yet"
+    assert reader.read_once(now=T0) is None
+    assert (reader.source_state(T0 + 1).name, reader.source_state(T0 + 1).state) == ("dcgm-exporter", "up")
+    assert reader.source_state(T0 + 31).state == "stale"
+    exporter.stop()
+    reader.read_once(now=T0 + 40)
+    down = reader.source_state(T0 + 40)
+    assert down.state == "down" and "connection refused" in down.detail
+
+
 def test_oversized_and_hanging_exporters_are_cut_off(exporter):
     assert "larger than 1000 bytes" in reader_for(exporter.url, max_bytes=1000).read_once(now=T0)
     with socket.socket() as silent:  # accepts connections (the kernel's backlog) and never answers

@@ -82,6 +82,8 @@ def test_the_sidecar_scrapes_the_server_joins_the_report_and_calls_a_pod_held_id
     assert [(s["gpu"], s["server"].split()[0], s["model"]) for s in serving] == [("2", "vllm", "Qwen/Qwen2.5-0.5B-Instruct")]
     jobs = {s["gpu"]: s["job_id"] for s in samples(metrics, "roofwatch_gpu_job_info")}
     assert jobs.get("2") == "train-7", jobs
+    sources = {s["source"].split()[0]: (s["state"], s["value"]) for s in samples(metrics, "roofwatch_source_up")}
+    assert sources == {"dcgm-exporter": ("up", 1.0), "inference": ("up", 1.0)}
     mfu = [s for s in samples(metrics, "roofwatch_gpu_mfu_ratio") if s["source"] == "workload"]
     assert [s["gpu"] for s in mfu] == ["2"] and mfu[0]["value"] > 0, mfu
 

@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from agent.collector import Collector
 from agent.classifier.live import LiveClassifier
 from agent.model import (Attribution, DeviceInfo, GpuSample, GpuSpec, HostSample, LinkTraffic, NicPort, ProcessSample, RemappedRows, ServingReport,
-                         WorkloadReport,
+                         SourceState, WorkloadReport,
                          XidCount)
 from exporters import docgen
 from exporters.metrics import JOB_ID_MAX_LEN, METRICS
@@ -85,6 +85,9 @@ class FullBackend:
 
     def device_events(self, gpu: str) -> tuple[XidCount, ...]:
         return (XidCount(xid=79, count=1, last_ts=1_800_000_000.0),) if gpu == "1" else ()
+
+    def source_states(self, now: float) -> tuple[SourceState, ...]:
+        return (SourceState("dcgm-exporter", "up"), SourceState("inference http://127.0.0.1:8000/metrics", "down", "refused"))
 
     def sample(self, gpu: str, now: float) -> GpuSample:
         if gpu in self.failing:
@@ -179,6 +182,12 @@ def test_a_dead_profiling_counter_is_flagged_per_gpu_and_named_in_the_reason():
     assert suspect == {"0": 0.0, "1": 1.0}
     reasons = {s.labels["gpu"]: s.labels["detail"] for s in fams["roofwatch_gpu_workload_reason_info"].samples}
     assert reasons["1"] == "counters_disagree" and reasons["0"] != "counters_disagree"
+
+
+def test_each_side_source_is_one_series_with_its_state(full_collector):
+    samples = {s.labels["source"]: (s.labels["state"], s.value)
+               for s in families(scrape_text(full_collector))["roofwatch_source_up"].samples}
+    assert samples == {"dcgm-exporter": ("up", 1.0), "inference http://127.0.0.1:8000/metrics": ("down", 0.0)}
 
 
 def test_down_gpu_reports_up_zero_and_drops_activity(full_collector):

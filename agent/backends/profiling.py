@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from agent.backends.base import Backend, BackendUnavailable, DeviceError
-from agent.model import DeviceInfo, GpuSample
+from agent.model import DeviceInfo, GpuSample, SourceState
 
 log = logging.getLogger("roofwatch.profiling")
 
@@ -79,6 +79,8 @@ class ProfilingJoin:
         self.source: Any | None = None
         self.unavailable: str | None = None
         self.joined: dict[str, str] = {}
+        self.needed = False
+        """Whether some GPU lacks GPM, so the source is wanted (its state is then exported)."""
         """gpu -> uuid of the GPUs the source fills."""
         self.last: dict[str, ProfilingRead] = {}
 
@@ -93,6 +95,7 @@ class ProfilingJoin:
         if not wanted:
             self.unavailable = f"{self.label} not needed: every GPU has GPM" if devices else None
             return devices
+        self.needed = True
         try:
             self.source = self._open_source(wanted)
         except BackendUnavailable as exc:
@@ -116,6 +119,16 @@ class ProfilingJoin:
             read = ProfilingRead(reason=str(exc))
         self.last[gpu] = read
         return merge_profiling(sample, read.values, replace=FALLBACK_FIELDS)
+
+    def source_states(self, now: float) -> tuple[SourceState, ...]:
+        """The inner backend's sources, and this one: ``dcgm`` up while it fills its GPUs, down with why."""
+        inner = getattr(self.inner, "source_states", None)
+        own = None
+        if self.source is not None:
+            own = SourceState(self.label.lower(), "up")
+        elif self.needed:
+            own = SourceState(self.label.lower(), "down", self.unavailable)
+        return (*(inner(now) if inner is not None else ()), *((own,) if own is not None else ()))
 
     def close(self) -> None:
         if self.source is not None:

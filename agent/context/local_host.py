@@ -25,7 +25,7 @@ from agent.context.host.infiniband import CONGESTION_COUNTERS, RETRANSMIT_COUNTE
 from agent.context.host.node_stats import NodeStats
 from agent.context.host.processes import ProcessTracker
 from agent.context.sources import HostFacts, PodFromPid, PodLookup, WorkloadSource
-from agent.model import Attribution, NicPort, WorkloadReport
+from agent.model import Attribution, NicPort, SourceState, WorkloadReport
 
 __all__ = ["LocalHost"]
 
@@ -82,6 +82,23 @@ class LocalHost:
                     close()
                 except Exception:  # noqa: BLE001 - shutting down; nothing to recover
                     pass
+
+    def source_states(self, now: float) -> tuple[SourceState, ...]:
+        """Each inference endpoint's state (``inference <url>``): up while its last scrape worked."""
+        out: list[SourceState] = []
+        for source in self._workloads:
+            status = getattr(source, "status", None)  # the inference scraper's; report stores have none
+            if not callable(status):
+                continue
+            try:
+                endpoints = status()
+            except Exception:  # noqa: BLE001 - a state is an extra
+                continue
+            for endpoint in endpoints if isinstance(endpoints, tuple) else ():
+                url = getattr(endpoint, "url", None)
+                if url is not None:
+                    out.append(SourceState(f"inference {url}", "up" if endpoint.up else "down", endpoint.error))
+        return tuple(out)
 
     def nic_ports(self) -> tuple[NicPort, ...]:
         """Every port's totals as of the last refresh (the GPUs' reads refresh them)."""

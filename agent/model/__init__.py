@@ -22,7 +22,7 @@ from agent.model.sample import (
     XidCount,
 )
 from agent.model.serving import SERVING_ADVICE, SERVING_STATES, ServingReport, ServingState, ServingView
-from agent.model.snapshot import CollectorHealth, NicPort, NodeSnapshot
+from agent.model.snapshot import SOURCE_STATES, CollectorHealth, NicPort, NodeSnapshot, SourceState
 from agent.model.terms import (
     CLOCK_EVENT_REASONS,
     DTYPES,
@@ -52,6 +52,8 @@ __all__ = [
     "LinkTraffic",
     "NicPort",
     "NodeSnapshot",
+    "SOURCE_STATES",
+    "SourceState",
     "EVIDENCE_BASES",
     "NonNegative",
     "NonNegativeInt",

@@ -38,6 +38,20 @@ class CollectorHealth:
     """Set while the agent waits for its GPU driver (agent.app.driver_wait): what it waits for and why."""
 
 
+SOURCE_STATES = ("up", "stale", "down")
+
+
+@dataclass(frozen=True, slots=True)
+class SourceState:
+    """One source the agent reads beside the GPU driver (dcgm-exporter, DCGM, an inference server),
+    as of the last cycle: ``up``; ``stale``, its last good read too old to use; or ``down``. Exported
+    so an alert can fire on a dead source, not only on the GPUs it leaves without figures."""
+
+    name: str
+    state: str
+    detail: str | None = None
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class NodeSnapshot:
     """Everything a scrape needs, published atomically once per cycle and never mutated."""
@@ -54,6 +68,8 @@ class NodeSnapshot:
     """The classifier's latest verdict per device (empty when classification is off)."""
     nics: tuple[NicPort, ...] = ()
     """The node's InfiniBand/RoCE ports (empty where there are none, or on the virtual fleet)."""
+    sources: tuple[SourceState, ...] = ()
+    """The side sources' states (empty where the backend reads only the driver)."""
 
     @property
     def visible_devices(self) -> int:

@@ -37,6 +37,14 @@ COLLECTOR_INTERVAL = MetricDef(
     "roofwatch_collector_interval_seconds", "gauge", "seconds", "Configured seconds between collection cycles.",
     NODE_LABELS + ("backend",), nvidia="collector", amd="collector", virtual="collector",
 )
+SOURCE_UP = MetricDef(
+    "roofwatch_source_up", "gauge", "boolean",
+    "1 while a source read beside the driver answers and is fresh (state=up), 0 while it is stale or down: "
+    "source=dcgm-exporter, dcgm (the host engine), or 'inference <url>' per endpoint; so an alert can fire on "
+    "a dead source, not only on the figures it leaves unknown.",
+    NODE_LABELS + ("source", "state"), nvidia="dcgm-exporter reader, DCGM join, inference scraper",
+    amd="inference scraper", virtual="—",
+)
 SNAPSHOT_TS = MetricDef(
     "roofwatch_snapshot_timestamp_seconds", "gauge", "seconds", "Unix time the served snapshot was taken.",
     NODE_LABELS, nvidia="collector", amd="collector", virtual="collector",

@@ -34,7 +34,7 @@ from agent.backends.nvml.calls import CountingNvml
 from agent.backends.readings import LibraryError
 from agent.context.local_host import LocalHost
 from agent.context.sources import HostSource
-from agent.model import DeviceInfo, GpuSample, NicPort
+from agent.model import DeviceInfo, GpuSample, NicPort, SourceState
 
 log = logging.getLogger("roofwatch.amd")
 
@@ -170,6 +170,11 @@ class AmdBackend:
             self._reinit()
             raise broken
         return dataclasses.replace(sample, driver_calls=self.amdsmi.count)
+
+    def source_states(self, now: float) -> tuple[SourceState, ...]:
+        """The node side's sources (inference servers), as the host last saw them."""
+        states = getattr(self._host, "source_states", None)
+        return tuple(states(now)) if states is not None else ()
 
     def nic_ports(self) -> tuple[NicPort, ...]:
         ports = getattr(self._host, "nic_ports", None)

@@ -37,7 +37,7 @@ from agent.backends.dcgm_exporter.exposition import GpuRecord
 from agent.backends.dcgm_exporter.mapping import capabilities, sample_values
 from agent.backends.dcgm_exporter.reader import ExporterReader, listed
 from agent.context.sources import HostFacts, HostSource
-from agent.model import Attribution, DeviceInfo, GpuSample, GpuSpec, NicPort, XidCount
+from agent.model import Attribution, DeviceInfo, GpuSample, GpuSpec, NicPort, SourceState, XidCount
 from agent.model.specs.lookup import resolve_spec
 from agent.model.specs.mig_identity import spec_from_mig_profiles
 from agent.model.specs.slices import mig_name_spec
@@ -182,6 +182,11 @@ class DcgmExporterBackend:
         except Exception as exc:  # noqa: BLE001 - host facts are extras; never fail a GPU over them
             log.debug("host facts for GPU %s failed: %s", info.gpu, exc)
             return HostFacts(processes={})
+
+    def source_states(self, now: float) -> tuple[SourceState, ...]:
+        """The exporter's state, then those of the node's side (inference servers)."""
+        host_states = getattr(self.host, "source_states", None)
+        return (self.reader.source_state(now), *(host_states(now) if host_states is not None else ()))
 
     def nic_ports(self) -> tuple[NicPort, ...]:
         """The node's InfiniBand/RoCE ports as the host side last read them (none without such a host)."""

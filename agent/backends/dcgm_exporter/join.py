@@ -28,7 +28,7 @@ from typing import Any, Sequence
 from agent.backends.dcgm_exporter.backend import SOURCE
 from agent.backends.dcgm_exporter.mapping import COUNTER_FIELDS, PROFILING_FIELDS, sample_values
 from agent.backends.dcgm_exporter.reader import ExporterReader, listed
-from agent.model import DeviceInfo, GpuSample
+from agent.model import DeviceInfo, GpuSample, SourceState
 
 log = logging.getLogger("roofwatch.dcgm_exporter")
 
@@ -135,6 +135,11 @@ class DcgmExporterJoin:
     def join_state(self, gpu: str) -> JoinState | None:
         with self._lock:
             return self._states.get(gpu)
+
+    def source_states(self, now: float) -> tuple[SourceState, ...]:
+        """The NVML side's sources, and the exporter's own state."""
+        inner = getattr(self.inner, "source_states", None)
+        return (*(inner(now) if inner is not None else ()), self.reader.source_state(now))
 
     def close(self) -> None:
         self.reader.close()

@@ -37,7 +37,7 @@ from typing import Callable
 
 from agent.backends.dcgm_exporter.exposition import MAX_GPUS, ExporterFormatError, GpuRecord, read_records
 from agent.context.workload.inference.fetch import ResponseTooLarge, describe_error, http_fetch
-from agent.model import XidCount
+from agent.model import SourceState, XidCount
 
 log = logging.getLogger("roofwatch.dcgm_exporter")
 
@@ -249,6 +249,17 @@ class ExporterReader:
     def xids(self, key: str) -> tuple[XidCount, ...]:
         with self._lock:
             return tuple(sorted(self._state.xids.get(key, {}).values(), key=lambda x: x.xid))
+
+    def source_state(self, now: float) -> SourceState:
+        """``dcgm-exporter``: down when its last read failed (its earlier values serve until they are
+        ``stale_s`` old), stale when the last good read is older than that, else up."""
+        with self._lock:
+            s = self._state
+            if s.error is not None or s.read_at is None:
+                return SourceState("dcgm-exporter", "down", s.error)
+            if now - s.read_at > self.stale_s:
+                return SourceState("dcgm-exporter", "stale", f"last good read {now - s.read_at:.0f} s ago")
+            return SourceState("dcgm-exporter", "up")
 
     def status(self) -> ReaderStatus:
         with self._lock:

@@ -34,7 +34,7 @@ from agent.backends.nvml.gpm import MIN_SPAN_S
 from agent.backends.readings import LibraryError
 from agent.context.local_host import LocalHost
 from agent.context.sources import HostSource
-from agent.model import DeviceInfo, GpuSample, NicPort, XidCount
+from agent.model import DeviceInfo, GpuSample, NicPort, SourceState, XidCount
 
 log = logging.getLogger("roofwatch.nvml")
 
@@ -193,6 +193,11 @@ class NvmlBackend:
             self._reinit()
             raise
         return dataclasses.replace(sample, driver_calls=self.nvml.count)
+
+    def source_states(self, now: float) -> tuple[SourceState, ...]:
+        """The node side's sources (inference servers), as the host last saw them."""
+        states = getattr(self._host, "source_states", None)
+        return tuple(states(now)) if states is not None else ()
 
     def nic_ports(self) -> tuple[NicPort, ...]:
         """The node's InfiniBand/RoCE ports as the host side last read them (none without such a host)."""
