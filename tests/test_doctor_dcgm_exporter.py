@@ -13,7 +13,7 @@ from agent.diagnostics.doctor import run_doctor
 from agent.diagnostics.findings import EXIT_DEGRADED, EXIT_UNUSABLE
 from agent.virtual.devices import device_uuid
 from tests.agent_process import clean_env, roofwatch_cmd
-from tests.dcgm_exporter_server import FakeExporter, fixture, replace_uuids
+from tests.dcgm_exporter_server import FakeExporter, fixture, replace_uuids, set_value
 
 
 def by_gpu(report, check: str) -> dict[str, str]:
@@ -31,6 +31,18 @@ def test_doctor_on_the_exporter_alone_names_source_and_missing_profiling_fields(
     assert "sm_active" in missing["2"].detail and "fp64_active" in missing["2"].detail
     assert "tensor_active" not in missing["2"].detail, "exported by the default CSV"
     assert "DCGM_FI_PROF_SM_ACTIVE" in missing["2"].fix
+
+
+def test_doctor_names_both_duty_readings_when_the_profiling_counter_is_dead():
+    """NVIDIA/dcgm-exporter#662: GPU_UTIL 91 % under load while PROF_GR_ENGINE_ACTIVE reads 0.156."""
+    body = set_value(set_value(fixture("a100-8x-pods.prom"), "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "0", "0.156"),
+                     "DCGM_FI_DEV_GPU_UTIL", "0", "91")
+    with FakeExporter(body) as exporter:
+        report = run_doctor(load_settings(backend="dcgm-exporter", dcgm_exporter_url=exporter.url))
+    (dead,) = [f for f in report.findings if f.check == "counters"]
+    assert dead.gpu == "0" and dead.status == "warn"
+    assert "GPU_UTIL reads 91% busy" in dead.detail and "PROF_GR_ENGINE_ACTIVE reads 0.156" in dead.detail
+    assert "dcgmi profile --resume" in dead.fix and "counters_disagree" in dead.impact
 
 
 def test_doctor_with_the_exporter_down_fails_with_the_fix():

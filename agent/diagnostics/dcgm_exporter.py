@@ -7,11 +7,12 @@ joined to the exporter), after one sample of each GPU, so it reports what the ag
 from __future__ import annotations
 
 import time
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from agent.backends.dcgm_exporter.backend import UNNAMED_MODEL
-from agent.backends.dcgm_exporter.mapping import PROFILING_FIELDS
+from agent.backends.dcgm_exporter.mapping import PROFILING_FIELDS, sample_values
 from agent.backends.dcgm_exporter.reader import listed
+from agent.classifier.thresholds import DEFAULT_THRESHOLDS
 from agent.diagnostics.findings import Finding
 from agent.diagnostics.spec_advice import IMPACT as SPEC_IMPACT
 from agent.diagnostics.spec_advice import config_snippet, spec_finding
@@ -119,6 +120,23 @@ def spec_findings(backend: Any, gpu: str, info: Any, record: Any, seen: set[str]
     return [finding] if finding is not None else []
 
 
+def disagreement_finding(gpu: str, values: Mapping[str, Any], utilisation_name: str = "DCGM_FI_DEV_GPU_UTIL") -> list[Finding]:
+    """A warning naming both duty readings when the profiling one is far below the utilisation counter and
+    power does not side with it: the rule behind the verdict detail ``counters_disagree``, on one read."""
+    profiling, utilisation = values.get("gr_active"), values.get("util_gpu")
+    if profiling is None or utilisation is None or utilisation - profiling < DEFAULT_THRESHOLDS.counters_disagree_gap:
+        return []
+    power, limit = values.get("power_w"), values.get("power_limit_w")
+    if power is not None and limit and power / limit < 0.5:
+        return []
+    drawn = f", power {power:.0f} of {limit:.0f} W" if power is not None and limit else ""
+    return [Finding("counters", "warn", f"{utilisation_name} reads {utilisation:.0%} busy{drawn}, but "
+                    f"DCGM_FI_PROF_GR_ENGINE_ACTIVE reads {profiling:.3f}: the profiling counters are paused or not "
+                    "updating (NVIDIA/dcgm-exporter#662)", "every verdict on this GPU: unknown (counters_disagree) "
+                    "until they agree", "resume profiling (dcgmi profile --resume), or restart the exporter and its "
+                    "host engine", gpu=gpu)]
+
+
 def standalone_findings(backend: Any, now: float | None = None) -> tuple[list[Finding], int]:
     """``--backend dcgm-exporter``: the exporter, then per GPU its state and what it lacks."""
     now = time.time() if now is None else now
@@ -133,6 +151,7 @@ def standalone_findings(backend: Any, now: float | None = None) -> tuple[list[Fi
         out.append(Finding("GPU", "info", f"{info.model} ({info.uuid}), spec "
                                           f"{info.spec.key if info.spec else 'unknown'}", gpu=gpu))
         out.extend(spec_findings(backend, gpu, info, record, advised))
+        out.extend(disagreement_finding(gpu, sample_values(record)))
         sources = backend.counter_sources(gpu)
         out.append(_source_line(gpu, sources, backend.name))
         missing = _missing(sources)
@@ -159,10 +178,13 @@ def join_findings(backend: Any, now: float | None = None) -> list[Finding]:
                            "check that dcgm_exporter_url is this node's own exporter"))
     for gpu in backend.inner.devices:
         try:
-            backend.sample(gpu, now)
+            sample = backend.sample(gpu, now)
         except Exception as exc:  # the NVML findings already name a GPU that cannot be read
             out.append(Finding("counter source", "info", f"no sample to join: {exc}", gpu=gpu))
             continue
+        out.extend(disagreement_finding(gpu, {f: getattr(sample, f) for f in ("gr_active", "util_gpu", "power_w",
+                                                                          "power_limit_w")},
+                                        "NVML utilization.gpu"))
         state = backend.join_state(gpu)
         sources = backend.counter_sources(gpu)
         out.append(_source_line(gpu, sources, backend.name))
