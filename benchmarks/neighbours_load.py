@@ -84,7 +84,9 @@ class DrippingServer:
         self.close()
 
 
-class _Vllm(BaseHTTPRequestHandler):
+class VllmHandler(BaseHTTPRequestHandler):
+    """An honest vLLM endpoint: the same fixture exposition on every GET."""
+
     def do_GET(self) -> None:  # noqa: N802 (http.server's name)
         self.send_response(200)
         self.send_header("Content-Type", "text/plain; version=0.0.4")
@@ -118,7 +120,7 @@ class Neighbourhood:
 
     def __init__(self, workdir: Path) -> None:
         self.workdir = workdir
-        self.honest = [ThreadingHTTPServer(("127.0.0.1", 0), _Vllm) for _ in range(HONEST_SERVERS)]
+        self.honest = [ThreadingHTTPServer(("127.0.0.1", 0), VllmHandler) for _ in range(HONEST_SERVERS)]
         for server in self.honest:
             server.daemon_threads = True
             threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True).start()
@@ -198,7 +200,9 @@ class Neighbourhood:
         self.dripping_exporter.close()
 
 
-JOB = """
+# A job in a process of its own, reporting on the unix socket twice a second and printing each status
+# (tests/test_report_socket_hostile.py runs it too).
+REPORTING_JOB = """
 import http.client, json, socket, sys, time
 class Unix(http.client.HTTPConnection):
     def connect(self):
@@ -245,7 +249,7 @@ def attack(hood: Neighbourhood, seconds: float) -> Seen:
             for _ in range(SLOW_CONNECTIONS)]
     for thread in slow:
         thread.start()
-    job = subprocess.Popen([sys.executable, "-c", JOB, hood.socket_path, str(seconds)], stdout=subprocess.PIPE,
+    job = subprocess.Popen([sys.executable, "-c", REPORTING_JOB, hood.socket_path, str(seconds)], stdout=subprocess.PIPE,
                            stderr=subprocess.DEVNULL, text=True)
     reload_at = time.monotonic() + seconds / 3
     end = time.monotonic() + seconds

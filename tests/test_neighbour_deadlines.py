@@ -11,8 +11,7 @@ from __future__ import annotations
 import contextlib
 import subprocess
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
+from http.server import ThreadingHTTPServer
 
 import pytest
 
@@ -20,23 +19,10 @@ from agent.context.neighbour_http import FetchFailed, fetch
 from agent.context.workload.inference.endpoint import InferenceEndpoint
 from agent.context.workload.inference.scraper import InferenceScraper
 from tests.agent_process import clean_env, poll, roofwatch_cmd, serving
-from benchmarks.neighbours_load import DrippingServer
+from benchmarks.neighbours_load import DrippingServer, VllmHandler
 
 pytestmark = pytest.mark.slow  # every test here waits out a deadline
 
-VLLM = (Path(__file__).parent / "fixtures" / "inference" / "vllm-1.prom").read_bytes()
-
-
-class Vllm(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-        self.send_response(200)
-        self.send_header("Content-Type", "text/plain; version=0.0.4")
-        self.send_header("Content-Length", str(len(VLLM)))
-        self.end_headers()
-        self.wfile.write(VLLM)
-
-    def log_message(self, *args: object) -> None:
-        pass
 
 
 def test_a_dripping_server_is_cut_at_the_deadline_not_at_a_read_timeout():
@@ -50,7 +36,7 @@ def test_a_dripping_server_is_cut_at_the_deadline_not_at_a_read_timeout():
 
 
 def test_one_dripping_inference_server_costs_only_its_own_figures():
-    honest = [ThreadingHTTPServer(("127.0.0.1", 0), Vllm) for _ in range(4)]
+    honest = [ThreadingHTTPServer(("127.0.0.1", 0), VllmHandler) for _ in range(4)]
     with DrippingServer(every_s=0.2) as drip, contextlib.ExitStack() as servers:
         urls = [drip.url] + [f"http://127.0.0.1:{s.server_address[1]}/metrics" for s in honest]
         scraper = InferenceScraper([InferenceEndpoint(url=u, gpus=[str(i)]) for i, u in enumerate(urls)],

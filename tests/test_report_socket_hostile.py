@@ -18,6 +18,7 @@ import time
 
 import pytest
 
+from benchmarks.neighbours_load import REPORTING_JOB
 from tests.agent_process import poll
 from tests.report_fixtures import short_dir  # noqa: F401 (a fixture)
 from tests.reporting_demo import ReportingDemo
@@ -27,29 +28,6 @@ pytestmark = pytest.mark.slow
 ATTACKERS = 70
 HONEST_S = 12.0
 """Longer than the 10 s header deadline, so the attack's connections are cut and come back meanwhile."""
-
-JOB = """
-import http.client, json, socket, sys, time
-class Unix(http.client.HTTPConnection):
-    def connect(self):
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(10)
-        self.sock.connect(sys.argv[1])
-end = time.monotonic() + float(sys.argv[2])
-step = 0
-while time.monotonic() < end:
-    step += 1
-    conn = Unix("localhost", timeout=10)
-    try:
-        conn.request("POST", "/api/v1/report", body=json.dumps({"step": step, "step_time_s": 0.5}),
-                     headers={"Content-Type": "application/json"})
-        print(conn.getresponse().status, flush=True)
-    except OSError as exc:
-        print("error", type(exc).__name__, flush=True)
-    finally:
-        conn.close()
-    time.sleep(0.5)
-"""
 
 
 def _drip(path: str, stop: threading.Event, opened: list[int]) -> None:
@@ -82,7 +60,7 @@ def test_seventy_dripping_connections_do_not_keep_a_job_from_reporting(short_dir
             thread.start()
         poll(lambda: len(opened) >= ATTACKERS, 20, what="every hostile connection opened")
         started = time.monotonic()
-        job = subprocess.run([sys.executable, "-c", JOB, path, str(HONEST_S)], capture_output=True, text=True,
+        job = subprocess.run([sys.executable, "-c", REPORTING_JOB, path, str(HONEST_S)], capture_output=True, text=True,
                              timeout=HONEST_S + 60)
         statuses = job.stdout.split("\n")[:-1]
         assert statuses and set(statuses) == {"204"}, (statuses, job.stderr)
