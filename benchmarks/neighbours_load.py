@@ -226,12 +226,15 @@ while time.monotonic() < end:
 """
 
 
-def _slow_connection(path: str, stop: threading.Event) -> None:
-    """A request line, then a header byte every 2 s, never the blank line; again whenever it is cut."""
+def slow_connection(path: str, stop: threading.Event, opened: list[int] | None = None) -> None:
+    """One hostile connection on the unix socket: a request line, then a header byte every 2 s, never the
+    blank line; again whenever the agent cuts it. Each connect appends to ``opened`` when given."""
     while not stop.is_set():
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             sock.connect(path)
+            if opened is not None:
+                opened.append(1)
             sock.sendall(b"POST /api/v1/report HTTP/1.1\r\n")
             while not stop.wait(2.0):
                 sock.sendall(b"X")
@@ -245,7 +248,7 @@ def attack(hood: Neighbourhood, seconds: float) -> Seen:
     """The whole attack for ``seconds``; the honest parties' view of it."""
     seen = Seen()
     stop = threading.Event()
-    slow = [threading.Thread(target=_slow_connection, args=(hood.socket_path, stop), daemon=True)
+    slow = [threading.Thread(target=slow_connection, args=(hood.socket_path, stop), daemon=True)
             for _ in range(SLOW_CONNECTIONS)]
     for thread in slow:
         thread.start()

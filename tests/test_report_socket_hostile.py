@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from benchmarks.neighbours_load import REPORTING_JOB
+from benchmarks.neighbours_load import REPORTING_JOB, slow_connection
 from tests.agent_process import poll
 from tests.report_fixtures import short_dir  # noqa: F401 (a fixture)
 from tests.reporting_demo import ReportingDemo
@@ -30,29 +30,12 @@ HONEST_S = 12.0
 """Longer than the 10 s header deadline, so the attack's connections are cut and come back meanwhile."""
 
 
-def _drip(path: str, stop: threading.Event, opened: list[int]) -> None:
-    """One hostile connection kept open (reconnecting when the agent cuts it): a request line, then a header
-    byte every 2 s, never the blank line."""
-    while not stop.is_set():
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            sock.connect(path)
-            opened.append(1)
-            sock.sendall(b"POST /api/v1/report HTTP/1.1\r\n")
-            while not stop.wait(2.0):
-                sock.sendall(b"X")
-        except OSError:
-            stop.wait(0.2)
-        finally:
-            sock.close()
-
-
 def test_seventy_dripping_connections_do_not_keep_a_job_from_reporting(short_dir):  # noqa: F811
     path = str(short_dir / "report.sock")
     agent = ReportingDemo(short_dir / "agent.stderr", ROOFWATCH_REPORT_SOCKET=path)  # the demo, reports on
     stop = threading.Event()
     opened: list[int] = []
-    threads = [threading.Thread(target=_drip, args=(path, stop, opened), daemon=True) for _ in range(ATTACKERS)]
+    threads = [threading.Thread(target=slow_connection, args=(path, stop, opened), daemon=True) for _ in range(ATTACKERS)]
     try:
         agent.wait_healthy()
         poll(lambda: socket.socket(socket.AF_UNIX).connect_ex(path) == 0, 20, what="the report socket")
