@@ -55,6 +55,7 @@ def page_data() -> dict[str, Any]:
     return data
 
 
+@pytest.mark.slow  # a property test that computes for about 2 s (over the quick tier's limit on a busy machine)
 @FUZZ
 @given(report=report_like)
 def test_a_stored_report_gives_a_bounded_mfu_and_a_printable_job(page_data: dict[str, Any], report: dict[str, Any]) -> None:
