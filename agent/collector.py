@@ -158,24 +158,27 @@ def accumulate_counters(counters: DeviceCounters, previous: GpuSample | None, sa
     nothing for that interval rather than a negative or huge step.
     """
     dt = sample.interval_s or 0.0
-    energy_step = 0.0
-    if sample.energy_j is not None and previous is not None and previous.energy_j is not None:
-        delta = sample.energy_j - previous.energy_j
+    energy_step: float | None = None
+    if sample.energy_j is not None:
+        delta = sample.energy_j - previous.energy_j if previous is not None and previous.energy_j is not None else 0.0
         energy_step = delta if delta >= 0 else 0.0
-    elif sample.energy_j is None and sample.power_w is not None:
+    elif sample.power_w is not None:
         energy_step = sample.power_w * dt
 
-    def step(rate: float | None) -> float:
-        return rate * dt if rate is not None and math.isfinite(rate) and rate > 0 else 0.0
+    def step(rate: float | None) -> float | None:  # None: no reading, so the total stays absent
+        return None if rate is None else rate * dt if math.isfinite(rate) and rate > 0 else 0.0
+
+    def add(total: float | None, amount: float | None) -> float | None:
+        return total if amount is None else (total or 0.0) + amount
 
     return DeviceCounters(
-        energy_j=counters.energy_j + energy_step,
-        pcie_tx_bytes=counters.pcie_tx_bytes + step(sample.pcie_tx_bytes_per_s),
-        pcie_rx_bytes=counters.pcie_rx_bytes + step(sample.pcie_rx_bytes_per_s),
-        link_tx_bytes=counters.link_tx_bytes + step(sample.link_tx_bytes_per_s),
-        link_rx_bytes=counters.link_rx_bytes + step(sample.link_rx_bytes_per_s),
-        net_tx_bytes=counters.net_tx_bytes + step(sample.net_tx_bytes_per_s),
-        net_rx_bytes=counters.net_rx_bytes + step(sample.net_rx_bytes_per_s),
+        energy_j=add(counters.energy_j, energy_step),
+        pcie_tx_bytes=add(counters.pcie_tx_bytes, step(sample.pcie_tx_bytes_per_s)),
+        pcie_rx_bytes=add(counters.pcie_rx_bytes, step(sample.pcie_rx_bytes_per_s)),
+        link_tx_bytes=add(counters.link_tx_bytes, step(sample.link_tx_bytes_per_s)),
+        link_rx_bytes=add(counters.link_rx_bytes, step(sample.link_rx_bytes_per_s)),
+        net_tx_bytes=add(counters.net_tx_bytes, step(sample.net_tx_bytes_per_s)),
+        net_rx_bytes=add(counters.net_rx_bytes, step(sample.net_rx_bytes_per_s)),
         driver_calls=counters.driver_calls + (sample.driver_calls or 0),
     )
 
@@ -415,11 +418,9 @@ class Collector:
 
     def _sources_of(self, now: float) -> tuple[SourceState, ...]:
         """The backend's side sources (``source_states(now)``: from memory, never I/O)."""
-        states = getattr(self.backend, "source_states", None)
-        if states is None:
-            return ()
         try:
-            return tuple(states(now))
+            states = getattr(self.backend, "source_states", None)
+            return tuple(states(now)) if states is not None else ()
         except Exception:  # noqa: BLE001 - a source's state is an extra; never lose the snapshot over it
             log.warning("reading source states failed", exc_info=True)
             return ()

@@ -163,14 +163,17 @@ def _device_families(fam: Families, node: str, devices: tuple[DeviceState, ...],
                 peak_bw.add_metric(labels, spec.mem_bandwidth_bytes_per_s)
 
         c = device.counters
-        counters[m.ENERGY.name].add_metric(labels, c.energy_j)
+        if c.energy_j is not None:  # totals exist once their reading has: absent, never 0, without a source
+            counters[m.ENERGY.name].add_metric(labels, c.energy_j)
         for defn, tx, rx in (
             (m.PCIE_BYTES, c.pcie_tx_bytes, c.pcie_rx_bytes),
             (m.LINK_BYTES, c.link_tx_bytes, c.link_rx_bytes),
             (m.NETWORK_BYTES, c.net_tx_bytes, c.net_rx_bytes),
         ):
-            counters[defn.name].add_metric(labels + ["tx"], tx)
-            counters[defn.name].add_metric(labels + ["rx"], rx)
+            if tx is not None:
+                counters[defn.name].add_metric(labels + ["tx"], tx)
+            if rx is not None:
+                counters[defn.name].add_metric(labels + ["rx"], rx)
         if c.driver_calls:
             driver_calls.add_metric(labels, c.driver_calls)
         for xid in device.xid_errors:  # also while down: a GPU that fell off the bus reports XID 79

@@ -156,6 +156,8 @@ def test_unknown_values_are_absent_not_zero():
     assert [s.value for s in fams["roofwatch_gpu_engine_active_ratio"].samples] == [0.5, 0.5]
     for name in ("roofwatch_gpu_tensor_active_ratio", "roofwatch_gpu_power_watts", "roofwatch_gpu_clock_event_active"):
         assert fams[name].samples == []
+    for name in ("roofwatch_gpu_energy_joules", "roofwatch_gpu_pcie_bytes", "roofwatch_gpu_link_bytes"):
+        assert fams[name].samples == [], f"{name}_total without power, energy or byte rates: absent, not 0"
     collector.stop()
 
 

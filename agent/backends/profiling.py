@@ -118,7 +118,11 @@ class ProfilingJoin:
         except DeviceError as exc:
             read = ProfilingRead(reason=str(exc))
         self.last[gpu] = read
-        return merge_profiling(sample, read.values, replace=FALLBACK_FIELDS)
+        merged = merge_profiling(sample, read.values, replace=FALLBACK_FIELDS)
+        if merged.gr_active is not sample.gr_active and sample.gr_active is not None and sample.util_gpu is None:
+            # the duty NVML read (utilization.gpu: these GPUs have no GPM) stays beside the profiling one
+            merged = dataclasses.replace(merged, util_gpu=sample.gr_active)
+        return merged
 
     def source_states(self, now: float) -> tuple[SourceState, ...]:
         """The inner backend's sources, and this one: ``dcgm`` up while it fills its GPUs, down with why."""

@@ -163,8 +163,8 @@ def _pipe_means(window: Sequence[GpuSample], factors: Sequence[float]) -> dict[s
 
 
 def _duty_check(window: Sequence[GpuSample]) -> tuple[float, float] | None:
-    """Mean profiling duty and utilisation-counter duty over the samples that carry both as
-    distinct readings (a backend without a profiling counter copies one into the other)."""
+    """Mean profiling duty and utilisation-counter duty over the samples that carry both (backends set
+    ``util_gpu`` only beside a profiling duty, so the two are distinct readings)."""
     pairs = [(s.gr_active, s.util_gpu) for s in window if s.gr_active is not None and s.util_gpu is not None]
     if not pairs:
         return None

@@ -68,15 +68,17 @@ class DeviceInfo:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DeviceCounters:
-    """Monotonic per-device totals since the agent started (Prometheus counters)."""
+    """Monotonic per-device totals since the agent started (Prometheus counters). ``None`` until the
+    device's samples first carry the reading a total is built from: a source that never gives it
+    (a dcgm-exporter without NVLink rates, a GPU without power) leaves the counter absent, never 0."""
 
-    energy_j: float = 0.0
-    pcie_tx_bytes: float = 0.0
-    pcie_rx_bytes: float = 0.0
-    link_tx_bytes: float = 0.0
-    link_rx_bytes: float = 0.0
-    net_tx_bytes: float = 0.0
-    net_rx_bytes: float = 0.0
+    energy_j: float | None = None
+    pcie_tx_bytes: float | None = None
+    pcie_rx_bytes: float | None = None
+    link_tx_bytes: float | None = None
+    link_rx_bytes: float | None = None
+    net_tx_bytes: float | None = None
+    net_rx_bytes: float | None = None
     driver_calls: float = 0.0
     """Vendor-library calls made to read this device."""
 

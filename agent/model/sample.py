@@ -166,8 +166,8 @@ class GpuSample:
     evidence on its own (see docs/classification.md)."""
     util_gpu: Ratio | None = None
     """Kernel duty as the driver's utilisation counter reads it (NVML ``utilization.gpu``, DCGM
-    ``GPU_UTIL``), kept beside ``gr_active`` when a profiling counter (GPM, DCGM PROF) gave that: the
-    two measure the same thing, so a wide gap between them says one of them is not counting."""
+    ``GPU_UTIL``), set only beside a ``gr_active`` a profiling counter (DCGM PROF) gave, never as a copy
+    of it: the two measure the same thing, so a wide gap between them says one is not counting."""
 
     pcie_tx_bytes_per_s: NonNegative | None = None
     pcie_rx_bytes_per_s: NonNegative | None = None

@@ -88,8 +88,11 @@ def sample_values(record: GpuRecord) -> dict[str, Any]:
         if name in v:
             out[field] = _ratio(v[name])
     if "DCGM_FI_DEV_GPU_UTIL" in v:
-        out["util_gpu"] = _ratio(v["DCGM_FI_DEV_GPU_UTIL"] / 100.0)
-        out.setdefault("gr_active", out["util_gpu"])
+        util = _ratio(v["DCGM_FI_DEV_GPU_UTIL"] / 100.0)
+        if "gr_active" in out:
+            out["util_gpu"] = util  # a second duty reading beside the profiling one: the cross-check's input
+        else:
+            out["gr_active"] = util  # the duty itself, not a second reading: no util_gpu to compare
     if "DCGM_FI_DEV_MEM_COPY_UTIL" in v:
         out["mem_busy"] = _ratio(v["DCGM_FI_DEV_MEM_COPY_UTIL"] / 100.0)
     for name, field in RATES.items():

@@ -206,7 +206,6 @@ class NvmlDevice:
             util = self._opt("utilization", "nvmlDeviceGetUtilizationRates", h, core=not values)
             if util is not None:
                 values.setdefault("gr_active", min(1.0, util.gpu / 100.0))
-                values["util_gpu"] = min(1.0, util.gpu / 100.0)  # kept for the cross-check when GPM or DCGM gives gr_active
                 # utilization.memory is the share of time memory was read or written, not of
                 # peak bandwidth: its own field, never dram_active (trace format, mem_busy).
                 values["mem_busy"] = min(1.0, util.memory / 100.0)
