@@ -46,7 +46,12 @@ def parse_selector(text: str) -> dict[str, str]:
 
 
 def expand_values(text: str) -> list[float | None]:
-    """One entry per interval step; ``None`` where the series has no sample."""
+    """One entry per interval step; ``None`` where the series has no sample.
+
+    The field must have reached us as text: YAML 1.1 reads an unquoted ``0x40`` as the hexadecimal 64,
+    where promtool reads "0 for 41 samples", so a number here means the two would replay different data."""
+    if not isinstance(text, str):
+        raise ValueError(f"values {text!r}: quote it in the test file (YAML read it as a number; promtool reads text)")
     out: list[float | None] = []
     for token in str(text).split():
         if token == "_":
