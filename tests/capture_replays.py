@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import socket
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -263,3 +264,18 @@ SERVED_OF = {s.file: s for s in SERVED}
 INFERENCE_CAPTURES = sorted(str(p.relative_to(CAPTURES)) for d in ("vllm", "sglang", "tgi-style")
                             for p in (CAPTURES / d).glob("*.txt"))
 SMG813 = "sglang/smg813-underscore-names-excerpt.txt"
+
+
+def stop_all(procs: list, exporters: list) -> None:
+    """Every agent process terminated (killed after 15 s), then every stand-in exporter stopped."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.terminate()
+    for proc in procs:
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    for exporter in exporters:
+        exporter.stop()

@@ -39,7 +39,7 @@ import yaml
 from agent.model.specs import spec_by_key
 from agent.virtual.devices import device_uuid
 from tests.agent_process import clean_env, http_get, poll, roofwatch_cmd
-from tests.capture_replays import DCGM_CAPTURES, MIB, REPLAY_OF, capture, fields
+from tests.capture_replays import DCGM_CAPTURES, MIB, REPLAY_OF, capture, fields, stop_all
 from tests.dcgm_exporter_server import FakeExporter, replace_uuids
 from tests.prometheus_server import free_port
 
@@ -137,17 +137,7 @@ def agents(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Joine
     try:
         yield {file: _start(file, tmp, procs, exporters) for file in JOINED}
     finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.terminate()
-        for proc in procs:
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        for exporter in exporters:
-            exporter.stop()
+        stop_all(procs, exporters)
 
 
 def test_every_capture_is_joined_or_said_why_not():

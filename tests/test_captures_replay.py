@@ -28,7 +28,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.agent_process import clean_env, http_get, poll, roofwatch_cmd
 from tests.capture_replays import (
     BESIDE, COUNTER_FIELDS, DCGM_CAPTURES, IDLE_HELD, INFERENCE_CAPTURES, MODEL_BYTES, NEVER_GIVEN, READINGS,
-    REPLAY_OF, SERVED_OF, SMG813, Replay, capture, fields,
+    REPLAY_OF, SERVED_OF, SMG813, Replay, capture, fields, stop_all,
 )
 from tests.dcgm_exporter_server import FakeExporter
 from tests.prometheus_server import free_port
@@ -134,17 +134,7 @@ def agents(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Agent
                 _doctor(out[file], beside, tmp, procs, "--config", str(config))
         yield out
     finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.terminate()
-        for proc in procs:
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        for exporter in exporters:
-            exporter.stop()
+        stop_all(procs, exporters)
 
 
 # ---------------------------------------------------------------- reading the agent's answers
