@@ -155,13 +155,17 @@ def test_the_echoed_value_of_a_bad_setting_is_short(monkeypatch):
     assert "interval_s:" in str(info.value) and len(str(info.value)) < 400 and "ROOFWATCH_INTERVAL_S" in str(info.value)
 
 
-@pytest.mark.parametrize("listen", ["[" * 3000 + "x", "h" * 5000, ":" + "9" * 5000, "a b:80", ":²"])
-def test_a_bad_listen_address_is_named_in_a_short_line(monkeypatch, listen):
-    """The listen parser quotes the value: clipped, so a kilobytes-long value is still one short line
-    (a 3,800-character one went past the 4,000-character bound of one line); a Unicode digit as the
-    port is refused as a port, not as a failed int()."""
-    monkeypatch.setenv("ROOFWATCH_LISTEN", listen)
+@pytest.mark.parametrize(("setting", "value"), [
+    ("listen", "[" * 3000 + "x"), ("listen", "h" * 5000), ("listen", ":" + "9" * 5000), ("listen", "a b:80"),
+    ("listen", ":²"), ("dcgm_exporter_url", "[" * 3000), ("dcgm_exporter_url", "ftp://" + "x" * 5000),
+    ("inference_endpoints", '[{"url": "ftp://' + "x" * 2000 + '"}]'),
+])
+def test_a_bad_address_is_named_in_a_short_line(monkeypatch, setting, value):
+    """Validators that quote the value clip it, so a kilobytes-long value is still one short line (a
+    3,800-character one went past the 4,000-character bound of one line, found by the settings fuzz
+    test for listen and then for dcgm_exporter_url); a Unicode digit as the port is refused as a port."""
+    monkeypatch.setenv(f"ROOFWATCH_{setting.upper()}", value)
     with pytest.raises(ConfigError) as info:
         load_settings()
     message = str(info.value)
-    assert "listen:" in message and "\n" not in message and len(message) < 400, message[:300]
+    assert setting in message and "\n" not in message and len(message) < 400, message[:300]

@@ -48,23 +48,22 @@ class ConfigError(ValueError):
 def parse_listen(value: str) -> tuple[str, int]:
     """Split ``HOST:PORT`` / ``:PORT`` / ``[v6]:PORT`` into (host, port); empty host = all interfaces."""
     text = value.strip()
-    shown = value if len(value) <= 80 else value[:77] + "..."  # the error names the value, not kilobytes of it
     if text.startswith("["):
         host, sep, port_text = text[1:].partition("]:")
         if not sep:
-            raise ValueError(f"'{shown}' is not HOST:PORT (IPv6 hosts look like [::1]:{DEFAULT_PORT})")
+            raise ValueError(f"{shown(value)} is not HOST:PORT (IPv6 hosts look like [::1]:{DEFAULT_PORT})")
     else:
         host, sep, port_text = text.rpartition(":")
         if not sep:
-            raise ValueError(f"'{shown}' is not HOST:PORT (for example 0.0.0.0:{DEFAULT_PORT} or :{DEFAULT_PORT})")
+            raise ValueError(f"{shown(value)} is not HOST:PORT (for example 0.0.0.0:{DEFAULT_PORT} or :{DEFAULT_PORT})")
     if not (port_text.isascii() and port_text.isdigit() and len(port_text) <= 5) or int(port_text) > 65535:
-        raise ValueError(f"port '{port_text[:12]}' in '{shown}' must be a number from 0 to 65535")
+        raise ValueError(f"port '{port_text[:12]}' in {shown(value)} must be a number from 0 to 65535")
     if host:
         try:
             ipaddress.ip_address(host)
         except ValueError:
             if not all(part.isalnum() or "-" in part for part in host.split(".")):
-                raise ValueError(f"host '{host[:80]}' in '{shown}' is neither an IP address nor a host name") from None
+                raise ValueError(f"host {shown(host)} in {shown(value)} is neither an IP address nor a host name") from None
     return host, int(port_text)
 
 
@@ -213,7 +212,7 @@ class Settings(BaseSettings):
     @classmethod
     def _check_dcgm_exporter_url(cls, value: str | None) -> str | None:
         if value is not None and not (value.startswith(("http://", "https://")) and len(value) > 8):
-            raise ValueError(f"'{value}' is not an http:// or https:// URL (for example http://127.0.0.1:9400/metrics)")
+            raise ValueError(f"{shown(value)} is not an http:// or https:// URL (for example http://127.0.0.1:9400/metrics)")
         return value
 
     @field_validator("specs")

@@ -15,6 +15,13 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from agent.model import Dtype
 
 
+
+def _got(value: object) -> str:
+    """The rejected value as an error quotes it: ``repr`` clipped to 60 characters, so a kilobytes-long
+    value still makes one short line naming the field."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:56] + "...'"
+
 class ModelFacts(BaseModel):
     """Facts about one served model, by the name the server reports it under (``model_name``)."""
 
@@ -69,17 +76,17 @@ class InferenceEndpoint(BaseModel):
     def _check_url(cls, value: str) -> str:
         parts = urlsplit(value.strip())
         if parts.scheme not in ("http", "https"):
-            raise ValueError(f"url must start with http:// or https:// (got {value!r})")
+            raise ValueError(f"url must start with http:// or https:// (got {_got(value)})")
         if not parts.hostname:
-            raise ValueError(f"url has no host (got {value!r})")
+            raise ValueError(f"url has no host (got {_got(value)})")
         if parts.username or parts.password:
             raise ValueError("url must not carry credentials")
         try:
             port = parts.port
         except ValueError:
-            raise ValueError(f"url port must be a number from 1 to 65535 (got {value!r})") from None
+            raise ValueError(f"url port must be a number from 1 to 65535 (got {_got(value)})") from None
         if port == 0:
-            raise ValueError(f"url port must be a number from 1 to 65535 (got {value!r})")
+            raise ValueError(f"url port must be a number from 1 to 65535 (got {_got(value)})")
         path = parts.path if parts.path not in ("", "/") else "/metrics"
         return urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
 
@@ -91,10 +98,10 @@ class InferenceEndpoint(BaseModel):
         out: list[str] = []
         for item in value:
             if isinstance(item, bool) or not isinstance(item, (int, str)):
-                raise ValueError(f"gpus entries must be GPU indices or UUIDs (got {item!r})")
+                raise ValueError(f"gpus entries must be GPU indices or UUIDs (got {_got(item)})")
             text = str(item).strip()
             if not text or any(c.isspace() for c in text) or (isinstance(item, int) and item < 0):
-                raise ValueError(f"gpus entries must be GPU indices or UUIDs (got {item!r})")
+                raise ValueError(f"gpus entries must be GPU indices or UUIDs (got {_got(item)})")
             if text not in out:
                 out.append(text)
         return out
