@@ -106,14 +106,7 @@ def test_hanging_device_times_out_without_second_call_and_recovers():
     assert backend.calls["1"] == 1 and backend.max_concurrent["1"] == 1
     assert threading.active_count() < 20
     backend.behaviour["1"] = "ok"
-    backend.release.set()
-    recovered = False
-    for _ in range(200):  # poll until the released call finishes and a retry succeeds
-        mono.t += 10
-        if collector.collect_once().devices[1].up:
-            recovered = True
-            break
-    assert recovered
+    assert release_and_recover(collector, backend, mono)
     collector.stop()
 
 
@@ -253,6 +246,17 @@ def test_cli_reports_discovery_failure_without_traceback():
 # ---------------------------------------------------------------- a bounded pool, bounded logs
 
 
+def release_and_recover(collector, backend, mono) -> bool:
+    """Let the hung calls return, then cycle (fake clock) until every device is up again: True when it
+    happens within 200 cycles. Polls the state the test needs instead of sleeping."""
+    backend.release.set()
+    for _ in range(200):
+        mono.t += 10
+        if all(d.up for d in collector.collect_once().devices):
+            return True
+    return False
+
+
 def sampling_threads() -> int:
     return sum(1 for t in threading.enumerate() if t.name.startswith("roofwatch-sample"))
 
@@ -381,14 +385,7 @@ def test_a_hung_device_holds_one_worker_while_the_others_keep_being_sampled():
         assert all(backend.calls[str(i)] == 5 for i in range(12) if i != 1)
         assert sampling_threads() - before <= 3
         backend.behaviour["1"] = "ok"
-        backend.release.set()
-        recovered = False
-        for _ in range(200):  # poll until the released call returns and a retry succeeds
-            mono.t += 10
-            if collector.collect_once().devices[1].up:
-                recovered = True
-                break
-        assert recovered
+        assert release_and_recover(collector, backend, mono)
     finally:
         collector.stop()
 
@@ -410,13 +407,6 @@ def test_with_every_worker_hung_the_rest_are_marked_down_and_wait_without_piling
         assert collector._workers._jobs.qsize() == 4, "one queued call per waiting device, not one per cycle"
         assert sampling_threads() - before <= 2
         backend.behaviour.clear()
-        backend.release.set()
-        recovered = False
-        for _ in range(200):
-            mono.t += 10
-            if all(d.up for d in collector.collect_once().devices):
-                recovered = True
-                break
-        assert recovered and max(backend.max_concurrent.values()) == 1
+        assert release_and_recover(collector, backend, mono) and max(backend.max_concurrent.values()) == 1
     finally:
         collector.stop()

@@ -217,6 +217,13 @@ def _throttle(f: WindowFeatures, t: Thresholds) -> tuple[bool, bool, tuple[str, 
     return True, severe, (why,)
 
 
+def duty_readings_contradict(profiling: float, utilisation: float, power_ratio: float | None, t: Thresholds) -> bool:
+    """The rule behind ``counters_disagree``, on any pair of duty readings (a window's means, or doctor's
+    one read): the utilisation counter at least ``counters_disagree_gap`` busier than the profiling one,
+    and power not siding with the profiling counter (below half its limit it would)."""
+    return utilisation - profiling >= t.counters_disagree_gap and (power_ratio is None or power_ratio >= 0.5)
+
+
 def counters_disagree(f: WindowFeatures, t: Thresholds) -> str | None:
     """Why the profiling counters cannot be trusted in this window, or None when they can.
 
@@ -228,10 +235,8 @@ def counters_disagree(f: WindowFeatures, t: Thresholds) -> str | None:
     if f.duty_check is None:
         return None
     profiling, utilisation = f.duty_check
-    if utilisation - profiling < t.counters_disagree_gap:
+    if not duty_readings_contradict(profiling, utilisation, f.power_ratio, t):
         return None
-    if f.power_ratio is not None and f.power_ratio < 0.5:
-        return None  # power sides with the profiling counter: the utilisation counter is the odd one
     power = f", power at {_pct(f.power_ratio)} of its {f.power_basis or 'limit'}" if f.power_ratio is not None else ""
     return (f"counters disagree: the utilisation counter reads {_pct(utilisation)} busy{power}, but the profiling "
             f"engine activity reads {_pct(profiling)}; profiling counters paused or not updating (dcgmi profile "

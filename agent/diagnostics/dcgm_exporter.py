@@ -12,6 +12,7 @@ from typing import Any, Iterable, Mapping
 from agent.backends.dcgm_exporter.backend import UNNAMED_MODEL
 from agent.backends.dcgm_exporter.mapping import PROFILING_FIELDS, sample_values
 from agent.backends.dcgm_exporter.reader import listed
+from agent.classifier.rules import duty_readings_contradict
 from agent.classifier.thresholds import DEFAULT_THRESHOLDS
 from agent.diagnostics.findings import Finding
 from agent.diagnostics.spec_advice import IMPACT as SPEC_IMPACT
@@ -124,10 +125,10 @@ def disagreement_finding(gpu: str, values: Mapping[str, Any], utilisation_name: 
     """A warning naming both duty readings when the profiling one is far below the utilisation counter and
     power does not side with it: the rule behind the verdict detail ``counters_disagree``, on one read."""
     profiling, utilisation = values.get("gr_active"), values.get("util_gpu")
-    if profiling is None or utilisation is None or utilisation - profiling < DEFAULT_THRESHOLDS.counters_disagree_gap:
-        return []
     power, limit = values.get("power_w"), values.get("power_limit_w")
-    if power is not None and limit and power / limit < 0.5:
+    ratio = power / limit if power is not None and limit else None
+    if profiling is None or utilisation is None or not duty_readings_contradict(profiling, utilisation, ratio,
+                                                                                 DEFAULT_THRESHOLDS):
         return []
     drawn = f", power {power:.0f} of {limit:.0f} W" if power is not None and limit else ""
     return [Finding("counters", "warn", f"{utilisation_name} reads {utilisation:.0%} busy{drawn}, but "
