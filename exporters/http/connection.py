@@ -71,6 +71,7 @@ class Connection(asyncio.BufferedProtocol):
         self.received = False
         """Some byte of the current request arrived (a timeout then gets a 408, not a silent close)."""
         self.request: Request | None = None
+        self.method: str | None = None  # as h11 parsed it: a HEAD refused before it is a Request gets no body
         self.keep_body = False
         self.body_limit = 0
         self.body = bytearray()
@@ -222,7 +223,7 @@ class Connection(asyncio.BufferedProtocol):
             return
         self.state = "BODY"
         self._deadline(self.limits.body_timeout_s)
-        method = event.method.decode("ascii", "replace")
+        method = self.method = event.method.decode("ascii", "replace")
         target = event.target.decode("latin-1")
         headers = Headers(event.headers)
         if event.http_version not in (b"1.0", b"1.1"):
@@ -308,7 +309,7 @@ class Connection(asyncio.BufferedProtocol):
             self._release()
             return
         request = self.request
-        head = request is not None and request.method == "HEAD"
+        head = (request.method if request is not None else self.method) == "HEAD"
         if log.isEnabledFor(logging.DEBUG):
             log.debug("http %s %s %s %d", self.client, request.method if request else "-",
                       request.path[:200] if request else "-", response.status)
@@ -333,6 +334,7 @@ class Connection(asyncio.BufferedProtocol):
         self.h11.start_next_cycle()
         self.first = False
         self.request = None
+        self.method = None
         self.keep_body, self.discarded = False, 0
         if self.transport.get_write_buffer_size() > WRITE_HIGH_WATER:
             self.state = "WRITE"  # the client is slow to read: no next request until it takes this answer
