@@ -21,7 +21,7 @@ from agent.app.cli_base import (
     settings_from,
 )
 from agent.app.config import ConfigError, Settings
-from agent.app.signals import wait_in_main_thread
+from agent.app.signals import SignalRequests
 
 log = logging.getLogger("roofwatch")
 
@@ -112,20 +112,8 @@ def serve(read_settings: Callable[[], Settings], record: str | None, *, announce
                 collector.stop()
             raise CliError(f"report_socket: cannot listen on {settings.report_socket}: {exc.strerror or exc}") from None
 
-    wake = threading.Event()
-    pending = {"stop": False, "reload": False}
-
-    def on_signal(signum: int, _frame: object) -> None:
-        if signum == signal.SIGHUP:
-            pending["reload"] = True
-        else:
-            log.info("stopping", extra={"signal": signal.Signals(signum).name})
-            pending["stop"] = True
-        wake.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGHUP, on_signal)
+    requests = SignalRequests()  # handlers only raise a request; the work happens below, off the handler
+    requests.install({signal.SIGTERM: "stop", signal.SIGINT: "stop", signal.SIGHUP: "reload"})
     reloader = Reloader(settings, read_settings, server)
 
     freeze_startup_heap()
@@ -142,17 +130,15 @@ def serve(read_settings: Callable[[], Settings], record: str | None, *, announce
         print(f"roofwatch {__version__}: {len(collector.devices)} GPUs ({collector.backend.name} backend) on {server.url}", flush=True)
         print(f"  metrics: {server.url}metrics   health: {server.url}healthz   stop: Ctrl-C", flush=True)
     failure = None
-    while True:  # the signal handler only raises flags; the work happens here, off the handler
+    while True:
         if driver_wait is not None and collector is None and driver_wait.expired:
             failure = driver_wait.give_up_message()
             break
-        woken = wait_in_main_thread(wake, driver_wait.next_delay_s() if collector is None else None)
-        if woken:
-            wake.clear()
-            if pending["stop"]:
+        if requests.wait(driver_wait.next_delay_s() if collector is None else None):
+            if requests.pending("stop"):
+                log.info("stopping", extra={"signal": requests.signal_name("stop")})
                 break
-            if pending["reload"]:
-                pending["reload"] = False
+            if requests.take("reload"):
                 reloader.reload()
         elif collector is None:
             collector = driver_wait.try_once()
@@ -171,6 +157,7 @@ def serve(read_settings: Callable[[], Settings], record: str | None, *, announce
         collector.stop(timeout=1.0)
     if recorder is not None:
         recorder.close()
+    requests.close()
     if failure is not None:
         raise CliError(failure)
     return EXIT_OK

@@ -13,7 +13,7 @@ from typing import Callable
 from agent.app.assemble import attach_recorder, make_collector, open_backend_or_fail
 from agent.app.cli_base import BACKENDS, EXIT_FAILURE, EXIT_OK, EXIT_USAGE, CliError, add_settings_flags, settings_from
 from agent.app.config import DEFAULT_PORT
-from agent.app.signals import wait_in_main_thread
+from agent.app.signals import SignalRequests
 
 
 def register(sub: argparse._SubParsersAction) -> dict[str, Callable[[argparse.Namespace], int]]:
@@ -136,12 +136,12 @@ def cmd_record(args: argparse.Namespace) -> int:
     configure_logging(settings.log_level, settings.log_format)
     collector = make_collector(settings, open_backend_or_fail(settings))
     recorder = attach_recorder(collector, args.out, settings)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    requests = SignalRequests()
+    requests.install({signal.SIGTERM: "stop", signal.SIGINT: "stop"})
     collector.start()
-    wait_in_main_thread(stop, args.duration)
+    requests.wait(args.duration, ("stop",))
     collector.stop()
+    requests.close()
     recorder.close()
     print(f"wrote {recorder.count} samples to {args.out}")
     return EXIT_OK if recorder.error is None else EXIT_FAILURE
