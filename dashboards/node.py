@@ -124,6 +124,37 @@ def _ratio(title: str, description: str, metric: str, *, w: int = 8) -> timeseri
     return _ts(title, description, "percentunit", prom(f"{metric}{{{SEL}}}", "GPU {{gpu}}"), w=w).min(0).max(1)
 
 
+def jitter_evidence_panel() -> table.Panel:
+    """Per GPU, what a communication-jittered verdict rests on and the figures behind it."""
+    return (
+        table.Panel().title("Jitter evidence").datasource(DATASOURCE).span(12).height(8)
+        .description(
+            "Per GPU, what a communication_jittered verdict rests on (Evidence: step_reports = the job's step "
+            "times, with or without step ids; comm_counters = SM and tensor counters; fabric_and_power = power "
+            "and memory activity falling as fabric bytes rise, on a GPU without SM or tensor counters such as "
+            "A100 or L40S through NVML alone or MI300X; rank_spread = a straggler among the job's ranks; "
+            "network_counters = the NIC's congestion or link-down counters) and the figures behind it: the "
+            "share of samples spent waiting, the correlation of power with NVLink/XGMI plus NIC bytes (near -1 "
+            "when compute and communication take turns), the step-time CV and the mean step time. A CV above "
+            "~10% or a wait above ~30% means the job is paced by its slowest rank or the network. Blank: "
+            "the GPU lacks that signal (no fabric counter, no step reports).")
+        .with_target(prom(f"roofwatch_gpu_workload_reason_info{{{SEL}}}", instant=True, table=True, ref="A"))
+        .with_target(prom(f"roofwatch_gpu_comm_wait_ratio{{{SEL}}}", instant=True, table=True, ref="B"))
+        .with_target(prom(f"roofwatch_gpu_power_fabric_correlation{{{SEL}}}", instant=True, table=True, ref="C"))
+        .with_target(prom(f"roofwatch_gpu_step_time_cv{{{SEL}}}", instant=True, table=True, ref="D"))
+        .with_target(prom(f"roofwatch_gpu_step_time_seconds{{{SEL}}}", instant=True, table=True, ref="E"))
+        .transformations(merged())
+        .with_transformation(organize(
+            {"gpu": "GPU", "class": "Class", "detail": "Reason", "basis": "Evidence", "Value #B": "Comm wait",
+             "Value #C": "Power-fabric r", "Value #D": "Step-time CV", "Value #E": "Step time"},
+            hide=("Time", "Value #A", "throttle", "uuid", "node", "cluster", "job", "instance", "__name__")))
+        .override_by_name("Comm wait", [unit_override("percentunit")])
+        .override_by_name("Power-fabric r", [unit_override("none"), model.DynamicConfigValue(id_val="decimals", value=2)])
+        .override_by_name("Step-time CV", [unit_override("percentunit")])
+        .override_by_name("Step time", [unit_override("s")])
+    )
+
+
 def build() -> Dashboard:
     return (
         new_dashboard(
@@ -154,7 +185,8 @@ def build() -> Dashboard:
                 "Each GPU's class, the reason code behind it (dataloader, straggler, at_roof, small_kernels, "
                 "...), throttling, what the verdict rests on (Evidence: counters = compute and DRAM counters; "
                 "power_and_mem_busy = an NVML-only GPU before Hopper, judged by power and memory busy time; "
-                "reported_mfu = the job's own MFU; docs/classification.md), confidence, MFU from counters and from "
+                "reported_mfu = the job's own MFU; for communication_jittered what the jitter was seen in, with its "
+                "figures in the Jitter evidence panel; docs/classification.md), confidence, MFU from counters and from "
                 "the workload, and the job. Low confidence means the window was mixed or counters are missing; "
                 "wait a window before acting.")
             .with_target(prom(f"roofwatch_gpu_workload_reason_info{{{SEL}}}", instant=True, table=True, ref="A"))
@@ -266,16 +298,20 @@ def build() -> Dashboard:
                 "Bps",
                 prom(f"rate(roofwatch_gpu_network_bytes_total{{{SEL}}}[$__rate_interval])", "GPU {{gpu}} {{direction}}")))
         .with_panel(
-            _ts("Communication wait", "Share of samples with a kernel resident but idle, typically NCCL "
-                "waiting on peers. Above ~30% the job is paced by its slowest rank or the network.",
+            _ts("Communication wait", "Share of samples spent waiting on peers, typically NCCL or RCCL: a "
+                "kernel resident but its SM and tensor pipes idle where those counters exist; on a GPU "
+                "without them (A100 or L40S through NVML alone, MI300X) power fallen below its working "
+                "level while NVLink/XGMI and NIC bytes rise. Above ~30% the job is paced by its slowest "
+                "rank or the network.",
                 "percentunit", prom(f"roofwatch_gpu_comm_wait_ratio{{{SEL}}}", "GPU {{gpu}}"), w=12)
             .min(0).max(1).thresholds(BAD_HIGH_STEPS))
+        .with_panel(jitter_evidence_panel())
         .with_panel(
             _ts("Host I/O wait and pressure", "Share of CPU time waiting for I/O and of time some task "
                 "stalled on I/O (PSI). High values with input-starved GPUs mean storage feeds the "
                 "data loader too slowly: cache the dataset locally or add readers.", "percentunit",
                 prom(f"roofwatch_host_cpu_iowait_ratio{{{NODE}}}", "CPU iowait", ref="A"),
-                prom(f"roofwatch_host_io_pressure_ratio{{{NODE}}}", "I/O pressure", ref="B"), w=12).min(0))
+                prom(f"roofwatch_host_io_pressure_ratio{{{NODE}}}", "I/O pressure", ref="B"), w=24).min(0))
 
         .with_row(Row("Processes and health"))
         .with_panel(

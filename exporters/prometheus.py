@@ -237,7 +237,7 @@ def _verdict_families(fam: Families, node: str, snapshot: NodeSnapshot) -> list[
     one_hot, confidence, scores = gauge(m.WORKLOAD_CLASS), gauge(m.WORKLOAD_CONFIDENCE), gauge(m.WORKLOAD_SCORE)
     reason = fam.info(m.WORKLOAD_REASON)
     throttled, duty, wait, step_cv, skew = (gauge(d) for d in (m.THROTTLED, m.DUTY_CYCLE, m.COMM_WAIT, m.STEP_TIME_CV, m.RANK_SKEW))
-    suspect = gauge(m.COUNTERS_SUSPECT)
+    suspect, correlation, step_time = gauge(m.COUNTERS_SUSPECT), gauge(m.POWER_FABRIC_CORRELATION), gauge(m.STEP_TIME)
     flops, bandwidth, intensity, ridge, headroom, mfu, mbu = (gauge(d) for d in (
         m.ACHIEVED_FLOPS, m.ACHIEVED_BANDWIDTH, m.INTENSITY, m.RIDGE_POINT, m.ROOF_HEADROOM, m.MFU, m.MBU))
 
@@ -263,8 +263,10 @@ def _verdict_families(fam: Families, node: str, snapshot: NodeSnapshot) -> list[
         if f.duty_check is not None:
             suspect.add_metric(labels, 1.0 if verdict.counters_suspect else 0.0)
         add_known(duty, labels, f.duty)
-        add_known(wait, labels, f.comm_wait_fraction)
+        add_known(wait, labels, f.comm_wait_fraction if f.comm_wait_fraction is not None else f.fabric_wait_fraction)
+        add_known(correlation, labels, None if f.power_fabric_r is None else round(f.power_fabric_r, 3))
         add_known(step_cv, labels, f.step_cv if f.steps >= 2 else None)
+        add_known(step_time, labels, f.step_time_mean)
         add_known(skew, labels, verdict.rank_skew)
         add_known(flops, labels + [r.dtype], r.achieved_flops)
         add_known(bandwidth, labels, r.achieved_bytes_per_s)
@@ -276,7 +278,7 @@ def _verdict_families(fam: Families, node: str, snapshot: NodeSnapshot) -> list[
         add_known(mfu, labels + ["workload", r.dtype], r.mfu_workload)
         add_known(mbu, labels + ["counters"], r.mbu_counters)
         add_known(mbu, labels + ["workload"], r.mbu_workload)
-    return [one_hot, confidence, scores, reason, throttled, suspect, duty, wait, step_cv, skew,
+    return [one_hot, confidence, scores, reason, throttled, suspect, duty, wait, correlation, step_cv, step_time, skew,
             flops, bandwidth, intensity, ridge, headroom, mfu, mbu]
 
 

@@ -13,7 +13,7 @@ import dataclasses
 import math
 from typing import Any
 
-from agent.model import NodeSnapshot
+from agent.model import NodeSnapshot, Verdict
 from exporters.metrics import clip_label
 
 LABEL_FIELDS = frozenset({
@@ -42,8 +42,32 @@ def to_jsonable(value: Any) -> Any:
     return value
 
 
+EVIDENCE_FIELDS = (
+    "comm_wait_fraction", "fabric_wait_fraction", "power_fabric_r", "memory_fabric_r", "power_cv",
+    "step_cv", "steps", "steps_inferred", "step_time_mean",
+)
+"""The window features a verdict's ``evidence`` object carries (agent.model.WindowFeatures): what the
+status page shows behind a communication-jittered verdict, whichever signals the GPU has."""
+
+
+def verdict_evidence(verdict: Verdict) -> dict[str, Any]:
+    """The figures behind a verdict beyond its reasons: waits, correlation of power and memory activity
+    with fabric bytes, power and step-time variation (``None`` where unknown)."""
+    f = verdict.features
+    out: dict[str, Any] = {}
+    for name in EVIDENCE_FIELDS:
+        value = getattr(f, name, None)
+        out[name] = round(value, 4) if isinstance(value, float) and math.isfinite(value) else value
+    return out
+
+
+def verdict_to_dict(verdict: Verdict) -> dict[str, Any]:
+    """One verdict of ``/api/v1/snapshot``: its JSON line plus its ``evidence`` object."""
+    return to_jsonable({**verdict.to_json(), "evidence": verdict_evidence(verdict)})
+
+
 def snapshot_to_dict(snapshot: NodeSnapshot) -> dict[str, Any]:
     data = to_jsonable(dataclasses.replace(snapshot, verdicts=()))
-    data["verdicts"] = [to_jsonable(v.to_json()) for v in snapshot.verdicts]
+    data["verdicts"] = [verdict_to_dict(v) for v in snapshot.verdicts]
     data["visible_devices"] = snapshot.visible_devices
     return data

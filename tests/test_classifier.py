@@ -232,10 +232,10 @@ def test_step_statistics_ignore_a_level_shift_but_see_dispersion() -> None:
         return [GpuSample(ts=T0 + k, gpu="0", workload=WorkloadReport(step=k, step_time_s=x)) for k, x in enumerate(times)]
 
     steady_then_slow = [1.0] * 20 + [2.5] * 10
-    cv, n = step_statistics(step_times(trace(steady_then_slow)), 30, 5)
+    cv, n = step_statistics(step_times(trace(steady_then_slow))[0], 30, 5)
     assert n == 5 and cv == pytest.approx(0.0)
     jittered = [1.0, 1.0, 3.0, 1.0, 1.0, 1.0, 2.8, 1.0, 1.0, 1.0] * 3
-    cv, n = step_statistics(step_times(trace(jittered)), 30, 5)
+    cv, n = step_statistics(step_times(trace(jittered))[0], 30, 5)
     assert n == 30 and cv > 0.5
 
 

@@ -180,6 +180,18 @@ def test_node_dashboard_has_a_roofline_and_a_class_timeline():
     assert types["Workload class"] == "state-timeline"
 
 
+def test_node_dashboard_shows_the_jitter_evidence_per_gpu():
+    """Wait share, power-fabric correlation, step-time CV and the reason's basis, one row per GPU."""
+    evidence = next(p for p in panels(dashboards()[node.UID]) if p["title"] == "Jitter evidence")
+    exprs = " ".join(t["expr"] for t in evidence["targets"])
+    for name in ("roofwatch_gpu_workload_reason_info", "roofwatch_gpu_comm_wait_ratio",
+                 "roofwatch_gpu_power_fabric_correlation", "roofwatch_gpu_step_time_cv"):
+        assert name in exprs, name
+    renames = next(t for t in evidence["transformations"] if t["id"] == "organize" and t["options"]["renameByName"])
+    assert renames["options"]["renameByName"]["basis"] == "Evidence"
+    assert all(t.get("instant") and t.get("format") == "table" for t in evidence["targets"])
+
+
 def test_dashboards_load_back_into_the_sdk_model():
     register_default_plugins()
     for uid, dashboard in dashboards().items():

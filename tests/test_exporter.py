@@ -36,8 +36,9 @@ def full_sample(gpu: str, now: float, n_procs: int = 3) -> GpuSample:
         ts=now, gpu=gpu, node="n1", uuid=f"GPU-{gpu}", vendor="nvidia", model="Test GPU", interval_s=1.0,
         gr_active=0.9, util_gpu=0.92, sm_active=0.8, sm_occupancy=0.4, tensor_active=0.6, fp64_active=0.0, fp32_active=0.1,
         fp16_active=0.05, dram_active=0.3, mem_busy=0.41, pcie_tx_bytes_per_s=1e9, pcie_rx_bytes_per_s=2e9,
-        link_tx_bytes_per_s=5e10, link_rx_bytes_per_s=4e10, net_tx_bytes_per_s=1e10, net_rx_bytes_per_s=1e10,
-        power_w=650.0, temperature_c=71.0, sm_clock_mhz=1755.0, sm_clock_max_mhz=1980.0,
+        link_tx_bytes_per_s=5e10, link_rx_bytes_per_s=4e10, net_tx_bytes_per_s=1e10 + 1e9 * (int(now) % 3),
+        net_rx_bytes_per_s=1e10,
+        power_w=650.0 - 10.0 * (int(now) % 3), temperature_c=71.0, sm_clock_mhz=1755.0, sm_clock_max_mhz=1980.0,
         mem_used_bytes=60 * 2**30, mem_total_bytes=80 * 2**30, clock_event_reasons=0x4, power_limit_w=700.0,
         processes=tuple(
             ProcessSample(pid=1000 + i, name=f'py"thon\n{i}', used_memory_bytes=(i + 1) * 2**30, cpu_cores=1.5,
@@ -218,8 +219,10 @@ def test_process_series_are_capped_largest_first():
 def test_counters_accumulate_between_cycles(full_collector):
     fams = families(scrape_text(full_collector))
     energy = fams["roofwatch_gpu_energy_joules"].samples
-    # The fixture ran 25 one-second cycles; the first sample opens the count.
-    assert all(s.value == pytest.approx(650.0 * 25) for s in energy if s.name.endswith("_total"))
+    # The fixture ran 25 one-second cycles; the first sample opens the count. Power dips as the NIC
+    # sends more (so the power-vs-fabric correlation has a value to export).
+    expected = sum(650.0 - 10.0 * (int(1_800_000_000.0 + k) % 3) for k in range(25))
+    assert all(s.value == pytest.approx(expected) for s in energy if s.name.endswith("_total"))
     link = {(s.labels["gpu"], s.labels["direction"]): s.value for s in fams["roofwatch_gpu_link_bytes"].samples if s.name.endswith("_total")}
     assert link[("0", "tx")] == pytest.approx(5e10 * 25) and link[("0", "rx")] == pytest.approx(4e10 * 25)
 

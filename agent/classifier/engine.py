@@ -19,6 +19,7 @@ from typing import Callable, Iterable, Iterator
 from agent.classifier.features import split_at_change, window_features
 from agent.classifier.peaks import spec_for_sample
 from agent.classifier.roofline import roofline, roofline_notes, with_reported_mfu
+from agent.classifier.jobs import job_contexts
 from agent.classifier.rules import Decision, JobContext, decide
 from agent.classifier.serving import serving_mbu, serving_view
 from agent.classifier.thresholds import DEFAULT_THRESHOLDS, Thresholds
@@ -120,7 +121,7 @@ class Classifier:
             features = with_reported_mfu(window_features(window, long_window, track.spec, t), track.spec, self.dtype)
             prepared.append((track, window, features, expected, start))
 
-        contexts = _job_contexts([(p[0], p[2]) for p in prepared])
+        contexts = job_contexts([(p[0], p[1], p[2]) for p in prepared])
         verdicts = []
         for track, window, features, expected, start in prepared:
             job = contexts.get((track.node, track.gpu), JobContext())
@@ -163,38 +164,6 @@ def _interval(samples: list[GpuSample]) -> float:
         return sorted(stated)[len(stated) // 2]
     gaps = [b.ts - a.ts for a, b in zip(samples[-11:], samples[-10:]) if b.ts > a.ts]
     return sorted(gaps)[len(gaps) // 2] if gaps else 1.0
-
-
-def _compute_share(f: WindowFeatures) -> float | None:
-    """How much of the window a rank spent computing (tensor activity, else SM, else duty)."""
-    if f.tensor_mean is not None:
-        return f.tensor_mean
-    if f.sm_busy is not None and f.duty is not None:
-        return f.sm_busy * f.duty
-    return None
-
-
-def _job_contexts(items: list[tuple[_Track, WindowFeatures]]) -> dict[tuple[str, str], JobContext]:
-    """Rank skew within each job whose ranks report a job name (cross-node in a trace)."""
-    jobs: dict[str, list[tuple[_Track, float]]] = {}
-    for track, f in items:
-        share = _compute_share(f)
-        if f.workload is not None and f.workload.job and share is not None:
-            jobs.setdefault(f.workload.job, []).append((track, share))
-    out: dict[tuple[str, str], JobContext] = {}
-    for job, ranks in jobs.items():
-        if len(ranks) < 2:
-            continue
-        top = max(share for _, share in ranks)
-        if top <= 0.0:
-            continue
-        skews = [(track, 1.0 - share / top) for track, share in ranks]
-        for track, skew in skews:
-            peers = [s for other, s in skews if other is not track]
-            out[(track.node, track.gpu)] = JobContext(
-                job=job, ranks_seen=len(ranks), rank_skew=skew, peer_skew=max(peers, default=None),
-                is_busiest=skew == 0.0)
-    return out
 
 
 class Grid:

@@ -16,6 +16,7 @@ import statistics
 from collections import Counter
 from typing import Sequence
 
+from agent.classifier.fabric import fabric_evidence
 from agent.classifier.thresholds import Thresholds
 from agent.model import THROTTLE_REASON_MASK, Attribution, GpuSample, GpuSpec, WindowFeatures, specs
 
@@ -90,14 +91,25 @@ def is_comm_wait(sample: GpuSample, spec: GpuSpec | None, t: Thresholds) -> bool
             and (link is None or link <= t.comm_wait_link))
 
 
-def step_times(samples: Sequence[GpuSample]) -> list[float]:
-    """Reported step times, one per distinct step, oldest first."""
+def step_times(samples: Sequence[GpuSample]) -> tuple[list[float], bool]:
+    """Reported step times, one per step, oldest first, and whether steps had to be inferred.
+
+    Steps are told apart by their ids; a job whose reports carry a step time but no step id (some
+    frameworks report only the time of the last step) still gives its sequence: a change of the
+    reported time is a new step, so a step as long as the one before is not counted twice."""
     times: dict[int, float] = {}
+    unnumbered: list[float] = []
     for s in samples:
         w = s.workload
-        if w is not None and w.step is not None and w.step_time_s:
+        if w is None or not w.step_time_s:
+            continue
+        if w.step is not None:
             times[w.step] = w.step_time_s
-    return [times[k] for k in sorted(times)]
+        elif not unnumbered or unnumbered[-1] != w.step_time_s:
+            unnumbered.append(w.step_time_s)
+    if times or not unnumbered:
+        return [times[k] for k in sorted(times)], False
+    return unnumbered, True
 
 
 def _pstdev(values: Sequence[float]) -> float:
@@ -123,6 +135,15 @@ def step_statistics(times: Sequence[float], last: int, recent: int) -> tuple[flo
         return None, len(values)
     mean = statistics.fmean(values)
     return (_pstdev(values) / mean if mean > 0 else None), len(values)
+
+
+def level_shift(times: Sequence[float], recent: int, least: int) -> float | None:
+    """How far the median of the ``recent`` newest steps moved from the median of the older ones."""
+    older, newer = times[:-recent], times[-recent:]
+    if len(older) < least or len(newer) < least:
+        return None
+    before = statistics.median(older)
+    return abs(statistics.median(newer) - before) / before if before > 0 else None
 
 
 def activity_variation(samples: Sequence[GpuSample]) -> float | None:
@@ -248,7 +269,8 @@ def window_features(window: Sequence[GpuSample], long_window: Sequence[GpuSample
     factors = [clock_factor(s, spec) for s in window]
     tensor_scaled = [s.tensor_active * f for s, f in zip(window, factors) if s.tensor_active is not None]
     reports = [s.workload for s in window if s.workload is not None]
-    times = step_times(long_window)
+    times, steps_inferred = step_times(long_window)
+    fabric = fabric_evidence(window, long_window, spec, t)
     step_cv, steps = step_statistics(times, t.steps_for_cv, t.min_steps)
     step_cv_long, steps_long = step_statistics(times, t.steps_for_cv_exit, t.min_steps)
     dtypes = [s.dtype for s in window if s.dtype is not None]
@@ -300,4 +322,12 @@ def window_features(window: Sequence[GpuSample], long_window: Sequence[GpuSample
         mig=bool(latest is not None and "/" in latest.gpu),
         mem_busy=mem_busy,
         power_basis=power_basis,
+        fabric_wait_fraction=fabric.wait_fraction,
+        power_fabric_r=fabric.power_r,
+        memory_fabric_r=fabric.memory_r,
+        working_power_ratio=fabric.working_power_ratio,
+        power_cv=fabric.power_cv,
+        steps_inferred=steps_inferred,
+        step_time_mean=_mean(times[-t.steps_for_cv:]),
+        step_level_shift=level_shift(times[-t.steps_for_cv_exit:], t.steps_for_cv, t.min_steps),
     )

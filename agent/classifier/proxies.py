@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from agent.classifier.fabric import fabric_waits
 from agent.classifier.scoring import above as _above
 from agent.classifier.scoring import all_of as _all
 from agent.classifier.scoring import any_of as _max
@@ -62,10 +63,11 @@ def memory_evidence(f: WindowFeatures, t: Thresholds, incumbent: str | None) -> 
     return None, None
 
 
-def proxy_scores(f: WindowFeatures, t: Thresholds, incumbent: str | None) -> ProxyScores:
+def proxy_scores(f: WindowFeatures, t: Thresholds, incumbent: str | None, communicating: bool = False) -> ProxyScores:
     """compute / memory / latency scores for a GPU whose ``u_compute`` is unknown, on the evidence
     alone: the rules combine them with the duty cycle, and judge the evidence against
-    ``proxy_min_score`` without it."""
+    ``proxy_min_score`` without it. ``communicating``: the GPU is a rank of a job whose fabric is busy
+    throughout (see :func:`collective_share_hidden`)."""
     w = t.score_width
     memory_score, memory_basis = memory_evidence(f, t, incumbent)
     not_memory = None if memory_score is None else 1.0 - memory_score
@@ -79,10 +81,17 @@ def proxy_scores(f: WindowFeatures, t: Thresholds, incumbent: str | None) -> Pro
         lead = None if f.u_memory is None else _above(reported - f.u_memory, -t.roof_margin, w)
         heavy = _all(heavy, lead)
         light = _below(reported, t.dominant_roof, w)
+        if communicating and f.power_ratio is not None:
+            # The whole step's MFU counts the collectives' time too; power says what the compute parts are.
+            drawn = _above(f.working_power_ratio or f.power_ratio, t.power_proxy_compute, w)
+            heavy, light = max(heavy, _all(drawn, not_memory)), _all(light, 1.0 - drawn)
         compute_basis: str | None = "reported_mfu"
     elif f.power_ratio is not None:
-        heavy = _above(f.power_ratio, t.power_proxy_compute, w)
-        light = _below(f.power_ratio, t.power_proxy_latency, w)
+        # While the GPU waits on the fabric its power falls though a kernel spins: the spin is evidence
+        # of neither math nor small kernels, so the power of the samples between the waits decides.
+        power = f.working_power_ratio if fabric_waits(f, t) and f.working_power_ratio is not None else f.power_ratio
+        heavy = _above(power, t.power_proxy_compute, w)
+        light = _below(power, t.power_proxy_latency, w)
         compute_basis = "power"
     else:
         heavy = light = None

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from agent.classifier.fabric import fabric_waits
 from agent.classifier.proxies import ProxyScores, missing_compute_reason, proxy_scores, reported_compute
 from agent.classifier.scoring import above as _above
 from agent.classifier.scoring import all_of as _all
@@ -53,6 +54,11 @@ class JobContext:
     peer_skew: float | None = None
     """Largest skew among the *other* ranks: high when this rank is the one they wait for."""
     is_busiest: bool = False
+    step_spread: float | None = None
+    """(slowest - fastest) / mean of the job's ranks' mean reported step times in the window."""
+    lockstep: int = 1
+    """GPUs of this node (itself included) whose power rises and falls with this one's: one synchronous
+    job's ranks, even when none of them reports."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,16 +105,24 @@ def score_classes(f: WindowFeatures, job: JobContext, t: Thresholds, incumbent: 
                    _below(f.comm_wait_fraction, t.starved_max_comm_wait, w),
                    _below(job.rank_skew, t.rank_skew, wcv))
 
-    multi = (job.ranks_seen > 1 or (f.workload is not None and (f.workload.world_size or 1) > 1) or f.link_active)
+    multi = (job.ranks_seen > 1 or job.lockstep > 1 or (f.workload is not None and (f.workload.world_size or 1) > 1)
+             or f.link_active)
     jitter: float | None = None
     if multi:
         steady_steps = f.step_cv if f.steps >= t.min_steps else None
-        if incumbent == "communication_jittered" and f.step_cv_long is not None and f.steps_long >= t.min_steps:
+        if (incumbent == "communication_jittered" and f.step_cv_long is not None and f.steps_long >= t.min_steps
+                and not (steady_steps is not None and steady_steps < t.step_cv / 2.0
+                         and (f.step_level_shift or 0.0) >= t.step_cv / 2.0)):
+            # Exit hysteresis: jitter stalls come at random, so a quiet spell keeps the verdict, unless
+            # the job moved on: its recent steps clearly steady (half the jitter level) at another
+            # typical length than before (random stalls leave the median step where it was).
             steady_steps = max(steady_steps or 0.0, f.step_cv_long)
         variation = [v for v in (_above(steady_steps, t.step_cv, wcv), _above(job.rank_skew, t.rank_skew, wcv),
-                                 _above(f.activity_cv, t.activity_cv, wcv) if steady_steps is None else None)
+                                 _above(job.step_spread, t.rank_skew, wcv),
+                                 _unreported_variation(f, t) if steady_steps is None else None)
                      if v is not None]
-        wait_rule = _all(_above(f.comm_wait_fraction, t.comm_wait_fraction, w), max(variation) if variation else None)
+        waits = [x for x in (f.comm_wait_fraction, fabric_waits(f, t)) if x is not None]
+        wait_rule = _all(_above(max(waits) if waits else None, t.comm_wait_fraction, w), max(variation) if variation else None)
         steps_rule = _above(steady_steps, t.step_cv_alone, wcv)
         culprit = _all(_above(job.peer_skew, t.rank_skew, wcv), 1.0 if job.is_busiest else 0.0)
         victim = _above(job.rank_skew, t.rank_skew, wcv)
@@ -126,12 +140,37 @@ def score_classes(f: WindowFeatures, job: JobContext, t: Thresholds, incumbent: 
         # Without a DRAM counter memory-bound is unknown, not as likely as the duty cycle.
         memory = None if u_m is None else _all(busy, _above(u_m, m_roof, w), _above(u_m - u_c, t.roof_margin, w))
         latency = _all(busy, _below(u_c, t.dominant_roof, w), _below(u_m, t.dominant_memory_roof, w))
+        if communicating(f) and f.power_ratio is not None:
+            # Collectives interleaved with the compute dilute a 1 Hz tensor reading without making the
+            # kernels small: a rank drawing heavy power with tensor pipes past the exit level computes.
+            drawn = _above(f.working_power_ratio or f.power_ratio, t.power_proxy_compute, w)
+            compute = max(compute, _all(busy, drawn, _above(u_c, t.dominant_roof_exit, w),
+                                        _above(None if u_m is None else u_c - u_m, -t.roof_margin, w)))
+            latency = _all(latency, 1.0 - drawn)
     else:  # no tensor or pipe counter: reported MFU, power and memory evidence stand in
         proxies = proxies or proxy_scores(f, t, incumbent)
         compute, memory, latency = (None if p is None else _all(busy, p)
                                     for p in (proxies.compute, proxies.memory, proxies.latency))
     return {"idle": idle, "input_starved": starved, "communication_jittered": jitter,
             "compute_bound": compute, "memory_bound": memory, "latency_bound": latency}
+
+
+def communicating(f: WindowFeatures) -> bool:
+    """The GPU's fabric (NVLink/XGMI, its NIC) carries collectives in this window, as a rank of a
+    multi-GPU job does (the jitter tier counts it as one too): its time-averaged tensor activity and
+    whole-step MFU include the time spent in collectives (MoE all-to-alls run between every layer's
+    experts), so neither alone says its kernels are small."""
+    return f.link_active
+
+
+def _unreported_variation(f: WindowFeatures, t: Thresholds) -> float | None:
+    """How unevenly the job runs when it reports no step times: tensor activity between 5 s blocks
+    where there is a tensor counter, and power between blocks where the GPU is seen waiting on the
+    fabric (a spinning collective keeps the duty cycle, and so gfx activity and utilization.gpu, flat)."""
+    by_power = _above(f.power_cv, t.power_cv, t.score_width_cv) if fabric_waits(f, t) else None
+    by_tensor = _above(f.activity_cv, t.activity_cv, t.score_width_cv) if f.tensor_busy is not None or by_power is None else None
+    known = [v for v in (by_power, by_tensor) if v is not None]
+    return max(known) if known else None
 
 
 def _network_trouble(f: WindowFeatures, t: Thresholds) -> float | None:
@@ -154,7 +193,7 @@ def decide(f: WindowFeatures, job: JobContext, t: Thresholds, incumbent: str | N
     likely = bool(throttle_reasons) and not f.throttle_known
     expected = max(f.samples, expected_samples or 0)
     valid = f.valid_fraction * f.samples / expected if expected else 0.0
-    proxies = proxy_scores(f, t, incumbent) if f.u_compute is None else None
+    proxies = proxy_scores(f, t, incumbent, communicating(f)) if f.u_compute is None else None
     raw = score_classes(f, job, t, incumbent, proxies)
     scores = {c: (0.0 if raw[c] is None else raw[c]) for c in SCORED_CLASSES}  # type: ignore[misc]
 
@@ -311,11 +350,25 @@ def _jitter_detail(f: WindowFeatures, job: JobContext, t: Thresholds) -> tuple[s
     quality = 1.0
     if f.comm_wait_fraction is not None:
         reasons.append(f"kernels resident but idle (waiting on peers) in {_pct(f.comm_wait_fraction)} of samples")
+    fabric = fabric_waits(f, t)
+    if fabric:
+        memory = (f", memory activity with it (r {f.memory_fabric_r:+.2f})"
+                  if f.memory_fabric_r is not None and f.memory_fabric_r <= -t.fabric_anticorrelation else "")
+        reasons.append(f"power falls as fabric and NIC bytes rise (r {f.power_fabric_r:+.2f}){memory}: waiting on the "
+                       f"fabric in {_pct(fabric)} of samples")
     if f.step_cv is not None and f.steps >= t.min_steps:
-        reasons.append(f"step time varies by {_pct(f.step_cv)} (CV over {f.steps} steps)")
+        how = " (no step ids: a change of the reported time counts as a step)" if f.steps_inferred else ""
+        reasons.append(f"step time varies by {_pct(f.step_cv)} (CV over {f.steps} steps){how}")
+    elif f.tensor_busy is None and f.power_cv is not None:
+        reasons.append(f"power varies by {_pct(f.power_cv)} between 5 s blocks (no step reports)")
+        quality = t.confidence_inferred
     elif f.activity_cv is not None:
         reasons.append(f"compute activity varies by {_pct(f.activity_cv)} between 5 s blocks (no step reports)")
         quality = t.confidence_inferred
+    if job.step_spread is not None and job.step_spread >= t.rank_skew:
+        reasons.append(f"the ranks of job {job.job} report step times {_pct(job.step_spread)} apart")
+    if job.lockstep > 1 and job.ranks_seen <= 1:
+        reasons.append(f"{job.lockstep} GPUs of this node rise and fall together: the ranks of one synchronous job")
     if job.is_busiest and job.peer_skew is not None and job.peer_skew >= t.rank_skew:
         severity = "high" if job.peer_skew >= t.rank_skew_high else "moderate"
         reasons.insert(0, f"this rank is the straggler: peers of job {job.job} compute {_pct(job.peer_skew)} less "

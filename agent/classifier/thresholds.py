@@ -79,6 +79,10 @@ class Thresholds(BaseModel):
     steps_for_cv: int = Field(10, ge=2, le=10_000, description="Most recent reported steps the step-time CV is taken over.")
     steps_for_cv_exit: int = Field(30, ge=2, le=10_000, description="Steps the CV is taken over while jitter is already the verdict (a quiet half minute is not the end of jitter).")
     min_steps: int = Field(5, ge=2, le=1000, description="Steps needed before a step-time CV is trusted.")
+    wait_power_drop: float = Field(0.15, ge=0.0, le=1.0, description="Without SM and tensor counters: a sample waits on the fabric when power sits at least this share below the GPU's working level (90th percentile of its power in the window) while fabric bytes are above the window's median.")
+    fabric_active_bytes: float = Field(1e8, ge=0.0, le=1e13, description="Fabric (NVLink/XGMI plus NIC) bytes per second below which the fabric counts as quiet.")
+    fabric_anticorrelation: float = Field(0.5, ge=0.0, le=1.0, description="Power must correlate with fabric bytes at or below minus this for its drops to count as waits on the fabric.")
+    power_cv: float = Field(0.03, ge=0.0, le=100.0, description="Without step reports or compute counters: CV of 5 s power blocks that means the waits come unevenly.")
     comm_bandwidth_link: float = Field(0.6, ge=0.0, le=1.0, description="Fabric utilisation reported as bandwidth-bound communication.")
     net_congestion_per_s: float = Field(1000.0, ge=0.0, le=1e12, description="ECN marks + CNPs per second on the GPU's NIC port that mean fabric congestion.")
     net_retransmits_per_s: float = Field(10.0, ge=0.0, le=1e12, description="Retransmit and sequence-error events per second that mean a lossy fabric.")
@@ -181,6 +185,10 @@ SOURCES: dict[str, tuple[str, str]] = {
     "steps_for_cv": ("engineering band", _CAL + "; recent steps follow a phase change quickly"),
     "steps_for_cv_exit": ("engineering band", _CAL + "; exit hysteresis for jitter, whose stalls come at random"),
     "min_steps": ("engineering band", "a CV of fewer steps is noise"),
+    "wait_power_drop": ("engineering band", "Llama 3 saw power swing by tens of MW when all GPUs waited on collectives [Llama3]; a quarter below the working level is past the few percent of DVFS drift; checked on traces/published/jitter_*"),
+    "fabric_active_bytes": ("engineering band", "100 MB/s: well above heartbeat and metadata traffic, well below one collective on a 200 Gb/s port"),
+    "fabric_anticorrelation": ("engineering band", "compute and communication taking turns within the window; steady overlapped traffic does not correlate"),
+    "power_cv": ("engineering band", "checked on traces/published/jitter_* (steady training stays below it); stragglers cost at least 10% [MegaScale][WhatIf], and power falls with the waiting share"),
     "comm_bandwidth_link": ("engineering band", "classification.md §7.3 comm_bandwidth_bound"),
     "net_congestion_per_s": ("engineering band", "DCQCN sends some CNPs under normal load; thousands per second mean sustained congestion; not calibrated on real fabrics"),
     "net_retransmits_per_s": ("engineering band", "a healthy lossless fabric retransmits almost never; not calibrated on real fabrics"),

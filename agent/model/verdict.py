@@ -85,6 +85,27 @@ class WindowFeatures:
     allocated_to: str | None = None
     """Who the scheduler gave the GPU to at the window's end (``pod namespace/name``, ``job ID``), from
     its attribution: a GPU allocated to someone cannot be handed out, whether or not a process shows."""
+    fabric_wait_fraction: float | None = None
+    """Share of samples spent waiting on the fabric by power and fabric bytes alone: a kernel resident,
+    power well below the GPU's working level, fabric busy, in a window where power falls as fabric
+    bytes rise (else 0; agent.classifier.fabric). Known on any GPU with power and a fabric counter,
+    SM and tensor counters or not."""
+    step_level_shift: float | None = None
+    """|median of the recent steps - median of the older ones| / the older median, over the steps the
+    exit hysteresis looks at: a job that changed what it runs, not one that stalls at random."""
+    step_time_mean: float | None = None
+    """Mean of the step times the job reported over its recent steps (seconds)."""
+    power_fabric_r: float | None = None
+    """Correlation of power with fabric bytes over the window: negative when compute and communication
+    take turns."""
+    memory_fabric_r: float | None = None
+    """The same for memory activity (DRAM or utilization.memory)."""
+    working_power_ratio: float | None = None
+    """Mean power / limit over the samples that were not fabric waits: what the GPU's compute draws."""
+    power_cv: float | None = None
+    """CV of 5 s power blocks over the long window: how unevenly the waits come, without step reports."""
+    steps_inferred: bool = False
+    """Step times came from reports without step ids (a change of the reported time is a new step)."""
 
 
 EVIDENCE_BASES: dict[str, str] = {
@@ -97,9 +118,32 @@ EVIDENCE_BASES: dict[str, str] = {
     "memory_only": "a memory counter only; no compute counter and no power",
     "duty": "kernel duty cycle only (utilization.gpu)",
     "none": "no utilisation counter",
+    "step_reports": "communication jitter seen in the step times the job reports (with or without step ids)",
+    "comm_counters": "communication jitter seen by SM and tensor counters: kernels resident but idle, waiting on peers",
+    "fabric_and_power": "communication jitter seen by power and memory activity falling as fabric bytes rise; no step "
+                        "reports, no SM or tensor counter",
+    "rank_spread": "communication jitter seen in the spread between the job's ranks (a straggler and those waiting for it)",
+    "network_counters": "communication jitter seen by the NIC port's congestion, retransmit or link-down counters",
 }
 """What a verdict rests on, strongest first: a bounded label set (``basis`` of the reason info
 metric) so doctor, the status page and dashboards can say how much a GPU's verdict can be trusted."""
+
+
+def jitter_basis(f: WindowFeatures, detail: str = "none") -> str:
+    """What a communication-jittered verdict rests on: the evidence its detail names (a straggler: the
+    ranks' spread; congestion or a flap: the NIC counters), else the strongest of the job's step times,
+    the comm-wait counters, and power and memory against fabric bytes."""
+    if detail in ("straggler", "straggler_victim"):
+        return "rank_spread"
+    if detail in ("network_congestion", "link_flap"):
+        return "network_counters"
+    if f.step_cv is not None and f.steps >= 2:
+        return "step_reports"
+    if f.comm_wait_fraction:
+        return "comm_counters"
+    if f.fabric_wait_fraction:
+        return "fabric_and_power"
+    return "rank_spread"
 
 
 def evidence_basis(f: WindowFeatures) -> str:
@@ -191,9 +235,9 @@ class Verdict:
     serving: ServingView | None = None
     """For a GPU serving inference: its distance from the decode latency floor, and the knob to turn."""
     throttle_likely: bool = False
+    """No clock-event reasons, but power at its limit with the clock held low while busy: likely power-capped."""
     counters_suspect: bool = False
     """This window's profiling duty contradicts the utilisation counter (detail ``counters_disagree``)."""
-    """No clock-event reasons, but power at its limit with the clock held low while busy: likely power-capped."""
 
     @property
     def throttle(self) -> str:
@@ -206,7 +250,7 @@ class Verdict:
     @property
     def basis(self) -> str:
         """What this verdict rests on (:data:`EVIDENCE_BASES`)."""
-        return evidence_basis(self.features)
+        return jitter_basis(self.features, self.detail) if self.cls == "communication_jittered" else evidence_basis(self.features)
 
     def to_json(self) -> dict[str, object]:
         """The verdict line of ../shared/trace-format.md, plus optional fields readers may ignore."""

@@ -15,6 +15,7 @@ from typing import Any
 from agent import __version__
 from agent.model import EVIDENCE_BASES
 from agent.views.html_parts import bar, class_badge, class_chip, fmt, mfu_html, page, pct, script_hash
+from agent.views.jitter_evidence import snapshot_evidence
 from agent.views.palette import CLASS_LABELS, DOWN_COLOUR, MFU_POOR, WASTED_CLASSES, class_colour, class_label
 from agent.views.roofline_chart import ChartPoint, Roof, position, roof_for, roofline_svg
 from agent.views.serving_cards import SERVING_CSS, ServingGroup, decode_points, serving_groups, serving_section
@@ -198,6 +199,9 @@ def _card(device: dict[str, Any], verdict: dict[str, Any] | None) -> str:
     basis = EVIDENCE_BASES.get(str((verdict or {}).get("basis"))) if verdict else None
     if basis:
         reasons += f'<li class="basis muted">verdict rests on: {esc(basis)}</li>'
+    evidence = snapshot_evidence(verdict) if verdict else []
+    if evidence:
+        reasons += f'<li class="evidence muted">evidence: {esc(" · ".join(evidence))}</li>'
     memory_bar = (bar("DRAM", sample.get("dram_active"), "#5794f2") if sample.get("dram_active") is not None
                   or sample.get("mem_busy") is None else bar("mem busy", sample.get("mem_busy"), "#5794f2"))
     return (

@@ -22,6 +22,7 @@ from rich.text import Text
 from agent.model import WORKLOAD_CLASSES
 from agent.views import palette
 from agent.views.safe_text import printable
+from agent.views.top_jitter import render_jitter
 from agent.views.top_serving import render_serving
 from agent.views.top_source import GpuKey, GpuRow, NodeView
 
@@ -347,6 +348,9 @@ def render_frame(state: TopState, width: int = 200, interactive: bool = True) ->
     else:
         rows = sort_rows(state.view.rows, state.sort)
         parts += [render_summary(rows), render_table(rows, state.history, width)]
+        jitter = render_jitter(rows, width)
+        if jitter is not None:
+            parts.append(jitter)
         if state.view.serving:
             parts.append(render_serving(state.view.serving, width))
     if interactive:

@@ -69,6 +69,12 @@ class GpuRow:
     mem_total_bytes: float | None = None
     job: str | None = None
     pod: str | None = None
+    basis: str | None = None
+    """What the verdict rests on (the reason info's ``basis`` label, EVIDENCE_BASES)."""
+    comm_wait: float | None = None
+    power_fabric_r: float | None = None
+    step_cv: float | None = None
+    step_time_s: float | None = None
 
     @property
     def key(self) -> GpuKey:
@@ -149,6 +155,10 @@ _GAUGES: dict[str, str] = {
     "roofwatch_gpu_power_limit_watts": "power_limit_w",
     "roofwatch_gpu_memory_used_bytes": "mem_used_bytes",
     "roofwatch_gpu_memory_total_bytes": "mem_total_bytes",
+    "roofwatch_gpu_comm_wait_ratio": "comm_wait",
+    "roofwatch_gpu_power_fabric_correlation": "power_fabric_r",
+    "roofwatch_gpu_step_time_cv": "step_cv",
+    "roofwatch_gpu_step_time_seconds": "step_time_s",
 }
 _MHZ: dict[str, str] = {
     "roofwatch_gpu_sm_clock_hertz": "sm_clock_mhz",
@@ -234,6 +244,7 @@ def _gpu_fact(row: dict[str, object], sources: dict[str, dict[str, float]], name
         row["cls"] = labels.get("class")
     elif name == "roofwatch_gpu_workload_reason_info":
         row["detail"], row["throttle"] = labels.get("detail"), labels.get("throttle")
+        row["basis"] = labels.get("basis") or None
     elif name == "roofwatch_gpu_job_info":
         row["job"] = labels.get("job_id") or None
     elif name == "roofwatch_gpu_pod_info":

@@ -51,12 +51,25 @@ DUTY_CYCLE = MetricDef(
 )
 COMM_WAIT = MetricDef(
     "roofwatch_gpu_comm_wait_ratio", "gauge", "ratio",
-    "Share of window samples with a kernel resident but idle (typically NCCL waiting on peers).",
-    GPU_LABELS, nvidia=_CLS, amd="— (needs SM and tensor counters)", virtual=_CLS,
+    "Share of window samples spent waiting on peers: a kernel resident but its SM and tensor pipes idle where "
+    "those counters exist, else power fallen below its working level while fabric bytes rise (NCCL/RCCL waiting).",
+    GPU_LABELS, nvidia=_CLS + " (SM and tensor counters, else power against NVLink and NIC bytes)",
+    amd=_CLS + " (power against XGMI and NIC bytes)", virtual=_CLS,
+)
+POWER_FABRIC_CORRELATION = MetricDef(
+    "roofwatch_gpu_power_fabric_correlation", "gauge", "correlation (-1..1)",
+    "Correlation of power with fabric (NVLink/XGMI plus NIC) bytes over the window: near -1 when compute and "
+    "communication take turns, the evidence of waiting on collectives on GPUs without SM and tensor counters.",
+    GPU_LABELS, nvidia=_CLS, amd=_CLS, virtual=_CLS,
 )
 STEP_TIME_CV = MetricDef(
     "roofwatch_gpu_step_time_cv", "gauge", "ratio",
-    "Coefficient of variation of the job's recent step times (when the job reports steps).",
+    "Coefficient of variation of the job's recent step times (when the job reports step times, with or without step ids).",
+    GPU_LABELS, nvidia=_CLS, amd=_CLS, virtual=_CLS,
+)
+STEP_TIME = MetricDef(
+    "roofwatch_gpu_step_time_seconds", "gauge", "seconds",
+    "Mean of the job's recent reported step times: the recording rules compare it across the job's ranks on all nodes.",
     GPU_LABELS, nvidia=_CLS, amd=_CLS, virtual=_CLS,
 )
 RANK_SKEW = MetricDef(
@@ -103,5 +116,5 @@ MBU = MetricDef(
 )
 VERDICT_METRICS: tuple[MetricDef, ...] = (
     WORKLOAD_CLASS, WORKLOAD_CONFIDENCE, WORKLOAD_SCORE, WORKLOAD_REASON, THROTTLED, COUNTERS_SUSPECT, DUTY_CYCLE, COMM_WAIT,
-    STEP_TIME_CV, RANK_SKEW, ACHIEVED_FLOPS, ACHIEVED_BANDWIDTH, INTENSITY, RIDGE_POINT, ROOF_HEADROOM, MFU, MBU,
+    POWER_FABRIC_CORRELATION, STEP_TIME_CV, STEP_TIME, RANK_SKEW, ACHIEVED_FLOPS, ACHIEVED_BANDWIDTH, INTENSITY, RIDGE_POINT, ROOF_HEADROOM, MFU, MBU,
 )

@@ -8,6 +8,9 @@ the classifier's thresholds; only the trace writer and the model types are used.
 
     python traces/published/build.py --write    # regenerate the *.jsonl.gz files
     python traces/published/build.py --check    # exit 1 when a shipped file differs
+
+Traces of `kind: step_cycles` (synchronous training on one step clock per job, each second mixing a
+compute and a communication level) are drawn by cycles.py next to this file, with the same table rules.
 """
 
 from __future__ import annotations
@@ -15,11 +18,13 @@ from __future__ import annotations
 import argparse
 import gzip
 import hashlib
+import importlib.util
 import math
 import random
 import sys
 from dataclasses import replace
 from pathlib import Path
+from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import yaml
@@ -34,6 +39,17 @@ T0 = 1_810_000_000.0
 _NOT_PUBLISHED = "not published"
 
 
+def _load_cycles() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("published_cycles", HERE / "cycles.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+cycles = _load_cycles()
+
+
 class TableError(ValueError):
     """The source table breaks its own rules; the message names the entry."""
 
@@ -45,6 +61,7 @@ def load_table(path: Path = TABLE) -> dict[str, Any]:
         for phase, spec in phases.items():
             for key, field in spec["fields"].items():
                 parse_field(table, f"{gpu}/{phase}/{key}", field)
+            cycles.check_phase(_helpers(), table, f"{gpu}/{phase}", spec)
     return table
 
 
@@ -72,7 +89,8 @@ def _draw(rng: random.Random, lo: float, hi: float, uniform: bool) -> float:
 
 
 _ROUND = {"power_w": 1, "temperature_c": 1, "sm_clock_mhz": 0, "net_tx_bytes_per_s": 0,
-          "net_rx_bytes_per_s": 0, "net_congestion_per_s": 1, "net_retransmits_per_s": 1}
+          "net_rx_bytes_per_s": 0, "net_congestion_per_s": 1, "net_retransmits_per_s": 1,
+          "link_tx_bytes_per_s": 0, "link_rx_bytes_per_s": 0}
 
 
 def _round(key: str, value: float) -> float:
@@ -82,6 +100,11 @@ def _round(key: str, value: float) -> float:
 def _uuid(node: str, gpu: str) -> str:
     h = hashlib.sha256(f"{node}/{gpu}".encode()).hexdigest()
     return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
+
+
+def _helpers() -> SimpleNamespace:
+    """What cycles.py draws and checks with, so that its traces follow this table's rules."""
+    return SimpleNamespace(parse_field=parse_field, draw=_draw, round=_round, uuid=_uuid, T0=T0, TableError=TableError)
 
 
 class _StepClock:
@@ -181,6 +204,8 @@ def generate(table: dict[str, Any], name: str) -> list[tuple[str, GpuSample]]:
     """Every sample of trace ``name`` with the ``group/phase`` it was drawn from, in (ts, node, gpu) order.
     Samples a gappy collector missed are left out; fields it lost are None."""
     trace = table["traces"][name]
+    if trace.get("kind") == "step_cycles":
+        return cycles.generate(_helpers(), table, name)
     seed, phase_s = int(trace["seed"]), int(trace["phase_s"])
     drop = float(trace.get("drop_fraction", 0.0))
     nulls = trace.get("null_fields", {})
@@ -267,6 +292,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{trace_path(name).name}: {write_trace(table, name, trace_path(name))} samples")
         elif args.check:
             fresh = HERE / f".{name}.check.jsonl.gz"
+            if not trace_path(name).exists():
+                stale.append(name)
+                continue
             try:
                 write_trace(table, name, fresh)
                 with gzip.open(fresh, "rt") as a, gzip.open(trace_path(name), "rt") as b:
