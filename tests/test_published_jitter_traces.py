@@ -7,33 +7,24 @@ the three report variants, lockstep ranks, power falling as fabric bytes rise, a
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import statistics
 from collections import defaultdict
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 import yaml
 
 from agent.model import WORKLOAD_CLASSES, GpuSample
 from agent.trace import read_trace
+from tests.published_build import load_build
 
 pytestmark = pytest.mark.slow
 
 PUBLISHED = Path(__file__).resolve().parent.parent / "traces" / "published"
 
 
-def _load_build() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("published_build_jitter", PUBLISHED / "build.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-build = _load_build()
+build = load_build("published_build_jitter")
 TABLE = build.load_table()
 NAMES = [name for name, trace in TABLE["traces"].items() if trace.get("kind") == "step_cycles"]
 GPU_OF = {"jitter_a100": "a100", "jitter_l40s": "l40s", "jitter_mi300x": "mi300x", "jitter_h100": "h100"}

@@ -8,11 +8,9 @@ alone, MI300X through amdsmi), on a gappy collector and on a jittering multi-nod
 
 from __future__ import annotations
 
-import importlib.util
 import math
 from collections import Counter
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
@@ -21,6 +19,7 @@ from agent.classifier.evaluate import Evaluation, evaluate
 from agent.model import WORKLOAD_CLASSES, GpuSample, Verdict
 from agent.model.specs.lookup import lookup
 from agent.trace import read_trace
+from tests.published_build import load_build
 
 pytestmark = pytest.mark.slow
 
@@ -28,15 +27,7 @@ REPO = Path(__file__).resolve().parent.parent
 PUBLISHED = REPO / "traces" / "published"
 
 
-def _load_build() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("published_build", PUBLISHED / "build.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-build = _load_build()
+build = load_build("published_build")
 TABLE = build.load_table()
 NAMES = list(TABLE["traces"])
 CLASSIFIED = [name for name in NAMES if TABLE["traces"][name].get("kind") != "step_cycles"]
