@@ -110,12 +110,15 @@ def score_classes(f: WindowFeatures, job: JobContext, t: Thresholds, incumbent: 
     jitter: float | None = None
     if multi:
         steady_steps = f.step_cv if f.steps >= t.min_steps else None
+        known_waits = [x for x in (f.comm_wait_fraction, fabric_waits(f, t)) if x is not None]
+        no_waits = bool(known_waits) and max(known_waits) < t.comm_wait_fraction
         if (incumbent == "communication_jittered" and f.step_cv_long is not None and f.steps_long >= t.min_steps
                 and not (steady_steps is not None and steady_steps < t.step_cv / 2.0
-                         and (f.step_level_shift or 0.0) >= t.step_cv / 2.0)):
+                         and ((f.step_level_shift or 0.0) >= t.step_cv / 2.0 or no_waits))):
             # Exit hysteresis: jitter stalls come at random, so a quiet spell keeps the verdict, unless
             # the job moved on: its recent steps clearly steady (half the jitter level) at another
-            # typical length than before (random stalls leave the median step where it was).
+            # typical length than before (random stalls leave the median step where it was), or with
+            # no waiting on peers left in the window (a pause between stalls still waits each step).
             steady_steps = max(steady_steps or 0.0, f.step_cv_long)
         variation = [v for v in (_above(steady_steps, t.step_cv, wcv), _above(job.rank_skew, t.rank_skew, wcv),
                                  _above(job.step_spread, t.rank_skew, wcv),
