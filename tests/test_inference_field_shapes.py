@@ -56,9 +56,10 @@ SHAPES = [
     # sglang:num_running_reqs 0.0 and sglang:token_usage 0.0; no queue gauge in the excerpt.
     Shape("sglang/pr4444-llama3-8b-idle-excerpt.txt", "sglang", ("/shared/public/models/Meta-Llama-3-8B-Instruct",),
           {"running": 0.0, "waiting": None, "kv_usage": 0.0}, {"prompt": None, "generated": None}),
-    # {name="..."}: max_total_num_tokens 570979.0, prompt_tokens_total 230794.0, nothing else the agent reads.
+    # {name="..."}: max_total_num_tokens 570979.0, max_running_requests 2231.0 (the batch cap), prompt_tokens_total
+    # 230794.0, nothing else the agent reads.
     Shape("sglang/pr1853-llama32-3b-name-label-excerpt.txt", "sglang", (LLAMA32,),
-          {"running": None, "waiting": None, "kv_usage": None, "kv_pool_tokens": 570979.0},
+          {"running": None, "waiting": None, "kv_usage": None, "kv_pool_tokens": 570979.0, "max_running": 2231.0},
           {"prompt": 230794.0, "generated": None}),
     # num_requests_running 0.0, num_requests_waiting 0.0, token_usage 0.0 (queue_req 0.0 beside them).
     Shape("sglang/pr1461-gemma2-9b-wip-excerpt.txt", "sglang", ("google/gemma-2-9b-it",),
@@ -67,8 +68,9 @@ SHAPES = [
     Shape("sglang/smg813-underscore-names-excerpt.txt", "sglang", ("meta-llama/Llama-3.1-8B-Instruct",),
           {"running": None, "waiting": None, "kv_usage": None}, {"steps": 311.0, "prompt": None}),
     # tgi_queue_size 0.0, tgi_batch_current_size 0.0; no model label anywhere (TGI exports none).
+    # The prefill histogram is cut before its _sum and _count: no time to first token yet.
     Shape("tgi-style/ibmvllm18-tgis-excerpt.txt", "tgi", (),
-          {"running": 0.0, "waiting": 0.0, "kv_usage": None, "itl": None}, {"prompt": None, "steps": None}),
+          {"running": 0.0, "waiting": 0.0, "kv_usage": None, "itl": None, "ttft": None}, {"prompt": None, "steps": None}),
 ]
 
 

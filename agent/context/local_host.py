@@ -97,7 +97,10 @@ class LocalHost:
             for endpoint in endpoints if isinstance(endpoints, tuple) else ():
                 url = getattr(endpoint, "url", None)
                 if url is not None:
-                    out.append(SourceState(f"inference {url}", "up" if endpoint.up else "down", endpoint.error))
+                    # Up, the detail also says how many lines of the body were unreadable (and the first).
+                    notes = (endpoint.error, getattr(endpoint, "skipped_note", None) if endpoint.up else None)
+                    out.append(SourceState(f"inference {url}", "up" if endpoint.up else "down",
+                                           "; ".join(n for n in notes if n) or None))
         return tuple(out)
 
     def nic_ports(self) -> tuple[NicPort, ...]:

@@ -21,6 +21,8 @@ SIGNALS = (("running", "running requests"), ("waiting", "waiting requests"), ("k
            ("itl", "inter-token latency"), ("prefill_s", "prefill time"), ("ttft", "time to first token"),
            ("preemptions", "preemptions"), ("kv_pool_tokens", "KV-cache pool size"))
 """Serving figures the agent reads (:class:`ServingTotals` field, words), in the order the line names them."""
+EXTRAS = (("max_running", "running-batch cap"),)
+"""Figures few servers export (SGLang <= 0.3 the batch cap): named when there, never listed as missing."""
 WORKLOAD = (("engine steps", ("steps",)), ("server FLOP estimates", ("flops",)),
             ("server byte estimates", ("read_bytes", "write_bytes")))
 """Workload figures besides tokens/s (words, the :class:`Totals` fields any of which gives them)."""
@@ -63,6 +65,7 @@ def _endpoint(i: int, ep: Any, models: dict[str, Any], timeout_s: float) -> Find
     serving = current.serving
     present = [label for name, label in SIGNALS if serving is not None and getattr(serving, name) is not None]
     missing = [label for name, label in SIGNALS if label not in present]
+    present += [label for name, label in EXTRAS if serving is not None and getattr(serving, name) is not None]
     model = ep.model or (current.models[0] if len(current.models) == 1 else None)
     facts = models.get(model) if model else None
     weights = ep.model_bytes if ep.model_bytes is not None else getattr(facts, "model_bytes", None)

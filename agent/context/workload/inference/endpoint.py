@@ -38,7 +38,8 @@ class ModelFacts(BaseModel):
     kv_bytes_per_token: float | None = Field(None, gt=0.0, le=1e10, description="KV-cache bytes per token: 2 x "
                                              "layers x KV heads x head dimension x bytes per element.")
     max_running: int | None = Field(None, ge=1, le=1_000_000, description="The server's cap on the running batch "
-                                    "(vLLM max_num_seqs, SGLang max_running_requests); no server exports it.")
+                                    "(vLLM max_num_seqs, SGLang max_running_requests); wins over the cap SGLang "
+                                    "<= 0.3 exports.")
 
 
 class InferenceEndpoint(BaseModel):

@@ -33,10 +33,13 @@ from agent.context.workload.inference.parse import (
     totals,
 )
 from agent.model import ServingReport, WorkloadReport
+from agent.views.safe_text import printable
 
 log = logging.getLogger("roofwatch.inference")
 
 DEFAULT_MAX_BYTES = 4 * 1024 * 1024
+FIRST_BAD_CHARS = 120
+"""The first unreadable line as the status shows it (the parser keeps 80 characters of the line itself)."""
 Fetch = Callable[[str, float, int], bytes]
 """(url, timeout_s, max_bytes) -> response body; raises on any failure."""
 
@@ -60,6 +63,19 @@ class EndpointStatus:
     has_rate: bool
     flops_source: Literal["server", "config"] | None
     """Where FLOPs/token comes from: the server's estimated-FLOPs counter, or the configuration."""
+    skipped_lines: int = 0
+    """Lines of the last body read that were no sample (a pasted ``curl`` line, a proxy's banner)."""
+    first_bad_line: str | None = None
+    """The first of them, ``line N: '...'``, printable (agent.views.safe_text): the body is untrusted text."""
+
+    @property
+    def skipped_note(self) -> str | None:
+        """``N unreadable lines skipped (first: line 3: '$ curl ...')``, or None when every line was read."""
+        if not self.skipped_lines:
+            return None
+        lines = "line" if self.skipped_lines == 1 else "lines"
+        first = f" (first: {self.first_bad_line})" if self.first_bad_line else ""
+        return f"{self.skipped_lines} unreadable {lines} skipped{first}"
 
 
 @dataclass(slots=True)
@@ -79,6 +95,8 @@ class _State:
     pids: frozenset[int] = frozenset()
     pid_error: str | None = None
     pids_checked: float | None = None
+    skipped: int = 0
+    first_bad: str | None = None
     seen: dict[str, float] = field(default_factory=dict)
     """GPU -> when report_for last matched it by PID: the default world size."""
 
@@ -156,9 +174,6 @@ class InferenceScraper:
             expo = parse(body.decode("utf-8", errors="replace"))
             kind = recognise(expo, ep.kind)
             current = totals(expo, kind)
-            if expo.skipped:
-                log.debug("inference endpoint %s: %d unreadable lines skipped, first %s", ep.url, expo.skipped,
-                          expo.first_bad)
         except Exception as exc:
             self._failed(state, describe_error(exc, self._timeout_s) if not isinstance(exc, ExpositionError)
                          else str(exc))
@@ -173,9 +188,14 @@ class InferenceScraper:
             except CounterReset:
                 note = "counter reset or server restart: no rate for this interval"
                 log.info("inference endpoint %s: %s", ep.url, note)
+        first_bad = printable(expo.first_bad, FIRST_BAD_CHARS) if expo.first_bad is not None else None
         with self._lock:
             if not state.up and state.scrapes:
                 log.info("inference endpoint %s is up again (%s)", ep.url, kind)
+            if expo.skipped and (expo.skipped, first_bad) != (state.skipped, state.first_bad):
+                log.info("inference endpoint %s: %d unreadable lines skipped, first %s", ep.url, expo.skipped,
+                         first_bad)
+            state.skipped, state.first_bad = expo.skipped, first_bad
             state.prev, state.prev_ts, state.rates = current, t, new_rates
             state.rates_ts = t if new_rates is not None else None
             state.kind, state.models, state.up, state.error = kind, current.models, True, note
@@ -280,8 +300,9 @@ class InferenceScraper:
         return ServingReport(
             server=ep.job or f"{state.kind} {parts.netloc}", model=self._model_name(state),
             weight_bytes=weights, kv_cache_bytes=pool, kv_usage=s.kv_usage, running=s.running, waiting=s.waiting,
-            max_running=ep.max_running or facts.max_running, preemptions_per_s=s.preemptions_per_s, tpot_s=s.tpot_s,
-            ttft_s=s.ttft_s, prefill_share=s.prefill_share, generated_tokens_per_s=r.generated_per_s, gpus=world)
+            max_running=ep.max_running or facts.max_running or s.max_running,
+            preemptions_per_s=s.preemptions_per_s, tpot_s=s.tpot_s, ttft_s=s.ttft_s, prefill_share=s.prefill_share,
+            generated_tokens_per_s=r.generated_per_s, gpus=world)
 
     def status(self) -> tuple[EndpointStatus, ...]:
         with self._lock:
@@ -292,4 +313,5 @@ class InferenceScraper:
                 pid_error=s.pid_error if s.endpoint.gpus is None else None, has_rate=s.rates is not None,
                 flops_source=("server" if s.rates is not None and s.rates.flops_per_gpu_per_s is not None
                               else "config" if s.endpoint.effective_flops_per_token is not None else None),
+                skipped_lines=s.skipped, first_bad_line=s.first_bad,
             ) for s in self._states)

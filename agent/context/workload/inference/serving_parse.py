@@ -22,13 +22,26 @@ the servers' sources (the newest name first; an older one stands in where a rele
   ``sglang:num_retracted_requests_total``; histograms ``sglang:inter_token_latency_seconds``
   (``sglang:time_per_output_token_seconds`` before 0.4.5), ``sglang:time_to_first_token_seconds``,
   ``sglang:per_stage_req_latency_seconds{stage="prefill_forward"|"chunked_prefill"}``, the pool size
-  ``sglang:max_total_num_tokens`` (from 0.5.12); with
+  ``sglang:max_total_num_tokens`` (from 0.5.12; up to 0.3 too); with
   ``SGLANG_ENABLE_METRICS_DEVICE_TIMER=1`` the counter ``sglang:forward_execution_seconds_total{category}``.
+  Up to 0.3 (``srt/metrics/metrics_collector.py``, ``log_config_stats``) the gauge
+  ``sglang:max_running_requests`` is the scheduler's cap on the running batch (``--max-running-requests``,
+  or what the request pool allows), the cap vLLM calls ``max_num_seqs`` and exports nowhere; later releases
+  dropped it (``sglang:max_running_requests_under_SLO`` is another figure, an estimate, and is not read).
 * **TGI** (``router/src/server.rs``, ``backends/v3``; no model or rank labels): gauges
   ``tgi_batch_current_size``, ``tgi_queue_size``, ``tgi_batch_current_max_tokens`` and
   ``tgi_batch_max_total_tokens`` (their ratio is the share of the KV-token budget the batch holds);
   histograms ``tgi_request_mean_time_per_token_duration`` (per request, prefill included) and
   ``tgi_batch_forward_duration{method="prefill"|"decode"}`` (per forward call: GPU time by phase).
+* **TGIS** (vLLM behind IBM's TGIS front end: IBM/vllm PR #18 ``vllm/tgis_utils/metrics.py``, then
+  opendatahub-io/vllm-tgis-adapter ``tgis_utils/metrics.py``; read as TGI): the histogram
+  ``tgi_batch_inference_duration`` ("Time taken for each forward-pass iteration (in seconds)") is fed
+  vLLM's own per-request stats, not forward passes: ``method="next_token"`` observes each
+  ``time_per_output_tokens`` value (what ``vllm:time_per_output_token_seconds`` observes, seconds) and
+  ``method="prefill"`` each ``time_to_first_tokens`` value. PR #18 passed a dict to ``labels()``, so its
+  label value reads ``{'method': 'next_token'}``. HF TGI's own ``tgi_batch_inference_duration`` has
+  ``method="prefill"|"decode"`` (whole batch calls): ``next_token`` marks TGIS, and a plain ``prefill`` is
+  read as time to first token only beside it.
 
 Sample names are normalised as in parse (a trailing ``_total`` dropped).
 """
@@ -68,6 +81,10 @@ class ServingNames:
     cache_config: str | None
     pool_tokens: str | None = None
     """Gauge of the KV-cache pool's size in tokens (SGLang, TGI); vLLM's comes from ``cache_config_info``."""
+    max_running: tuple[str, ...] = ()
+    """Gauge of the cap on the running batch (SGLang <= 0.3)."""
+    tgis_latency: str | None = None
+    """Histogram base whose ``method`` label holds TGIS's per-token and first-token latencies."""
 
 
 SERVING_NAMES: dict[str, ServingNames] = {
@@ -87,16 +104,18 @@ SERVING_NAMES: dict[str, ServingNames] = {
         itl=("sglang:inter_token_latency_seconds", "sglang:time_per_output_token_seconds"),
         ttft=("sglang:time_to_first_token_seconds",), prefill_time="sglang:per_stage_req_latency_seconds",
         decode_time=None, phase_time=None, device_time="sglang:forward_execution_seconds", cache_config=None,
-        pool_tokens="sglang:max_total_num_tokens"),
+        pool_tokens="sglang:max_total_num_tokens", max_running=("sglang:max_running_requests",)),
     "tgi": ServingNames(
         running=("tgi_batch_current_size",), waiting=("tgi_queue_size",), kv_usage=(),
         kv_tokens_used="tgi_batch_current_max_tokens", kv_tokens_total="tgi_batch_max_total_tokens", preemptions=(),
         itl=("tgi_request_mean_time_per_token_duration",), ttft=(), prefill_time=None, decode_time=None,
         phase_time="tgi_batch_forward_duration", device_time=None, cache_config=None,
-        pool_tokens="tgi_batch_max_total_tokens"),
+        pool_tokens="tgi_batch_max_total_tokens", tgis_latency="tgi_batch_inference_duration"),
 }
 
 _SGLANG_PREFILL_STAGES = frozenset({"prefill_forward", "chunked_prefill"})
+_TGIS_NEXT_TOKEN = frozenset({"next_token", "{'method': 'next_token'}"})
+_TGIS_FIRST_TOKEN = "{'method': 'prefill'}"
 
 
 def _histogram_names(base: str | None) -> tuple[str, ...]:
@@ -109,9 +128,10 @@ def serving_sample_names(kind: str) -> frozenset[str]:
     n = SERVING_NAMES[kind]
     return frozenset(
         name for name in (*n.running, *n.waiting, *n.kv_usage, n.kv_tokens_used, n.kv_tokens_total, *n.preemptions,
-                          *(h for base in (*n.itl, *n.ttft, n.prefill_time, n.decode_time, n.phase_time)
+                          *(h for base in (*n.itl, *n.ttft, n.prefill_time, n.decode_time, n.phase_time,
+                                           n.tgis_latency)
                             for h in _histogram_names(base)),
-                          n.device_time, n.cache_config, n.pool_tokens)
+                          n.device_time, n.cache_config, n.pool_tokens, *n.max_running)
         if name)
 
 
@@ -160,13 +180,15 @@ class ServingTotals:
     kv_cache_bytes_per_gpu: float | None
     kv_pool_tokens: float | None = None
     """Tokens the KV-cache pool holds (all replicas): vLLM blocks x block size, SGLang, TGI gauges."""
+    max_running: float | None = None
+    """The server's cap on the running batch (all replicas), where it exports one (SGLang <= 0.3)."""
 
     @property
     def any_figure(self) -> bool:
         """Whether the scrape gave any figure at all: a server known only by name gives the serving view nothing."""
         return any(getattr(self, name) is not None for name in (
             "running", "waiting", "kv_usage", "preemptions", "itl", "ttft", "prefill_s", "decode_s",
-            "kv_cache_bytes_per_gpu", "kv_pool_tokens"))
+            "kv_cache_bytes_per_gpu", "kv_pool_tokens", "max_running"))
 
 
 def _sum(series: Series | None) -> float | None:
@@ -186,6 +208,22 @@ def _hist(samples: Mapping[str, Series], bases: tuple[str, ...]) -> tuple[float,
         if total is not None and count is not None:
             return total, count
     return None
+
+
+def _tgis(samples: Mapping[str, Series], base: str | None) -> tuple[tuple[float, float] | None,
+                                                                   tuple[float, float] | None]:
+    """TGIS's (time per output token, time to first token) histograms, as (sum, count); a plain
+    ``prefill`` counts as first-token time only beside a ``next_token`` series (HF TGI has none)."""
+    if base is None:
+        return None, None
+
+    def hist(values: frozenset[str]) -> tuple[float, float] | None:
+        total = _sum(_where(samples.get(base + "_sum"), "method", values) or None)
+        count = _sum(_where(samples.get(base + "_count"), "method", values) or None)
+        return (total, count) if total is not None and count is not None else None
+
+    itl = hist(_TGIS_NEXT_TOKEN)
+    return itl, hist(frozenset({_TGIS_FIRST_TOKEN, "prefill"}) if itl else frozenset({_TGIS_FIRST_TOKEN}))
 
 
 def _label_number(labels: SeriesKey, name: str) -> float | None:
@@ -248,15 +286,19 @@ def serving_totals(samples: Mapping[str, Series], kind: str) -> ServingTotals:
         prefill_s = _sum(prefill) if prefill else None
         decode_s = _sum(samples.get(n.decode_time + "_sum")) if n.decode_time else None
         per_request = True
+    itl, ttft = _hist(samples, n.itl), _hist(samples, n.ttft)
+    if itl is None and ttft is None:
+        itl, ttft = _tgis(samples, n.tgis_latency)
     return ServingTotals(
         running=_sum(_first(samples, n.running)), waiting=_sum(_first(samples, n.waiting)),
         kv_usage=None if kv_usage is None else min(1.0, max(0.0, kv_usage)),
         preemptions=_sum(_first(samples, n.preemptions)) if n.preemptions else None,
-        itl=_hist(samples, n.itl), ttft=_hist(samples, n.ttft), prefill_s=prefill_s, decode_s=decode_s,
+        itl=itl, ttft=ttft, prefill_s=prefill_s, decode_s=decode_s,
         decode_per_request=per_request,
         kv_cache_bytes_per_gpu=_kv_cache_bytes(samples.get(n.cache_config)) if n.cache_config else None,
         kv_pool_tokens=(_vllm_pool_tokens(samples.get(n.cache_config)) if n.cache_config
                         else _sum(samples.get(n.pool_tokens)) if n.pool_tokens else None),
+        max_running=_sum(_first(samples, n.max_running)) or None if n.max_running else None,
     )
 
 
@@ -273,6 +315,7 @@ class ServingRates:
     prefill_share: float | None
     kv_cache_bytes_per_gpu: float | None
     kv_pool_tokens: float | None = None
+    max_running: float | None = None
 
 
 def _increase(a: float | None, b: float | None) -> float | None:
@@ -310,5 +353,5 @@ def serving_rates(prev: ServingTotals, cur: ServingTotals, dt_s: float) -> Servi
         preemptions_per_s=preempted / dt_s if preempted is not None and dt_s > 0 else None,
         tpot_s=_mean_between(prev.itl, cur.itl), ttft_s=_mean_between(prev.ttft, cur.ttft),
         prefill_share=_prefill_share(prev, cur, dt_s), kv_cache_bytes_per_gpu=cur.kv_cache_bytes_per_gpu,
-        kv_pool_tokens=cur.kv_pool_tokens,
+        kv_pool_tokens=cur.kv_pool_tokens, max_running=cur.max_running,
     )
