@@ -140,7 +140,7 @@ class ServingPhase(_PhaseBase):
     running: int = Field(ge=1, le=100_000, description="Requests in the running batch.")
     waiting: int = Field(0, ge=0, le=1_000_000, description="Requests queued for admission.")
     max_running: int | None = Field(None, ge=1, le=1_000_000, description="The server's batch cap "
-                                    "(vLLM max_num_seqs, SGLang max_running_requests); not exported by any server.")
+                                    "(vLLM max_num_seqs, SGLang max_running_requests); only SGLang <= 0.3 exports it.")
     prompt_tokens: int = Field(1024, ge=1, le=10_000_000, description="Mean prompt length of a request.")
     output_tokens: int = Field(256, ge=2, le=10_000_000, description="Mean output length of a request.")
     floor_multiple: float = Field(1.2, ge=SERVING_MIN_FLOOR_MULTIPLE, le=100.0,
