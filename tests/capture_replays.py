@@ -1,6 +1,7 @@
 """What each published capture (tests/fixtures/captures) shows, read off its own lines, for
 tests/test_captures_replay.py: the capture reader, the roofwatch families each DCGM field becomes (in
-roofwatch's units), one entry per capture, and where the agent is known to answer wrong.
+roofwatch's units), one entry per capture, and where the agent is known to answer wrong; and for
+tests/test_captures_join*.py, how each capture's node is played on the fake NVML (``play_of``) and joined.
 
 Expectations are quoted from the capture next to each entry, never taken from the agent's output.
 """
@@ -264,6 +265,156 @@ SERVED_OF = {s.file: s for s in SERVED}
 INFERENCE_CAPTURES = sorted(str(p.relative_to(CAPTURES)) for d in ("vllm", "sglang", "tgi-style")
                             for p in (CAPTURES / d).glob("*.txt"))
 SMG813 = "sglang/smg813-underscore-names-excerpt.txt"
+
+
+# ---------------------------------------------------------------- how a join test plays each capture's node
+
+
+def mig_layout(file: str) -> dict[int, list[tuple[int, str]]]:
+    """GPU index -> [(GPU instance id, profile)] from the capture's sample lines' ``GPU_I_ID`` and
+    ``GPU_I_PROFILE`` labels, ordered by id (a ``> ``-quoted or elided line is no sample)."""
+    out: dict[int, dict[int, str]] = {}
+    for line in capture(file).splitlines():
+        match = _SAMPLE.fullmatch(line.strip())
+        if match is None:
+            continue
+        labels = dict(_PAIR.findall(match.group(2)))
+        if labels.get("GPU_I_ID"):
+            out.setdefault(int(labels["gpu"]), {})[int(labels["GPU_I_ID"])] = labels["GPU_I_PROFILE"]
+    return {gpu: sorted(ids.items()) for gpu, ids in sorted(out.items())}
+
+
+@dataclass(frozen=True)
+class Play:
+    """The node a join test plays on the fake NVML for one capture (``roofwatch demo --backend
+    nvml-virtual``): catalogue model, GPU count, MIG layout (GPU -> [(GPU instance id, profile)]), and the
+    vGPU name the guest's driver reports, each read off the capture (``play_of``)."""
+
+    model: str
+    gpus: int
+    mig: dict[int, list[tuple[int, str]]] = field(default_factory=dict)
+    vgpu: str | None = None
+
+    def devices(self) -> list[str]:
+        """The device ids NVML gives: whole GPUs, and a GPU in MIG mode as its instances ``i/<GI id>``."""
+        return [f"{i}/{gi}" for i in range(self.gpus) for gi, _ in self.mig.get(i, [])] + \
+               [str(i) for i in range(self.gpus) if i not in self.mig]
+
+
+UNNAMED_PLAYS = {"dcgm-exporter/nvdocs-sentinel-2.1.4.txt": "t4"}
+"""Captures whose lines identify no model, and the catalogue model a join plays in their place. In join
+mode the model is NVML's, never the capture's, so any model the lines do not contradict does. Sentinel:
+MEM_CLOCK 405 rules out the A100s (HBM2 at a fixed 1215 MHz, as nvdocs-a100-mig-busy's MEM_CLOCK shows)
+and MEMORY_TEMP NOT_SUPPORTED says GDDR (no memory sensor); the T4 is such a GDDR6 board."""
+
+
+def play_of(file: str) -> Play:
+    """How a join plays ``file``'s node, from the capture's own lines and its :data:`REPLAYS` entry."""
+    from agent.model.specs.mig_identity import FAMILIES
+    from agent.model.specs.vgpu import vgpu_spec
+
+    info, layout = REPLAY_OF[file].info, mig_layout(file)
+    gpus = 1 + max(int(key.split("/")[0]) for key in info)
+    keys = {spec.split("-mig-")[0] for _, spec in info.values()}
+    (key,) = keys
+    vgpu = None
+    if file in UNNAMED_PLAYS:
+        key = UNNAMED_PLAYS[file]
+    elif "-vgpu-" in key:  # a guest's vGPU: the board behind it, named as the guest's driver names it
+        (vgpu,) = {model for model, _ in info.values()}
+        spec = vgpu_spec(vgpu)
+        assert spec is not None and spec.key == key, f"{file}: {vgpu} is not {key}"
+        key = key.split("-vgpu-")[0]
+    elif key in FAMILIES:  # no modelName, identified by MIG profiles: the board its power reading allows,
+        from agent.model.specs import spec_by_key  # within 10 % over the TDP (a busy GPU's 1 s average overshoots)
+
+        power = max(f.get("DCGM_FI_DEV_POWER_USAGE", 0.0) for f in fields(file).values())
+        (key,) = [k for k in FAMILIES[key][0] if power <= 1.1 * (spec_by_key(k).tdp_w or 0)]
+    return Play(key, gpus, layout, vgpu)
+
+
+JOIN_SEED = 11
+JOIN_ENV = {"ROOFWATCH_DCGM_EXPORTER_INTERVAL_S": "0.2", "ROOFWATCH_CLASSIFIER__WINDOW_S": "2",
+            "ROOFWATCH_CLASSIFIER__LONG_WINDOW_S": "4", "ROOFWATCH_CLASSIFIER__EVALUATE_EVERY_S": "0.5"}
+JOIN_WAIT_S = 60.0
+
+
+@dataclass
+class Joined:
+    """One ``roofwatch demo --backend nvml-virtual`` joined to a capture served as its node's exporter."""
+
+    file: str
+    play: Play
+    url: str
+    proc: subprocess.Popen
+    log: Path
+    uuids: dict[str, str]
+    """Physical GPU index -> the fake's UUID, which the served capture carries in place of its own."""
+    scenario: Path
+    exporter_url: str
+
+    def get(self, path: str) -> bytes:
+        from tests.agent_process import http_get
+
+        if self.proc.poll() is not None:
+            raise AssertionError(f"the agent for {self.file} exited ({self.proc.returncode}): "
+                                 f"{self.log.read_text()[-3000:]}")
+        status, body = http_get(self.url + path)
+        if status != 200:
+            raise ValueError(f"{path}: HTTP {status}")
+        return body
+
+    def devices(self, ready: Callable[[dict], bool]) -> dict[str, dict]:
+        """Device id -> its snapshot entry (``info`` and ``sample``), once every device of the play has a
+        sample that ``ready`` accepts."""
+        import json
+
+        from tests.agent_process import poll
+
+        def done():
+            snap = json.loads(self.get("api/v1/snapshot"))
+            got = {d["info"]["gpu"]: d for d in snap["devices"]}
+            return (set(got) == set(self.play.devices())
+                    and all(d["sample"] and ready(d["sample"]) for d in got.values()) and got)
+        return poll(done, JOIN_WAIT_S, what=f"a sample of each device joined to {self.file}")
+
+
+def start_joined(file: str, tmp: Path, procs: list[subprocess.Popen], exporters: list) -> Joined:
+    """The capture, its UUIDs swapped for the fake's, served as the node's dcgm-exporter, and an agent on the
+    fake NVML playing :func:`play_of` the capture, a GEMM on every device: engine about 1, memory high, and
+    at 0.9 MFU against a power limit of 0.8 x TDP (NVML's own, unlike any capture's), power at that limit and
+    the SM clock throttled below the board's maximum, which an idle capture may read (vks: 1410 MHz)."""
+    import yaml
+
+    from agent.model.specs import spec_by_key
+    from agent.virtual.devices import device_uuid
+    from tests.agent_process import clean_env, roofwatch_cmd
+    from tests.dcgm_exporter_server import FakeExporter, replace_uuids
+    from tests.prometheus_server import free_port
+
+    replay, play = REPLAY_OF[file], play_of(file)
+    uuids = {str(i): device_uuid(JOIN_SEED, replay.node, i, "nvidia") for i in range(play.gpus)}
+    exporters.append(exporter := FakeExporter(replace_uuids(capture(file), uuids)))
+    node: dict = {"name": replay.node, "model": play.model, "gpus": play.gpus, "workloads": [
+        {"job": "gemm", "gpus": [int(d) if d.isdigit() else d for d in play.devices()], "dtype": "fp16",
+         "phases": [{"kind": "compute", "mfu": 0.9, "duration_s": 3600,
+                     "power_cap_w": round(0.8 * spec_by_key(play.model).tdp_w)}]}]}
+    if play.mig:
+        node["mig"] = {i: [p for _, p in layout] for i, layout in play.mig.items()}
+        node["mig_ids"] = {i: [gi for gi, _ in layout] for i, layout in play.mig.items()}
+    if play.vgpu:
+        node["vgpu"] = play.vgpu
+    scenario = tmp / f"{Path(file).stem}.yaml"
+    scenario.write_text(yaml.safe_dump({"name": f"join-{Path(file).stem}", "seed": JOIN_SEED, "nodes": [node]}))
+    port = free_port()
+    log = tmp / f"{Path(file).stem}.log"
+    with log.open("w") as sink:
+        proc = subprocess.Popen(roofwatch_cmd("demo", "--backend", "nvml-virtual", "--scenario", str(scenario),
+                                              "--dcgm-exporter-url", exporter.url, "--listen", f"127.0.0.1:{port}",
+                                              "--interval", "0.2"),
+                                stdout=sink, stderr=subprocess.STDOUT, text=True, env=clean_env(**JOIN_ENV))
+    procs.append(proc)
+    return Joined(file, play, f"http://127.0.0.1:{port}/", proc, log, uuids, scenario, exporter.url)
 
 
 def stop_all(procs: list, exporters: list) -> None:

@@ -36,10 +36,13 @@ def drop_gpu(body: str, gpu: str) -> str:
 
 
 def replace_uuids(body: str, uuids: dict[str, str]) -> str:
-    """GPU index -> UUID: the fixture's UUIDs swapped for another node's (the fake NVML's)."""
+    """GPU index -> UUID: the fixture's UUIDs swapped for another node's (the fake NVML's). The label is
+    ``UUID``, or ``uuid`` with ``--use-old-namespace``; exporter 2.1.4 writes a space after the comma
+    (``{gpu="0", UUID="..."}``); both are kept as they are."""
     def swap(match: re.Match[str]) -> str:
-        return f'{{gpu="{match.group(1)}",UUID="{uuids.get(match.group(1), match.group(2))}"'
-    return re.sub(r'\{gpu="(\d+)",UUID="([^"]+)"', swap, body)
+        gpu, gap, label, old = match.groups()
+        return f'{{gpu="{gpu}",{gap}{label}="{uuids.get(gpu, old)}"'
+    return re.sub(r'\{gpu="(\d+)",(\s*)(UUID|uuid)="([^"]+)"', swap, body)
 
 
 MANY_GPU_FIELDS = ("DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE",

@@ -7,56 +7,51 @@ What the join takes (docs/nvidia.md, "dcgm-exporter as a source"): the profiling
 while NVML reads no GPM (every model here is pre-Hopper, so never GPM), ``gr_active`` from
 ``PROF_GR_ENGINE_ACTIVE`` or else ``GPU_UTIL``; every other field only where NVML left it unknown, so
 NVML's own power, temperature, clock, memory, memory busy time and PCIe rates win. Each GPU runs a
-GEMM on the fake (engine about 1, power, clock and memory high), so every capture value (idle boxes)
+GEMM on the fake (engine about 1, memory high, power at a limit of NVML's own, clock throttled below its
+maximum: ``start_joined``), so every capture value (idle boxes)
 is told apart from NVML's. Expected values are read from the capture's own lines (``fields``).
 
-Captures NOT replayed in join mode, and why:
+Two captures are played on what their lines allow, as ``capture_replays.play_of`` says:
 
-- ``issue272-lowercase-mig-oldns-excerpt``, ``issue317-a30-mig-excerpt``, ``issue68-a30-mig-tfbench-excerpt``:
-  MIG layouts, outside this module (whole GPUs only). The fake cannot play the two A30 ones anyway
-  (virtual-fleet MIG is for ``a100-*``, ``h100-*``, ``h200-*``, ``gh200-*``, ``b200`` only), and
-  issue272 labels its UUID in lower case (``uuid=``), which ``replace_uuids`` does not swap.
-- ``nvdocs-a100-mig-busy``: whole GPU 0 beside its MIG instance 13. The fake discovers a GPU in MIG
-  mode only as its instances, numbered from 1, so it has neither a whole GPU 0 nor an instance 13.
-- ``nvdocs-sentinel-2.1.4``: no ``modelName`` (exporter 2.1.4) so no model to play, and its labels read
-  ``{gpu="0", UUID=...}`` (a space), which ``replace_uuids`` does not match; its one reading, SM_CLOCK,
-  is NVML's in a join anyway.
-- ``vks-grid-a100-10c``: a vGPU (``a100-pcie-40gb-vgpu-a100-10c``), not a model the virtual fleet
-  plays (its scenario keys are the catalogue's physical GPUs).
+- ``nvdocs-sentinel-2.1.4`` (exporter 2.1.4): no ``modelName``, so NVML names the GPU; played as a T4, a
+  GDDR board (``UNNAMED_PLAYS``: MEM_CLOCK 405 is no A100's, MEMORY_TEMP is not supported). Its labels read
+  ``{gpu="0", UUID=...}`` with a space, which the join must match all the same (``doctor`` says so; its one
+  reading, SM_CLOCK, is NVML's in a join anyway).
+- ``vks-grid-a100-10c``: a guest's time-sliced vGPU, played as an A100 PCIe 40GB with the scenario's
+  ``vgpu: GRID A100-10C``: the fake's driver names it so, gives it the profile's 10 GiB frame buffer and,
+  as in a guest, no power, energy or temperature; the agent takes the vGPU's spec from NVML's name.
+
+The MIG captures are joined in tests/test_captures_join_mig.py.
 """
 
 from __future__ import annotations
 
 import json
 import subprocess
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
 import pytest
-import yaml
 
 from agent.model.specs import spec_by_key
-from agent.virtual.devices import device_uuid
-from tests.agent_process import clean_env, http_get, poll, roofwatch_cmd
-from tests.capture_replays import DCGM_CAPTURES, MIB, REPLAY_OF, capture, fields, stop_all
-from tests.dcgm_exporter_server import FakeExporter, replace_uuids
-from tests.prometheus_server import free_port
+from agent.model.specs.vgpu import vgpu_spec
+from tests.agent_process import clean_env, roofwatch_cmd
+from tests.capture_replays import (
+    DCGM_CAPTURES, JOIN_WAIT_S, MIB, REPLAY_OF, Joined, _memory_total, fields, play_of, start_joined, stop_all,
+)
 
 pytestmark = pytest.mark.slow
 
-SEED = 11
-FAST = {"ROOFWATCH_DCGM_EXPORTER_INTERVAL_S": "0.2", "ROOFWATCH_CLASSIFIER__WINDOW_S": "2",
-        "ROOFWATCH_CLASSIFIER__LONG_WINDOW_S": "4", "ROOFWATCH_CLASSIFIER__EVALUATE_EVERY_S": "0.5"}
-WAIT_S = 60.0
-
 JOINED = sorted(f"dcgm-exporter/{name}.txt" for name in (
     "dcgm226-l40s-pods-excerpt", "issue250-v100-excerpt", "kops-l4", "linode-rtx4000ada-pod",
-    "rafay-t4-concat", "upcloud-l40s", "viettel-l40s-elided"))
-NOT_JOINED = {f"dcgm-exporter/{name}.txt" for name in (
+    "nvdocs-sentinel-2.1.4", "rafay-t4-concat", "upcloud-l40s", "viettel-l40s-elided", "vks-grid-a100-10c"))
+JOINED_MIG = sorted(f"dcgm-exporter/{name}.txt" for name in (
     "issue272-lowercase-mig-oldns-excerpt", "issue317-a30-mig-excerpt", "issue68-a30-mig-tfbench-excerpt",
-    "nvdocs-a100-mig-busy", "nvdocs-sentinel-2.1.4", "vks-grid-a100-10c")}
-"""Listed, with the reason, in the module docstring."""
+    "nvdocs-a100-mig-busy"))
+"""Joined in tests/test_captures_join_mig.py."""
+NOT_JOINED: set[str] = set()
+"""None left: every capture is joined (issue 33)."""
+SENTINEL, VGPU = "dcgm-exporter/nvdocs-sentinel-2.1.4.txt", "dcgm-exporter/vks-grid-a100-10c.txt"
 
 PROFILING = {"DCGM_FI_PROF_SM_ACTIVE": "sm_active", "DCGM_FI_PROF_SM_OCCUPANCY": "sm_occupancy",
              "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": "tensor_active", "DCGM_FI_PROF_DRAM_ACTIVE": "dram_active",
@@ -71,85 +66,29 @@ NVML_OWN = {"DCGM_FI_DEV_POWER_USAGE": ("power_w", 1.0), "DCGM_FI_DEV_POWER_MGMT
 """Capture field -> (the sample field NVML reads itself, factor to its unit): NVML's value must win."""
 
 
-def _gpu_count(file: str) -> tuple[str, int]:
-    """(catalogue key, GPU count) from the capture's entry; whole GPUs 0..n-1 of one model."""
-    info = REPLAY_OF[file].info
-    (key,) = {spec for _, spec in info.values()}
-    assert key and sorted(info) == [str(i) for i in range(len(info))], f"{file}: not whole GPUs of one model"
-    return key, len(info)
-
-
-@dataclass
-class Joined:
-    file: str
-    url: str
-    proc: subprocess.Popen
-    log: Path
-    uuids: dict[str, str]
-
-    def get(self, path: str) -> bytes:
-        if self.proc.poll() is not None:
-            raise AssertionError(f"the agent for {self.file} exited ({self.proc.returncode}): "
-                                 f"{self.log.read_text()[-3000:]}")
-        status, body = http_get(self.url + path)
-        if status != 200:
-            raise ValueError(f"{path}: HTTP {status}")
-        return body
-
-    def samples(self) -> dict[str, dict]:
-        """GPU -> its latest sample, once every GPU of the scenario has one with engine and power."""
-        def ready():
-            snap = json.loads(self.get("api/v1/snapshot"))
-            got = {d["info"]["gpu"]: d["sample"] for d in snap["devices"] if d["sample"]}
-            return (set(got) == set(self.uuids) and all(s["gr_active"] is not None and s["power_w"] is not None
-                                                        for s in got.values()) and got)
-        return poll(ready, WAIT_S, what=f"a sample of each GPU joined to {self.file}")
-
-
-def _start(file: str, tmp: Path, procs: list[subprocess.Popen], exporters: list[FakeExporter]) -> Joined:
-    replay = REPLAY_OF[file]
-    key, count = _gpu_count(file)
-    uuids = {str(i): device_uuid(SEED, replay.node, i, "nvidia") for i in range(count)}
-    exporters.append(exporter := FakeExporter(replace_uuids(capture(file), uuids)))
-    cap = round(0.8 * spec_by_key(key).tdp_w)  # a limit of NVML's own, unlike any capture's
-    scenario = tmp / f"{Path(file).stem}.yaml"
-    scenario.write_text(yaml.safe_dump({"name": f"join-{Path(file).stem}", "seed": SEED, "nodes": [{
-        "name": replay.node, "model": key, "gpus": count, "workloads": [
-            {"job": "gemm", "gpus": list(range(count)), "dtype": "fp16",
-             "phases": [{"kind": "compute", "mfu": 0.5, "duration_s": 3600, "power_cap_w": cap}]}]}]}))
-    port = free_port()
-    log = tmp / f"{Path(file).stem}.log"
-    with log.open("w") as sink:
-        proc = subprocess.Popen(roofwatch_cmd("demo", "--backend", "nvml-virtual", "--scenario", str(scenario),
-                                              "--dcgm-exporter-url", exporter.url, "--listen", f"127.0.0.1:{port}",
-                                              "--interval", "0.2"),
-                                stdout=sink, stderr=subprocess.STDOUT, text=True, env=clean_env(**FAST))
-    procs.append(proc)
-    return Joined(file, f"http://127.0.0.1:{port}/", proc, log, uuids)
-
-
 @pytest.fixture(scope="module")
 def agents(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Joined]]:
     """One joined agent per capture, all started before any is polled, all stopped on the way out."""
     tmp = tmp_path_factory.mktemp("joins")
     procs: list[subprocess.Popen] = []
-    exporters: list[FakeExporter] = []
+    exporters: list = []
     try:
-        yield {file: _start(file, tmp, procs, exporters) for file in JOINED}
+        yield {file: start_joined(file, tmp, procs, exporters) for file in JOINED}
     finally:
         stop_all(procs, exporters)
 
 
 def test_every_capture_is_joined_or_said_why_not():
-    assert set(JOINED) | NOT_JOINED == set(DCGM_CAPTURES)
-    assert not set(JOINED) & NOT_JOINED
+    assert set(JOINED) | set(JOINED_MIG) | NOT_JOINED == set(DCGM_CAPTURES)
+    assert not set(JOINED) & set(JOINED_MIG) and not (set(JOINED) | set(JOINED_MIG)) & NOT_JOINED
+    assert all(play_of(f).mig for f in JOINED_MIG) and not any(play_of(f).mig for f in JOINED)
 
 
 @pytest.mark.parametrize("file", JOINED, ids=[Path(f).stem for f in JOINED])
 def test_a_capture_joined_to_nvml_gives_its_profiling_and_leaves_nvml_its_own(agents, file):
     agent = agents[file]
     got = fields(file)
-    samples = agent.samples()
+    samples = {gpu: d["sample"] for gpu, d in agent.devices(_engine_and_memory).items()}
     assert set(got) <= set(samples), "every GPU the capture reads is one of the fake's"
 
     for gpu, sample in samples.items():
@@ -183,3 +122,41 @@ def test_a_capture_joined_to_nvml_gives_its_profiling_and_leaves_nvml_its_own(ag
     metrics = agent.get("metrics").decode()
     assert any(line.startswith("roofwatch_source_up{") and 'source="dcgm-exporter"' in line
                and line.rsplit(" ", 1)[1] == "1.0" for line in metrics.splitlines()), "the exporter is an up source"
+
+
+def _engine_and_memory(sample: dict) -> bool:
+    return sample["gr_active"] is not None and sample["mem_used_bytes"] is not None
+
+
+def test_exporter_2_1_4_labels_with_a_space_are_joined_by_uuid(agents, tmp_path):
+    """``{gpu="0", UUID="..."}``: ``doctor`` on the same scenario and exporter finds GPU 0 in the exporter
+    (no join warning) and says where each of its fields came from."""
+    agent = agents[SENTINEL]
+    agent.devices(_engine_and_memory)
+    out = tmp_path / "doctor.json"
+    with out.open("w") as sink:
+        done = subprocess.run(roofwatch_cmd("doctor", "--backend", "nvml-virtual", "--scenario", str(agent.scenario),
+                                            "--json"), stdout=sink, stderr=subprocess.PIPE, text=True,
+                              env=clean_env(ROOFWATCH_DCGM_EXPORTER_URL=agent.exporter_url), timeout=JOIN_WAIT_S)
+    assert done.returncode in (0, 3), done.stderr[-3000:]
+    findings = [f for f in json.loads(out.read_text())["findings"] if f.get("gpu") == "0"]
+    assert any(f["check"] == "counter source" for f in findings), findings
+    assert not [f for f in findings if f["check"] == "dcgm-exporter join"], "the exporter's GPU 0 is NVML's GPU 0"
+
+
+def test_a_vgpu_guest_is_named_by_nvml_and_gets_the_vgpu_spec(agents):
+    """GRID A100-10C: the model, spec and frame buffer are NVML's, and agree with the capture's labels and
+    FB fields; power and temperature stay unknown, as neither a guest's NVML nor the capture reads them."""
+    agent = agents[VGPU]
+    (entry,) = agent.devices(_engine_and_memory).values()
+    info, sample = entry["info"], entry["sample"]
+    ((model, key),) = REPLAY_OF[VGPU].info.values()
+    spec = vgpu_spec(model)
+    assert spec is not None and info["model"] == model and info["spec"]["key"] == key
+    assert info["memory_total_bytes"] == spec.memory_bytes
+    assert info["memory_total_bytes"] == pytest.approx(_memory_total(fields(VGPU)["0"]), rel=1e-3), \
+        "NVML's frame buffer is the capture's FB used + free + reserved"
+    board = spec_by_key(play_of(VGPU).model)
+    assert info["spec"]["peak_flops"] == pytest.approx(board.peak_flops), "time-sliced: the board's FLOP/s"
+    assert info["spec"]["memory_bytes"] == spec.memory_bytes < board.memory_bytes, "its share of the memory"
+    assert sample["power_w"] is None and sample["temperature_c"] is None and sample["energy_j"] is None

@@ -22,7 +22,7 @@ from agent.backends.dcgm_exporter import DcgmExporterBackend, ExporterReader
 from agent.backends.registry import install_spec_overrides
 from agent.diagnostics.dcgm_exporter import standalone_findings
 from agent.diagnostics.verdict_basis import basis_findings
-from agent.model.specs import lookup, resolve_spec, spec_by_key
+from agent.model.specs import lookup, mig_name_spec, resolve_spec, spec_by_key
 from agent.model.specs.override import set_overrides
 
 CAPTURES = Path(__file__).parent / "fixtures" / "captures" / "dcgm-exporter"
@@ -285,3 +285,18 @@ def test_doctor_names_the_exporter_s_duty_field_where_it_fills_nvml_s_samples(tm
         report = run_doctor(settings)
     (line,) = [f for f in report.findings if f.check == "verdict basis"]
     assert duty_field(text) in line.detail and "utilization.gpu" not in line.detail
+
+
+@pytest.mark.parametrize(("name", "quarters"), [("NVIDIA A30 MIG 1g.6gb", 1), ("NVIDIA A30 MIG 2g.12gb", 2),
+                                                ("NVIDIA A30 MIG 1c.2g.12gb", 1)])
+def test_an_a30_mig_instance_gets_quarters_of_the_board_not_sevenths(name: str, quarters: int) -> None:
+    """The A30 divides into four compute slices (MIG user guide, A30-24GB profiles: a 1g.6gb has a quarter
+    of the SMs); the catalogue once sliced every MIG GPU by sevenths, a 1g.6gb at 4/7 of its peaks."""
+    board = spec_by_key("a30")
+    spec = mig_name_spec(board, name)
+    assert spec is not None
+    assert spec.peak_flops["fp32"] == pytest.approx(board.peak_flops["fp32"] * quarters / 4)
+    assert spec_by_key("a100-sxm-80gb").key == "a100-sxm-80gb"
+    seventh = mig_name_spec(spec_by_key("a100-sxm-80gb"), "NVIDIA A100-SXM4-80GB MIG 1g.10gb")
+    assert seventh is not None and seventh.peak_flops["fp32"] == pytest.approx(
+        spec_by_key("a100-sxm-80gb").peak_flops["fp32"] / 7), "every other MIG GPU keeps sevenths"

@@ -17,6 +17,7 @@ from typing import Literal
 
 from agent.model import DeviceInfo, GpuSpec
 from agent.model.specs import mig_slice_spec, partition_slice_spec
+from agent.model.specs.vgpu import vgpu_profile, vgpu_spec
 
 MIB = 1024**2
 GIB = 1024**3
@@ -47,10 +48,20 @@ MIG_HIDDEN_FIELDS: tuple[str, ...] = (
     "pcie_tx_bytes_per_s", "pcie_rx_bytes_per_s", "link_tx_bytes_per_s", "link_rx_bytes_per_s")
 """What NVML does not report per MIG instance: these are whole-GPU quantities."""
 
+VGPU_HIDDEN_FIELDS: tuple[str, ...] = ("power_w", "energy_j", "power_limit_w", "temperature_c")
+"""What a guest's driver does not read on a time-sliced vGPU: the board's power and temperature, which it
+shares with every other vGPU on it (nvidia-smi in the guest shows N/A; the published vks capture of a
+GRID A100-10C has no power, energy or temperature series)."""
+
 _HOPPER_OR_NEWER = ("h100", "h200", "gh200", "b200")
-_MIG_CAPABLE = ("a100",) + _HOPPER_OR_NEWER
+_MIG_CAPABLE = ("a100", "a30") + _HOPPER_OR_NEWER
 MIG_SLICES = 7
-"""Compute slices of a MIG-capable GPU (``7g`` is the whole GPU)."""
+"""Compute slices of a MIG-capable GPU (``7g`` is the whole GPU), but for the A30's four."""
+_FOUR_SLICES = ("a30",)
+"""GPUs with four compute slices: the MIG user guide's A30-24GB table ("Supported MIG Profiles") gives
+1g.6gb 1/4 of the SMs and memory (up to 4), 2g.12gb 2/4 (up to 2) and 4g.24gb the whole GPU."""
+MIG_GI_ID_MAX = 14
+"""The largest GPU instance id NVIDIA's drivers assign (A100: 7g 0, 3g 1-2, 2g 3-6, 1g 7-14)."""
 MIG_PROFILE = re.compile(r"^([1-7])g\.(\d+)gb$")
 _MIG_MEM_KEEP = 0.98
 _MIG_MEM_GRANULE_MIB = 256
@@ -156,8 +167,14 @@ def capabilities(vendor: str, links: int, counters: str = "full", *, mig_instanc
 
 
 def mig_capable(key: str, vendor: str) -> bool:
-    """NVIDIA data-centre parts with MIG: A100, H100, H200, GH200, B200."""
+    """NVIDIA data-centre parts with MIG: A100, A30, H100, H200, GH200, B200."""
     return vendor == "nvidia" and key.startswith(_MIG_CAPABLE)
+
+
+def mig_slices(key: str) -> int:
+    """Compute slices of a MIG-capable model: 4 on the A30, 7 on every other (``<g>g`` of the whole GPU);
+    also the most MIG devices nvmlDeviceGetMaxMigDeviceCount reports on it."""
+    return 4 if key.startswith(_FOUR_SLICES) else MIG_SLICES
 
 
 def parse_mig_profile(profile: str) -> tuple[int, int] | None:
@@ -178,7 +195,8 @@ def mig_memory_mib(profile_gb: int) -> int:
 
 
 def mig_spec(spec: GpuSpec, profile: str) -> GpuSpec:
-    """Peaks of one instance, scaled exactly as the real backends and ``classify`` scale them."""
+    """Peaks of one instance, scaled exactly as the real backends and ``classify`` scale them (g of the
+    model's compute slices: an A30 1g.6gb has 14 of the 56 SMs)."""
     parsed = parse_mig_profile(profile)
     if parsed is None:
         raise ValueError(f"invalid MIG profile {profile!r}")
@@ -254,23 +272,49 @@ def _pci_device_id(view: DriverView, spec: GpuSpec) -> int | None:
     return view.pci_device_id
 
 
-def device_info(seed: int, node: str, index: int, key: str, spec: GpuSpec, counters: str = "full") -> DeviceInfo:
-    """The static identity the virtual backend's ``discover()`` returns for one GPU."""
+def device_info(seed: int, node: str, index: int, key: str, spec: GpuSpec, counters: str = "full",
+                vgpu: str | None = None) -> DeviceInfo:
+    """The static identity the virtual backend's ``discover()`` returns for one GPU.
+
+    ``vgpu`` (a time-sliced vGPU profile name such as ``GRID A100-10C``, see :func:`check_vgpu`): the GPU
+    as a guest's driver shows it, named after the profile, with the profile's frame buffer as its
+    memory and the vGPU's peaks; the board's SMs, clocks, bus and PCI device ID; no power, energy or
+    temperature (:data:`VGPU_HIDDEN_FIELDS`)."""
     view = driver_view(key, spec)
+    shown = vgpu_spec(vgpu) if vgpu else None
+    memory = view.memory_mib * MIB if view.memory_mib else spec.memory_bytes
     return DeviceInfo(
         gpu=str(index),
         uuid=device_uuid(seed, node, index, spec.vendor),
         vendor=spec.vendor,
-        model=view.name,
-        memory_total_bytes=view.memory_mib * MIB if view.memory_mib else spec.memory_bytes,
+        model=vgpu.strip() if shown is not None and vgpu else view.name,
+        memory_total_bytes=shown.memory_bytes if shown is not None else memory,
         sm_count=spec.sm_count,
         link_count=view.link_count,
         pci_device_id=_pci_device_id(view, spec),
         pci_bus_id=pci_bus_id(index, spec.vendor),
         sm_clock_max_mhz=spec.max_clock_mhz,
-        spec=spec,
-        capabilities=capabilities(spec.vendor, view.link_count, counters),
+        spec=shown or spec,
+        capabilities=tuple(c for c in capabilities(spec.vendor, view.link_count, counters)
+                           if shown is None or c not in ("power", "energy", "temperature")),
     )
+
+
+def check_vgpu(name: str, key: str) -> str | None:
+    """Why ``name`` cannot be what a guest's driver calls a vGPU on catalogue board ``key``, or None.
+
+    Only time-sliced C-series profiles (``GRID A100-10C``) of the board: a MIG-backed vGPU is a MIG
+    instance, which a guest sees with its own slice of the SMs (play those with ``mig``)."""
+    profile = vgpu_profile(name)
+    if profile is None:
+        return f"{name!r} is no vGPU profile NVIDIA's C-series tables list for a catalogued board (e.g. 'GRID A100-10C')"
+    if profile[1] is not None:
+        return f"{name!r} is MIG-backed; only time-sliced profiles (no '-<g>-') are played"
+    spec = vgpu_spec(name)
+    board = spec.key.split("-vgpu-", 1)[0] if spec is not None else None
+    if board != key:
+        return f"{name!r} runs on {board}, not on {key}"
+    return None
 
 
 def mig_instance_info(seed: int, node: str, index: int, instance: int, profile: str, key: str, spec: GpuSpec,

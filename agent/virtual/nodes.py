@@ -17,9 +17,13 @@ from agent.model import GpuSpec
 from agent.model.specs import spec_by_key
 from agent.virtual.devices import (
     GIB,
+    MIG_GI_ID_MAX,
     MIG_SLICES,
     CounterPreset,
+    check_vgpu,
+    device_info,
     mig_capable,
+    mig_slices,
     parse_mig_profile,
     partition_count,
     partitionable,
@@ -76,6 +80,13 @@ class Node(StrictModel):
         None, description="What a real backend can read (default by model: see devices.default_counters).")
     mig: dict[Annotated[int, Field(ge=0)], list[str]] = Field(
         default_factory=dict, description="GPU index -> its MIG instance profiles, e.g. {0: [3g.40gb, 3g.40gb]}.")
+    mig_ids: dict[Annotated[int, Field(ge=0)], list[Annotated[int, Field(ge=0, le=MIG_GI_ID_MAX)]]] = Field(
+        default_factory=dict, description="GPU index -> the GPU instance id of each of its mig instances, in the "
+        "same order (default 1, 2, ...): the id NVML reports and the instance's name 'i/<id>', e.g. {0: [13]} "
+        "for a 1g.5gb the driver placed as GPU instance 13.")
+    vgpu: str | None = Field(
+        None, description="Each GPU as a guest VM sees a time-sliced vGPU of this board, by the name its driver "
+        "reports (e.g. 'GRID A100-10C' on a100-pcie-40gb): that name, the profile's frame buffer; no MIG.")
     workloads: list[Workload] = Field(default_factory=list)
     faults: list[Fault] = Field(default_factory=list)
     nvml: NvmlProfile = Field(
@@ -120,10 +131,29 @@ class Node(StrictModel):
             self._check_ref(fault.gpu, f"faults.{f_i}.gpu", whole_ok=True)
         return self
 
+    def mig_instances(self, index: int) -> list[tuple[int, str]]:
+        """(GPU instance id, profile) of each MIG instance of GPU ``index`` ([] for a whole GPU)."""
+        profiles = self.mig.get(index) or []
+        ids = self.mig_ids.get(index) or list(range(1, len(profiles) + 1))
+        return list(zip(ids, profiles))
+
     def _check_mig(self, spec: GpuSpec) -> None:
-        """MIG only on capable models, real GPUs, valid profiles, within 7 slices and the memory."""
+        """MIG only on capable models, real GPUs, valid profiles, within the model's slices and memory."""
+        if self.vgpu is not None:
+            problem = check_vgpu(self.vgpu, self.model)
+            if problem is not None:
+                raise ValueError(f"vgpu: {problem}")
+            if self.mig:
+                raise ValueError("mig: a time-sliced vGPU has no MIG mode of its own (drop mig or vgpu)")
         if self.mig and not mig_capable(self.model, spec.vendor):
-            raise ValueError(f"mig: {self.model} does not support MIG (MIG-capable: A100, H100, H200, GH200, B200)")
+            raise ValueError(f"mig: {self.model} does not support MIG (MIG-capable: A100, A30, H100, H200, GH200, B200)")
+        for index, ids in self.mig_ids.items():
+            if len(ids) != len(self.mig.get(index) or []):
+                raise ValueError(f"mig_ids.{index}: {len(ids)} ids for the {len(self.mig.get(index) or [])} "
+                                 f"MIG instances of GPU {index}")
+            if len(set(ids)) != len(ids):
+                raise ValueError(f"mig_ids.{index}: GPU instance ids must differ, got {ids}")
+        total = mig_slices(self.model)
         memory_gb = spec.memory_bytes / GIB if spec.memory_bytes else None
         for index, profiles in self.mig.items():
             where = f"mig.{index}"
@@ -138,8 +168,9 @@ class Node(StrictModel):
                     raise ValueError(f"{where}.{p_i}: invalid MIG profile {profile!r}; expected '<g>g.<N>gb' "
                                      "with g in 1..7 and N >= 1, e.g. '3g.40gb'")
                 slices, gb = slices + parsed[0], gb + parsed[1]
-            if slices > MIG_SLICES:
-                raise ValueError(f"{where}: instances use {slices} compute slices; a GPU has {MIG_SLICES}")
+            if slices > total:
+                raise ValueError(f"{where}: instances use {slices} compute slices; a GPU has {total}"
+                                 + (f" ({self.model})" if total != MIG_SLICES else ""))
             if memory_gb is not None and gb > memory_gb + 1e-9:
                 raise ValueError(f"{where}: instances use {gb} GB of memory; {self.model} has {memory_gb:.0f} GB")
 
@@ -163,7 +194,7 @@ class Node(StrictModel):
         parts = self.partitions
         if isinstance(ref, int):
             if profiles and not whole_ok:
-                ids = ", ".join(f"{index}/{j}" for j in range(1, len(profiles) + 1))
+                ids = ", ".join(f"{index}/{j}" for j, _ in self.mig_instances(index))
                 raise ValueError(f"{where}: GPU {index} is in MIG mode; use its instances ({ids})")
             if parts > 1 and not whole_ok:
                 raise ValueError(f"{where}: GPU {index} is in {self.amd.compute_partition} mode; use its partitions "
@@ -177,19 +208,24 @@ class Node(StrictModel):
             return
         if not profiles:
             raise ValueError(f"{where}: GPU {index} is not in MIG mode (no mig entry), so it has no instance {ref}")
-        if not 1 <= sub <= len(profiles):
-            raise ValueError(f"{where}: MIG instance {ref} does not exist (GPU {index} has {len(profiles)}); "
-                             "MIG instances are numbered from 1")
+        ids = [j for j, _ in self.mig_instances(index)]
+        if sub not in ids:
+            raise ValueError(f"{where}: MIG instance {ref} does not exist (GPU {index} has {len(ids)}); "
+                             "MIG instances are numbered from 1, or by the GPU instance ids mig_ids gives "
+                             f"({', '.join(f'{index}/{j}' for j in ids)})")
 
     def _memory_of(self, ref: int | str, spec: GpuSpec) -> tuple[int | None, str]:
         """Device memory a job on ``ref`` can hold, and how to name that device in errors."""
         if isinstance(ref, int):
+            if self.vgpu is not None:
+                shown = device_info(0, self.name, 0, self.model, spec, vgpu=self.vgpu)
+                return shown.memory_total_bytes, f"{self.model} as vGPU {self.vgpu}"
             return spec.memory_bytes, self.model
         index, instance = (int(x) for x in ref.split("/", 1))
         if self.partitions > 1:
             memory = spec.memory_bytes // self.partitions if spec.memory_bytes else None
             return memory, f"{self.model} {self.amd.compute_partition} partition"
-        profile = self.mig[index][instance - 1]
+        profile = dict(self.mig_instances(index))[instance]
         parsed = parse_mig_profile(profile)
         assert parsed is not None
         return parsed[1] * GIB, f"{self.model} MIG {profile}"

@@ -16,13 +16,14 @@ from agent.virtual.devices import (
     HIDDEN_FIELDS,
     MEM_BUSY_PRESETS,
     MIG_HIDDEN_FIELDS,
-    MIG_SLICES,
+    VGPU_HIDDEN_FIELDS,
     NET_BYTES_PER_S,
     DriverView,
     default_counters,
     device_info,
     driver_view,
     mig_instance_info,
+    mig_slices,
     parse_mig_profile,
     partition_info,
 )
@@ -112,7 +113,8 @@ def compile_scenario(scenario: Scenario) -> CompiledFleet:
             # A MIG instance has no power or bus readings of its own. An AMD partition keeps
             # its share here: the fake libamd_smi sums the shares into partition 0's socket power.
             mig_instance = "/" in info.gpu and node.partitions == 1
-            plan.hidden = HIDDEN_FIELDS[counters] + (MIG_HIDDEN_FIELDS if mig_instance else ())
+            plan.hidden = (HIDDEN_FIELDS[counters] + (MIG_HIDDEN_FIELDS if mig_instance else ())
+                           + (VGPU_HIDDEN_FIELDS if node.vgpu else ()))
             plan.blind = counters == "minimal"
             plan.mem_busy = counters in MEM_BUSY_PRESETS
             fleet.plans[(node.name, info.gpu)] = plan
@@ -179,7 +181,7 @@ def _node_devices(seed: int, node: Node, spec: GpuSpec, view: DriverView, counte
     GPU's compute partitions (each 1/N of the GPU: peaks, memory, host link, fabric and power budget).
 
     An instance is simulated as a small GPU: its own peaks (scaled spec), memory and a
-    g/7 share of the power budget so that clocks and caps behave as on the whole GPU.
+    g/7 (A30: g/4) share of the power budget so that clocks and caps behave as on the whole GPU.
     """
     link = (spec.link_bandwidth_bytes_per_s or view.fabric_bytes_per_s) if view.link_count else 0.0
     out: list[tuple[DeviceInfo, DeviceModel]] = []
@@ -197,19 +199,19 @@ def _node_devices(seed: int, node: Node, spec: GpuSpec, view: DriverView, counte
                 out.append((info, dev.share(1.0 / parts)))
             continue
         if not profiles:
-            info = device_info(seed, node.name, index, node.model, spec, counters)
+            info = device_info(seed, node.name, index, node.model, spec, counters, vgpu=node.vgpu)
             out.append((info, DeviceModel.from_spec(
                 spec, pcie_bytes_per_s=view.pcie_bytes_per_s, link_bytes_per_s=link,
                 net_bytes_per_s=NET_BYTES_PER_S, mem_total_bytes=info.memory_total_bytes or 0)))
             continue
-        for j, profile in enumerate(profiles, start=1):
+        for j, profile in node.mig_instances(index):
             info = mig_instance_info(seed, node.name, index, j, profile, node.model, spec, counters)
             parsed = parse_mig_profile(profile)
             assert parsed is not None and info.spec is not None
             dev = DeviceModel.from_spec(
                 info.spec, pcie_bytes_per_s=view.pcie_bytes_per_s, link_bytes_per_s=0.0,
                 net_bytes_per_s=NET_BYTES_PER_S, mem_total_bytes=info.memory_total_bytes or 0)
-            out.append((info, dev.share(parsed[0] / MIG_SLICES)))
+            out.append((info, dev.share(parsed[0] / mig_slices(node.model))))
     return out
 
 

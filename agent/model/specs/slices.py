@@ -9,7 +9,15 @@ import re
 from agent.model import GpuSpec
 
 MIG_COMPUTE_SLICES = 7
-"""Compute slices of a MIG-capable GPU (``7g`` is the whole GPU)."""
+"""Compute slices of a MIG-capable GPU (``7g`` is the whole GPU), but for those in ``_FOUR_SLICE_MODELS``."""
+_FOUR_SLICE_MODELS = ("a30",)
+"""GPUs whose MIG divides them in four compute slices: the MIG user guide's A30-24GB table gives a 1g.6gb a
+quarter of the SMs and memory (up to four of them), a 2g.12gb half and the 4g.24gb the whole GPU."""
+
+
+def mig_total_slices(parent: GpuSpec) -> int:
+    """Compute slices of the whole GPU: 4 on an A30, 7 on every other MIG-capable GPU."""
+    return 4 if parent.key.startswith(_FOUR_SLICE_MODELS) else MIG_COMPUTE_SLICES
 
 
 _MIG_NAME = re.compile(
@@ -51,7 +59,8 @@ def mig_compute_slices(model: str) -> int | None:
 
 
 def mig_slice_spec(parent: GpuSpec, slices: int, gb: int, compute_slices: int | None = None) -> GpuSpec:
-    """Peaks of a ``<slices>g.<gb>gb`` instance: FLOP x slices/7, memory and bandwidth x its memory share.
+    """Peaks of a ``<slices>g.<gb>gb`` instance: FLOP x slices / the GPU's compute slices (7, the A30's 4),
+    memory and bandwidth x its memory share.
 
     ``compute_slices`` (``c`` of a ``<c>c.<slices>g.<gb>gb`` compute instance) scales FLOPs and SMs
     to the compute instance's share instead; memory and bandwidth stay the GPU instance's, which
@@ -64,7 +73,7 @@ def mig_slice_spec(parent: GpuSpec, slices: int, gb: int, compute_slices: int | 
     if not 1 <= c <= slices:
         raise ValueError(f"compute slices must be 1..{slices}, got {compute_slices!r}")
     suffix = f"-mig-{slices}g.{gb}gb" if c == slices else f"-mig-{c}c.{slices}g.{gb}gb"
-    return scale_spec(parent, c / MIG_COMPUTE_SLICES, suffix=suffix, mem_fraction=mem_fraction)
+    return scale_spec(parent, c / mig_total_slices(parent), suffix=suffix, mem_fraction=mem_fraction)
 
 
 def mig_name_spec(parent: GpuSpec, model: str) -> GpuSpec | None:

@@ -109,14 +109,14 @@ class DeviceFunctions:
         attrs = target(out)
         if attrs is None:
             raise Fail(codes.ERROR_INVALID_ARGUMENT)
-        g = dev.slices if dev.is_mig else 7
+        g = dev.slices
         hbm = self.traits.hbm
         attrs.multiprocessorCount = dev.info.sm_count or 0
-        attrs.sharedCopyEngineCount = max(1, round(8 * g / 7))
+        attrs.sharedCopyEngineCount = max(1, round(8 * g / 7)) if self.mig_slices == 7 else g  # A30: 1 per slice
         attrs.sharedDecoderCount = g if hbm else 3
         attrs.sharedEncoderCount = 0 if hbm else 3
         attrs.sharedJpegCount = g if hbm else 4
-        attrs.sharedOfaCount = 1 if g == 7 else 0
+        attrs.sharedOfaCount = 1 if g == self.mig_slices else 0
         attrs.gpuInstanceSliceCount = g if (dev.is_mig or self.mig_capable) else 0
         attrs.computeInstanceSliceCount = (dev.ci_slices or g) if (dev.is_mig or self.mig_capable) else 0
         attrs.memorySizeMB = (dev.info.memory_total_bytes or 0) // MIB

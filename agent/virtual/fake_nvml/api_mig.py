@@ -32,14 +32,14 @@ class MigFunctions:
     def _c_max_mig_count(self, dev: NvmlDevice, out: Any) -> None:
         if dev.is_mig:
             raise Fail(codes.ERROR_INVALID_ARGUMENT)
-        set_value(out, 7 if dev.mig_enabled else 0)  # "zero if MIG is not supported or enabled"
+        set_value(out, self.mig_slices if dev.mig_enabled else 0)  # "zero if MIG is not supported or enabled"
 
     @c_function("nvmlDeviceGetMigDeviceHandleByIndex", handle=True)
     def _c_mig_handle(self, dev: NvmlDevice, index: Any, out: Any) -> None:
         if not self.mig_capable:
             raise Fail(codes.ERROR_NOT_SUPPORTED)
         i = value(index)
-        if dev.is_mig or not 0 <= i < 7 or target(out) is None:
+        if dev.is_mig or not 0 <= i < self.mig_slices or target(out) is None:
             raise Fail(codes.ERROR_INVALID_ARGUMENT)
         if i >= len(dev.children):
             raise Fail(codes.ERROR_NOT_FOUND)

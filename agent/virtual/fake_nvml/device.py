@@ -161,7 +161,8 @@ class NvmlDevice:
     index: int
     """Physical index (NVML device index, minor number)."""
     gi: int
-    """GPU instance id for a MIG device, 0 for a physical GPU."""
+    """GPU instance id for a MIG device (as the scenario's ``mig_ids`` place it; 0 is a valid one); 0 for a
+    physical GPU."""
     gpu: str
     """The virtual GPU id: ``"3"`` or ``"3/1"``."""
     info: DeviceInfo
@@ -169,7 +170,8 @@ class NvmlDevice:
     parent: "NvmlDevice | None" = None
     children: list["NvmlDevice"] = field(default_factory=list)
     slices: int = 7
-    """Compute slices of a MIG device (g of ``<g>g.<N>gb``); 7 for a whole GPU."""
+    """Compute slices of a MIG device (g of ``<g>g.<N>gb``); of the whole GPU for a physical one (4 on the
+    A30, else 7)."""
     mem_share: float = 1.0
     """Share of the parent's memory (and bandwidth) a MIG device has."""
     ci: int = 0
@@ -231,7 +233,7 @@ class NvmlDevice:
             snap = child.counters.snapshot()
             for i, v in enumerate(snap.totals):
                 key = TOTAL_KEYS[i]
-                weight = child.mem_share if key == "dram_active" else child.slices / 7.0
+                weight = child.mem_share if key == "dram_active" else child.slices / self.slices
                 totals[i] += weight * v
         return Snapshot(now(), tuple(totals))
 

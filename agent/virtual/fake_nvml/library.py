@@ -24,10 +24,12 @@ from agent.model.specs import mig_slice_spec, spec_by_key
 from agent.virtual.devices import (
     HIDDEN_FIELDS,
     MIG_HIDDEN_FIELDS,
+    VGPU_HIDDEN_FIELDS,
     default_counters,
     device_info,
     driver_view,
     mig_capable,
+    mig_slices,
     mig_uuid,
     parse_mig_profile,
 )
@@ -69,7 +71,9 @@ class FakeNvmlLibrary(SystemFunctions, DeviceFunctions, MigFunctions, FieldFunct
         self.is_nvidia = spec.vendor == "nvidia"
         self.traits = model_traits(node.model)
         self.view = driver_view(node.model, spec)
-        self.mig_capable = mig_capable(node.model, spec.vendor)
+        self.mig_capable = mig_capable(node.model, spec.vendor) and node.vgpu is None
+        self.mig_slices = mig_slices(node.model)
+        """Compute slices of the whole GPU (4 on the A30, else 7): also the most MIG devices it can have."""
         preset = node.counters or default_counters(node.model, spec.vendor)
         self.blind = preset == "minimal"
         """No utilisation counters readable: utilisation and GPM calls fail with NO_PERMISSION."""
@@ -164,17 +168,19 @@ class FakeNvmlLibrary(SystemFunctions, DeviceFunctions, MigFunctions, FieldFunct
         node, spec, backend = self.node, self.spec, self.backend
         seed = backend.engine.scenario.seed
         infos = {d.gpu: d for d in backend.discover()}
-        base_hidden = frozenset(HIDDEN_FIELDS[preset])
+        base_hidden = frozenset(HIDDEN_FIELDS[preset]) | frozenset(VGPU_HIDDEN_FIELDS if node.vgpu else ())
         mig_hidden = base_hidden | frozenset(MIG_HIDDEN_FIELDS)
         parent_gb = spec.memory_bytes / GIB if spec.memory_bytes else None
         out = []
         for k in range(node.gpus):
             profiles = node.mig.get(k)
             if not profiles:
-                out.append(NvmlDevice(k, 0, str(k), infos[str(k)], Counters(str(k), base_hidden)))
+                out.append(NvmlDevice(k, 0, str(k), infos[str(k)], Counters(str(k), base_hidden),
+                                      slices=self.mig_slices))
                 continue
-            parent = NvmlDevice(k, 0, str(k), device_info(seed, node.name, k, node.model, spec, preset), None)
-            for j, profile in enumerate(profiles, start=1):
+            parent = NvmlDevice(k, 0, str(k), device_info(seed, node.name, k, node.model, spec, preset), None,
+                                slices=self.mig_slices)
+            for j, profile in node.mig_instances(k):
                 parsed = parse_mig_profile(profile)
                 assert parsed is not None
                 gpu = f"{k}/{j}"
@@ -219,8 +225,8 @@ class FakeNvmlLibrary(SystemFunctions, DeviceFunctions, MigFunctions, FieldFunct
         if index >= len(self.physical):
             return None
         dev = self.physical[index]
-        if gi:
-            dev = next((c for c in dev.children if c.gi == gi and c.ci == ci), None)  # type: ignore[assignment]
+        if gi:  # a MIG device: its GPU instance id + 1 (GPU instance 0 is a 7g.80gb's, say)
+            dev = next((c for c in dev.children if c.gi == gi - 1 and c.ci == ci), None)  # type: ignore[assignment]
             if dev is None:
                 return None
         return dev, gen
@@ -230,7 +236,7 @@ class FakeNvmlLibrary(SystemFunctions, DeviceFunctions, MigFunctions, FieldFunct
         vt = self._vt()
         if self._lost_now(dev, vt):
             raise Fail(codes.ERROR_GPU_IS_LOST)
-        return HANDLE_BASE | (self._generation(dev, vt) << 16) | (dev.index << 8) | (dev.ci << 4) | dev.gi
+        return HANDLE_BASE | (self._generation(dev, vt) << 16) | (dev.index << 8) | (dev.ci << 4) | (dev.gi + 1 if dev.is_mig else 0)
 
     def _lost_windows(self, dev: NvmlDevice) -> list[FaultWindow]:
         return [w for w in self.backend.fault_windows() if w.kind == "lost" and w.covers(dev.gpu)]
