@@ -17,6 +17,7 @@ from typing import Literal
 
 from agent.model import DeviceInfo, GpuSpec
 from agent.model.specs import mig_slice_spec, partition_slice_spec
+from agent.model.specs.slices import mig_total_slices
 from agent.model.specs.vgpu import vgpu_profile, vgpu_spec
 
 MIB = 1024**2
@@ -57,9 +58,6 @@ _HOPPER_OR_NEWER = ("h100", "h200", "gh200", "b200")
 _MIG_CAPABLE = ("a100", "a30") + _HOPPER_OR_NEWER
 MIG_SLICES = 7
 """Compute slices of a MIG-capable GPU (``7g`` is the whole GPU), but for the A30's four."""
-_FOUR_SLICES = ("a30",)
-"""GPUs with four compute slices: the MIG user guide's A30-24GB table ("Supported MIG Profiles") gives
-1g.6gb 1/4 of the SMs and memory (up to 4), 2g.12gb 2/4 (up to 2) and 4g.24gb the whole GPU."""
 MIG_GI_ID_MAX = 14
 """The largest GPU instance id NVIDIA's drivers assign (A100: 7g 0, 3g 1-2, 2g 3-6, 1g 7-14)."""
 MIG_PROFILE = re.compile(r"^([1-7])g\.(\d+)gb$")
@@ -172,9 +170,9 @@ def mig_capable(key: str, vendor: str) -> bool:
 
 
 def mig_slices(key: str) -> int:
-    """Compute slices of a MIG-capable model: 4 on the A30, 7 on every other (``<g>g`` of the whole GPU);
-    also the most MIG devices nvmlDeviceGetMaxMigDeviceCount reports on it."""
-    return 4 if key.startswith(_FOUR_SLICES) else MIG_SLICES
+    """Compute slices of a MIG-capable model (the catalogue's rule: 4 on the A30, 7 on every other); also
+    the most MIG devices nvmlDeviceGetMaxMigDeviceCount reports on it."""
+    return mig_total_slices(key)
 
 
 def parse_mig_profile(profile: str) -> tuple[int, int] | None:

@@ -15,9 +15,10 @@ _FOUR_SLICE_MODELS = ("a30",)
 quarter of the SMs and memory (up to four of them), a 2g.12gb half and the 4g.24gb the whole GPU."""
 
 
-def mig_total_slices(parent: GpuSpec) -> int:
-    """Compute slices of the whole GPU: 4 on an A30, 7 on every other MIG-capable GPU."""
-    return 4 if parent.key.startswith(_FOUR_SLICE_MODELS) else MIG_COMPUTE_SLICES
+def mig_total_slices(key: str) -> int:
+    """Compute slices of the whole GPU (catalogue ``key``): 4 on an A30, 7 on every other MIG-capable GPU;
+    also the most MIG devices the GPU holds."""
+    return 4 if key.startswith(_FOUR_SLICE_MODELS) else MIG_COMPUTE_SLICES
 
 
 _MIG_NAME = re.compile(
@@ -73,7 +74,7 @@ def mig_slice_spec(parent: GpuSpec, slices: int, gb: int, compute_slices: int | 
     if not 1 <= c <= slices:
         raise ValueError(f"compute slices must be 1..{slices}, got {compute_slices!r}")
     suffix = f"-mig-{slices}g.{gb}gb" if c == slices else f"-mig-{c}c.{slices}g.{gb}gb"
-    return scale_spec(parent, c / mig_total_slices(parent), suffix=suffix, mem_fraction=mem_fraction)
+    return scale_spec(parent, c / mig_total_slices(parent.key), suffix=suffix, mem_fraction=mem_fraction)
 
 
 def mig_name_spec(parent: GpuSpec, model: str) -> GpuSpec | None:
