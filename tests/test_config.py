@@ -41,9 +41,11 @@ def test_precedence_file_env_flag(tmp_path, monkeypatch):
     ("overrides", "field", "allowed"),
     [
         ({"interval_s": -1}, "interval_s", "greater than or equal to 0.05"),
-        ({"backend": "cuda"}, "backend", "'auto', 'nvml', 'amd', 'virtual', 'nvml-virtual', 'amd-virtual' or "
-                                          "'dcgm-exporter'"),
+        ({"backend": "cuda"}, "backend", "'auto', 'nvml', 'amd', 'virtual', 'nvml-virtual', 'amd-virtual', "
+                                          "'dcgm-exporter' or 'amd-exporter'"),
         ({"dcgm_exporter_url": "localhost:9400"}, "dcgm_exporter_url", "not an http:// or https:// URL"),
+        ({"amd_exporter_url": "localhost:5000"}, "amd_exporter_url", "not an http:// or https:// URL"),
+        ({"amd_exporter_profiler_window_us": 0}, "amd_exporter_profiler_window_us", "greater than or equal to 1"),
         ({"dcgm_exporter_stale_s": 0.5}, "dcgm_exporter_stale_s", "greater than or equal to 1"),
         ({"listen": "nonsense"}, "listen", "HOST:PORT"),
         ({"listen": "127.0.0.1:99999"}, "listen", "0 to 65535"),

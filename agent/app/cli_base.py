@@ -18,7 +18,7 @@ EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 DEMO_LISTEN = f"127.0.0.1:{DEFAULT_PORT}"
 
 
-BACKENDS = ("auto", "nvml", "amd", "virtual", "nvml-virtual", "amd-virtual", "dcgm-exporter")
+BACKENDS = ("auto", "nvml", "amd", "virtual", "nvml-virtual", "amd-virtual", "dcgm-exporter", "amd-exporter")
 
 
 DEMO_BACKENDS = ("virtual", "nvml-virtual", "amd-virtual")

@@ -35,6 +35,10 @@ def register(sub: argparse._SubParsersAction) -> dict[str, Callable[[argparse.Na
                      help="wait this long for a GPU driver that does not answer yet, serving /healthz meanwhile "
                           "(default 0: exit at once)")
     add_dcgm_exporter_flag(run)
+    run.add_argument("--amd-exporter-url", metavar="URL",
+                     help="an AMD Device Metrics Exporter /metrics URL: with --backend amd-exporter the only source")
+    run.add_argument("--amd-exporter-profiler-window-us", dest="amd_exporter_profiler_window_us", type=float,
+                     metavar="US", help="the exporter's profiler sampling window (default 1000; docs/amd.md)")
 
     demo = sub.add_parser("demo", help="run the agent on a simulated 8-GPU node", description="Run the agent on the virtual GPU fleet and print its URL.")
     add_settings_flags(demo, backend=False)

@@ -73,11 +73,13 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="ROOFWATCH_", env_nested_delimiter="__", extra="forbid",
                                       validate_default=True)
 
-    backend: Literal["auto", "nvml", "amd", "virtual", "nvml-virtual", "amd-virtual", "dcgm-exporter"] = Field(
+    backend: Literal["auto", "nvml", "amd", "virtual", "nvml-virtual", "amd-virtual", "dcgm-exporter",
+                     "amd-exporter"] = Field(
         "auto", description="Telemetry source: auto tries NVML, then AMD; virtual runs the simulated fleet; "
         "nvml-virtual / amd-virtual run the NVML / AMD backend over a fake driver library that plays the simulated "
         "fleet (amd-virtual defaults to the mi300x scenario); dcgm-exporter reads the GPUs from a dcgm-exporter's "
-        "/metrics alone (dcgm_exporter_url; docs/nvidia.md)."
+        "/metrics alone (dcgm_exporter_url; docs/nvidia.md); amd-exporter from AMD's Device Metrics Exporter alone "
+        "(amd_exporter_url; docs/amd.md)."
     )
     driver_wait_s: float = Field(
         0.0, ge=0.0, le=86_400.0, description="How long `run` waits for the GPU driver when none answers at "
@@ -171,6 +173,21 @@ class Settings(BaseSettings):
         120.0, ge=1.0, le=86_400.0, description="dcgm-exporter values count as stale (GPUs down) when the last good "
         "read, the exporter's own sample timestamps, or a powered GPU's energy counter are older than this "
         "(dcgm-exporter refreshes every 30 s by default).")
+    amd_exporter_url: str | None = Field(
+        None, min_length=1, description="An AMD Device Metrics Exporter's /metrics URL (http://127.0.0.1:5000/metrics): "
+        "with backend amd-exporter it is the only source; its profiler series give tensor (MFMA), VALU and HBM "
+        "counters (docs/amd.md).")
+    amd_exporter_interval_s: float = Field(5.0, ge=0.2, le=300.0, description="Seconds between reads of "
+                                           "amd_exporter_url, in the background (the exporter caches 15 s).")
+    amd_exporter_timeout_s: float = Field(2.0, gt=0.0, le=30.0, description="Deadline for one read of "
+                                          "amd_exporter_url, the whole body included.")
+    amd_exporter_stale_s: float = Field(
+        120.0, ge=1.0, le=86_400.0, description="Device Metrics Exporter values count as stale (GPUs down) when the "
+        "last good read, its own sample timestamps, or a powered GPU's energy counter are older than this.")
+    amd_exporter_profiler_window_us: float = Field(
+        1000.0, ge=1.0, le=60_000_000.0, description="The exporter's profiler sampling window in microseconds, which "
+        "/metrics does not say: 1000 from DME 1.4.1 (1.5: ProfilerConfig.SamplingInterval); 1.3.x-1.4.0.1 used 10, "
+        "too short for a rate. Profiler counts over it become FLOP/s and HBM bytes/s (docs/amd.md).")
     report_socket: str | None = Field(
         None, description="Unix socket for workload reports (agent.client looks for /run/roofwatch/report.sock); "
         "unset = no socket.")
@@ -208,7 +225,7 @@ class Settings(BaseSettings):
         parse_listen(value)
         return value
 
-    @field_validator("dcgm_exporter_url")
+    @field_validator("dcgm_exporter_url", "amd_exporter_url")
     @classmethod
     def _check_dcgm_exporter_url(cls, value: str | None) -> str | None:
         if value is not None and not (value.startswith(("http://", "https://")) and len(value) > 8):

@@ -140,13 +140,34 @@ def open_dcgm_exporter(settings: Settings, reports: WorkloadSource | None = None
                                  "(--dcgm-exporter-url URL, ROOFWATCH_DCGM_EXPORTER_URL)")
     node = settings.node_name if "node_name" in settings.model_fields_set else None
     backend = DcgmExporterBackend(dcgm_exporter_reader(settings), node=node, max_devices=settings.max_devices)
+    return with_host_after_first_read(backend, settings, reports)
+
+
+def with_host_after_first_read(backend, settings: Settings, reports: WorkloadSource | None) -> Backend:
+    """An exporter backend read once (fails fast, and names the node after the exporter's host name
+    label), then given the node's side: after the first read, so no scraper is left behind on failure."""
     try:
-        backend.first_read()  # fails fast, and names the node after the exporter's Hostname label
+        backend.first_read()
     except BackendUnavailable:
         backend.close()
         raise
-    backend.host = open_local_host(settings, reports)  # after the first read: no scraper left behind on failure
-    return backend  # type: ignore[return-value]
+    backend.host = open_local_host(settings, reports)
+    return backend
+
+
+def open_amd_exporter(settings: Settings, reports: WorkloadSource | None = None) -> Backend:
+    """The GPUs and partitions as the node's AMD Device Metrics Exporter lists them, no amdsmi (docs/amd.md)."""
+    from agent.backends.amd_exporter import AmdExporterBackend, amd_exporter_reader
+
+    if not settings.amd_exporter_url:
+        raise BackendUnavailable("amd-exporter backend: no exporter to read: set amd_exporter_url "
+                                 "(--amd-exporter-url URL, ROOFWATCH_AMD_EXPORTER_URL)")
+    reader = amd_exporter_reader(settings.amd_exporter_url, interval_s=settings.amd_exporter_interval_s,
+                                 timeout_s=settings.amd_exporter_timeout_s, stale_s=settings.amd_exporter_stale_s)
+    node = settings.node_name if "node_name" in settings.model_fields_set else None
+    backend = AmdExporterBackend(reader, node=node, max_devices=settings.max_devices,
+                                 window_us=settings.amd_exporter_profiler_window_us)
+    return with_host_after_first_read(backend, settings, reports)
 
 
 def open_amd(settings: Settings, reports: WorkloadSource | None = None) -> Backend:
@@ -170,7 +191,8 @@ def open_amd_virtual(settings: Settings, reports: WorkloadSource | None = None) 
 
 
 OPENERS = {"nvml": open_nvml, "amd": open_amd, "virtual": open_virtual, "nvml-virtual": open_nvml_virtual,
-           "amd-virtual": open_amd_virtual, "dcgm-exporter": open_dcgm_exporter}
+           "amd-virtual": open_amd_virtual, "dcgm-exporter": open_dcgm_exporter,
+           "amd-exporter": open_amd_exporter}
 
 
 def install_spec_overrides(settings: Settings) -> None:

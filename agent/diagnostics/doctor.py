@@ -63,6 +63,14 @@ def run_doctor(settings: Any, *, root: Path = Path("/"), environ: dict[str, str]
                 findings, gpus = amd_findings(backend)
             else:
                 findings, gpus = [Finding(f"{name} backend", "ok", f"{len(devices)} GPU(s)")], len(devices)
+            profiler_state = getattr(backend, "profiler_state", None)
+            if profiler_state is not None:  # the AMD Device Metrics Exporter (docs/amd.md)
+                state = profiler_state()
+                findings.append(Finding("amd-exporter profiler", "ok" if state.startswith("profiler metrics present")
+                                        and "too short" not in state else "warn", state,
+                                        "" if state.startswith("profiler metrics present") else
+                                        "no tensor (MFMA) or HBM counter: compute vs memory rests on power and UMC "
+                                        "activity, no counter MFU"))
             report.add(*findings)
             report.add(*basis_findings(backend, devices))
             report.gpus += gpus
@@ -81,6 +89,8 @@ _UNAVAILABLE_FIX = {
     "nvml": "install the NVIDIA driver (it provides libnvidia-ml.so.1); in a container use the NVIDIA container toolkit",
     "dcgm-exporter": "run dcgm-exporter on this node (the GPU Operator does) and set dcgm_exporter_url to its "
                      "/metrics (docs/nvidia.md)",
+    "amd-exporter": "run AMD's Device Metrics Exporter on this node and set amd_exporter_url to its /metrics "
+                    "(docs/amd.md)",
     "amd": "install ROCm (package amd-smi-lib) and the amdsmi wrapper of the same version "
            "(pip install /opt/rocm/share/amd_smi); see docs/amd.md",
 }

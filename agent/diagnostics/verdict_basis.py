@@ -26,7 +26,8 @@ _FIX = {
               "(dcgm_exporter_url) gives tensor and DRAM counters; a job that reports tokens/s and FLOPs/token "
               "(from agent.client import report) lets its own MFU stand in (docs/classification.md, GPUs without a "
               "compute counter)",
-    "amd": "amdsmi has no tensor counter: a job that reports tokens/s and FLOPs/token (from agent.client import "
+    "amd": "amdsmi has no tensor counter: the Device Metrics Exporter's profiler series give one (backend "
+           "amd-exporter, docs/amd.md); a job that reports tokens/s and FLOPs/token (from agent.client import "
            "report) lets its own MFU stand in (docs/classification.md, GPUs without a compute counter)",
 }
 
@@ -54,7 +55,8 @@ def _joined(backend: Any, gpu: str) -> bool:
         if state.get("source") is not None and gpu in (state.get("joined") or {}):
             return True  # DCGM (agent.backends.profiling.ProfilingJoin)
         sources = getattr(type(layer), "counter_sources", None)
-        if sources is not None and any(f in sources(layer, gpu) for f in _PROFILING_FIELDS):
+        exporter_alone = getattr(layer, "name", None) == "amd-exporter"  # its capabilities say what it has
+        if sources is not None and not exporter_alone and any(f in sources(layer, gpu) for f in _PROFILING_FIELDS):
             return True  # dcgm-exporter, by what its latest read gave
         layer = state.get("inner")
     return False

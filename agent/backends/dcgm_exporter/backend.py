@@ -28,16 +28,12 @@ The rest are refused with one warning at discovery and a ``doctor`` finding, not
 from __future__ import annotations
 
 import logging
-from typing import Mapping, Sequence
+from typing import Any, Mapping
 
-from dataclasses import replace
-
-from agent.backends.base import BackendUnavailable, DeviceError
 from agent.backends.dcgm_exporter.exposition import GpuRecord
 from agent.backends.dcgm_exporter.mapping import capabilities, sample_values
-from agent.backends.dcgm_exporter.reader import ExporterReader, listed
-from agent.context.sources import HostFacts, HostSource
-from agent.model import Attribution, DeviceInfo, GpuSample, GpuSpec, NicPort, SourceState, XidCount
+from agent.backends.exporter_backend import MAX_DEVICES, ExporterBackend, joined
+from agent.model import DeviceInfo, GpuSpec
 from agent.model.specs.lookup import resolve_spec
 from agent.model.specs.mig_identity import spec_from_mig_profiles
 from agent.model.specs.slices import mig_name_spec
@@ -45,8 +41,7 @@ from agent.model.specs.slices import mig_name_spec
 log = logging.getLogger("roofwatch.dcgm_exporter")
 
 SOURCE = "dcgm-exporter"
-MAX_DEVICES = 128
-"""Default bound on devices (``max_devices``): a node has at most 16 GPUs x 7 MIG instances (112)."""
+__all__ = ["MAX_DEVICES", "SOURCE", "UNNAMED_MODEL", "DcgmExporterBackend", "device_info", "joined"]
 
 
 UNNAMED_MODEL = "NVIDIA GPU (model not exported)"
@@ -97,130 +92,16 @@ def unnamed_spec(record: GpuRecord, siblings: Mapping[str, GpuRecord]) -> GpuSpe
     return spec_from_mig_profiles((r.profile for r in same_gpu if r.profile), memory)
 
 
-class DcgmExporterBackend:
-    """Samples every GPU a dcgm-exporter lists, from its latest exposition."""
+class DcgmExporterBackend(ExporterBackend):
+    """Samples every GPU a dcgm-exporter lists, from its latest exposition (:mod:`agent.backends.exporter_backend`)."""
 
     name = SOURCE
+    vendor = "nvidia"
+    devices_word = "GPUs and MIG instances"
+    most_per_node = "a node has at most 16 GPUs x 7 MIG instances"
 
-    def __init__(self, reader: ExporterReader, *, node: str | None = None, max_devices: int = MAX_DEVICES,
-                 host: HostSource | None = None) -> None:
-        """``node``: the node label; None takes the exposition's ``Hostname`` label. ``max_devices``:
-        GPUs and MIG instances read at most; the exporter's others are refused (:attr:`refused`).
-        ``host``: the node's side (reports, inference servers, pressure, NICs); None reads none."""
-        self.reader = reader
-        self.host = host
-        self.node = node
-        self.max_devices = max_devices
-        self.refused: tuple[str, ...] = ()
-        """Keys the exporter listed at discovery past ``max_devices`` (and past the reader's own bound)."""
-        self._infos: dict[str, DeviceInfo] = {}
-        self._last_now: dict[str, float] = {}
-        self._closed = False
+    def device(self, record: GpuRecord, records: Mapping[str, GpuRecord]) -> DeviceInfo:
+        return device_info(record, records)
 
-    def first_read(self) -> None:
-        """Read the exporter now; BackendUnavailable naming the cause when it does not answer. Also
-        names the node after the exposition's ``Hostname`` label unless a node was given."""
-        error = self.reader.read_once()
-        if error is not None:
-            raise BackendUnavailable(f"dcgm-exporter at {self.reader.url}: {error}")
-        if self.node is None:
-            self.node = next((r.hostname for r in self.reader.records().values() if r.hostname), None)
-
-    def limit_devices(self, max_devices: int) -> None:
-        """Apply the ``max_devices`` setting (before :meth:`discover`)."""
-        self.max_devices = max_devices
-
-    def discover(self) -> Sequence[DeviceInfo]:
-        if not self.reader.status().up:
-            self.first_read()
-        keys = list(self.reader.records())
-        kept = keys[:self.max_devices]
-        self.refused = tuple(keys[self.max_devices:]) + self.reader.status().refused
-        if self.refused:
-            log.warning("dcgm-exporter %s lists %d GPUs and MIG instances, more than max_devices (%d): reading %s, "
-                        "refusing %d (%s); a node has at most 16 GPUs x 7 MIG instances: is the URL this node's "
-                        "exporter? (raise max_devices if the node has more)", self.reader.url,
-                        len(keys) + len(self.reader.status().refused), self.max_devices, listed(kept, 4),
-                        len(self.refused), listed(self.refused, 4))
-        records = self.reader.records()
-        self._infos = {key: device_info(records[key], records) for key in kept}
-        self.reader.start()
-        return list(self._infos.values())
-
-    def unknown_gpus(self) -> tuple[str, ...]:
-        """GPUs the exporter lists now that were not there at start (read after a restart of the agent);
-        those refused at discovery are :attr:`refused`, not unknown."""
-        refused = set(self.refused)
-        return tuple(k for k in self.reader.records() if k not in self._infos and k not in refused)
-
-    def sample(self, gpu: str, now: float) -> GpuSample:
-        info = self._infos.get(gpu)
-        if info is None:
-            raise DeviceError(f"dcgm-exporter: no GPU {gpu!r}")
-        if self._closed:
-            raise DeviceError("dcgm-exporter backend is closed")
-        record, problem = self.reader.lookup(gpu, now)
-        if record is None:
-            raise DeviceError(problem or f"dcgm-exporter: GPU {gpu} unavailable")
-        last = self._last_now.get(gpu)
-        self._last_now[gpu] = now
-        interval = now - last if last is not None and now > last else None
-        host = self._host_facts(info, now)
-        return GpuSample(ts=now, gpu=gpu, node=self.node or "local", uuid=info.uuid, vendor="nvidia",
-                         model=info.model, interval_s=interval, attribution=joined(record.attribution, host.attribution),
-                         host=host.host, net_tx_bytes_per_s=host.net_tx_bytes_per_s,
-                         net_rx_bytes_per_s=host.net_rx_bytes_per_s, net_congestion_per_s=host.net_congestion_per_s,
-                         net_retransmits_per_s=host.net_retransmits_per_s, net_link_downs=host.net_link_downs,
-                         workload=host.workload, dtype=host.dtype, **sample_values(record))
-
-    def _host_facts(self, info: DeviceInfo, now: float) -> HostFacts:
-        """The node's facts for this GPU, with no PIDs (the exporter lists none); nothing on failure."""
-        if self.host is None:
-            return HostFacts(processes={})
-        try:
-            return self.host.facts(info.gpu, [], now, bus_id=info.pci_bus_id, uuid=info.uuid)
-        except Exception as exc:  # noqa: BLE001 - host facts are extras; never fail a GPU over them
-            log.debug("host facts for GPU %s failed: %s", info.gpu, exc)
-            return HostFacts(processes={})
-
-    def source_states(self, now: float) -> tuple[SourceState, ...]:
-        """The exporter's state, then those of the node's side (inference servers)."""
-        host_states = getattr(self.host, "source_states", None)
-        return (self.reader.source_state(now), *(host_states(now) if host_states is not None else ()))
-
-    def nic_ports(self) -> tuple[NicPort, ...]:
-        """The node's InfiniBand/RoCE ports as the host side last read them (none without such a host)."""
-        ports = getattr(self.host, "nic_ports", None)
-        return ports() if ports is not None else ()
-
-    def device_events(self, gpu: str) -> tuple[XidCount, ...]:
-        return self.reader.xids(gpu)
-
-    def counter_sources(self, gpu: str) -> dict[str, str]:
-        """Every field of this backend's samples comes from the exporter."""
-        record = self.reader.records().get(gpu)
-        return {f: SOURCE for f in sample_values(record)} if record is not None else {}
-
-    def device_info(self, gpu: str) -> DeviceInfo:
-        return self._infos[gpu]
-
-    @property
-    def devices(self) -> dict[str, DeviceInfo]:
-        return dict(self._infos)
-
-    def close(self) -> None:
-        self._closed = True
-        self.reader.close()
-        close_host = getattr(self.host, "close", None)
-        if close_host is not None:
-            close_host()
-
-
-def joined(exported: Attribution | None, host: Attribution | None) -> Attribution | None:
-    """Who holds the GPU: the exposition's pod labels (dcgm-exporter asked the kubelet), completed by
-    what the node side knows (the kubelet again, a job from a report or Slurm)."""
-    if exported is None or host is None:
-        return exported or host
-    return replace(host, **{f: getattr(exported, f) for f in ("namespace", "pod", "container")
-                            if getattr(exported, f) is not None})
-
+    def values(self, gpu: str, record: GpuRecord, now: float | None) -> dict[str, Any]:
+        return sample_values(record)

@@ -25,15 +25,24 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Iterable, Iterator, Mapping
+from typing import Iterable, Mapping
 
 from agent.backends.dcgm_exporter.names import canonical, unit_corrections
+from agent.backends.exposition_text import (
+    MAX_LINE_CHARS,
+    MAX_SERIES,
+    ExporterFormatError,
+    Exposition,
+    Series,
+    Tally,
+    iter_series,
+    parse_line,
+)
 from agent.model import Attribution
 
-MAX_SERIES = 100_000
-"""Series read from one body: a node of 8 GPUs x 7 MIG instances x 100 fields is 5,600."""
-MAX_LINE_CHARS = 16_384
-"""A longer line is skipped: dcgm-exporter's longest (a pod-labelled MIG series) is under 1 KiB."""
+__all__ = ["MAX_LINE_CHARS", "MAX_SERIES", "ExporterFormatError", "Exposition", "Series", "parse_line",
+           "GpuRecord", "gpu_records", "parse_exposition", "read_records", "is_blank", "is_index"]
+
 MAX_GPUS = 1024
 """GPUs and MIG instances kept from one body, the first in the body's order; the rest are refused and
 counted. A node has at most 16 GPUs x 7 instances; this is the upper bound of the ``max_devices``
@@ -42,18 +51,10 @@ MAX_INDEX_DIGITS = 5
 """A ``gpu`` or ``GPU_I_ID`` label is an index: ASCII digits, no leading zero, at most this many."""
 _INDEX = re.compile(r"0|[1-9][0-9]{0,%d}" % (MAX_INDEX_DIGITS - 1))
 
-_NAME = re.compile(r"[A-Za-z_:][A-Za-z0-9_:]*")
-_LABEL = re.compile(r'\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*(,|(?=\}))')
-_ESCAPES = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
-
 # DCGM's "no value" sentinels (dcgm_structs.h): BLANK, NOT_FOUND, NOT_SUPPORTED, NOT_PERMISSIONED.
 _INT32_BLANKS = frozenset(float(0x7FFFFFF0 + i) for i in range(4))
 _INT64_BLANK_MIN = float(0x7FFFFFFFFFFFFFF0)
 _FP64_BLANKS = frozenset(140737488355328.0 + i for i in range(4))
-
-
-class ExporterFormatError(ValueError):
-    """The body is no dcgm-exporter exposition (or nothing in it could be read); says why."""
 
 
 def is_blank(value: float) -> bool:
@@ -62,110 +63,28 @@ def is_blank(value: float) -> bool:
             or value in _FP64_BLANKS)
 
 
-@dataclass(frozen=True, slots=True)
-class Series:
-    name: str
-    labels: Mapping[str, str]
-    value: float
-    ts_s: float | None
-    """The line's own timestamp (Prometheus text allows one, in ms); dcgm-exporter writes none by default."""
-
-
-def _unescape(text: str) -> str:
-    return re.sub(r"\\[\\\"n]", lambda m: _ESCAPES[m.group(0)], text) if "\\" in text else text
-
-
-def parse_line(line: str) -> Series | None:
-    """One sample line, or None when it is not one (the caller counts those)."""
-    match = _NAME.match(line)
-    if match is None:
-        return None
-    name, pos = match.group(0), match.end()
-    labels: dict[str, str] = {}
-    if pos < len(line) and line[pos] == "{":
-        pos += 1
-        while True:
-            while pos < len(line) and line[pos] in " \t":
-                pos += 1
-            if pos < len(line) and line[pos] == "}":
-                pos += 1
-                break
-            label = _LABEL.match(line, pos)
-            if label is None:
-                return None
-            labels[label.group(1)] = _unescape(label.group(2))
-            pos = label.end()
-    parts = line[pos:].split()
-    if not 1 <= len(parts) <= 2:
-        return None
-    try:
-        value = float(parts[0])
-        ts = float(parts[1]) / 1000.0 if len(parts) == 2 else None
-    except ValueError:
-        return None
-    return Series(name, labels, value, ts)
-
-
 def is_index(value: str | None) -> bool:
     """A GPU or GPU instance index as DCGM prints one. ``str.isdigit`` is not enough: ``"²"`` is a
     digit to it and no number to ``int``, and 4,301 digits are more than ``int`` converts."""
     return value is not None and _INDEX.fullmatch(value) is not None
 
 
-def _bad_index(series: Series) -> bool:
-    """A DCGM series whose ``gpu`` or ``GPU_I_ID`` label is present but no index: a bad line."""
+def _bad_index(series: Series) -> str | None:
+    """Why a DCGM series is a bad line: its ``gpu`` or ``GPU_I_ID`` label is present but no index."""
     if canonical(series.name) is None:
-        return False
+        return None
     gpu, instance = series.labels.get("gpu"), series.labels.get("GPU_I_ID")
-    return (gpu is not None and not is_index(gpu)) or (bool(instance) and not is_index(instance))
+    if (gpu is not None and not is_index(gpu)) or (bool(instance) and not is_index(instance)):
+        return " (gpu or GPU_I_ID is no index)"
+    return None
 
 
-@dataclass(slots=True)
-class _Tally:
-    skipped: int = 0
-    first_bad: str | None = None
-    series: int = 0
-    dcgm: int = 0
-
-    def bad(self, number: int, line: str, why: str = "") -> None:
-        self.skipped += 1
-        if self.first_bad is None:
-            shown = line[:80].encode("ascii", "backslashreplace").decode()
-            self.first_bad = f"line {number}: {shown!r}{why}"
-
-    def check(self) -> None:
-        if not self.dcgm:
-            why = f"; unreadable {self.first_bad}" if self.first_bad else ""
-            raise ExporterFormatError(f"no DCGM_* series in the response ({self.series} other series, "
-                                      f"{self.skipped} unreadable lines{why}): is the URL a dcgm-exporter's /metrics?")
+def _dcgm(series: Series) -> bool:
+    return canonical(series.name) is not None
 
 
-def _series(text: str, tally: _Tally, max_series: int) -> Iterator[Series]:
-    """The readable sample lines of ``text`` one at a time, bad lines counted in ``tally``. Lines are
-    cut out as they are reached, so a large body is never held a second time as a list of lines."""
-    pos, number, size = 0, 0, len(text)
-    while pos < size:
-        end = text.find("\n", pos)
-        end = size if end < 0 else end
-        number += 1
-        if end - pos > MAX_LINE_CHARS + 2:  # not cut out whole: only its start is shown
-            tally.bad(number, text[pos:pos + 80].strip(), " (over 16 KiB)")
-            pos = end + 1
-            continue
-        line = text[pos:end].strip()
-        pos = end + 1
-        if not line or line.startswith("#"):
-            continue
-        series = parse_line(line) if len(line) <= MAX_LINE_CHARS else None
-        if series is None or _bad_index(series):
-            tally.bad(number, line, " (over 16 KiB)" if len(line) > MAX_LINE_CHARS else
-                      " (gpu or GPU_I_ID is no index)" if series is not None else "")
-            continue
-        if tally.series >= max_series:
-            raise ExporterFormatError(f"more than {max_series} series: not one node's dcgm-exporter")
-        tally.series += 1
-        tally.dcgm += canonical(series.name) is not None
-        yield series
+def _series(text: str, tally: Tally, max_series: int):
+    return iter_series(text, tally, max_series, own=_dcgm, bad=_bad_index)
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,7 +97,7 @@ class Parsed:
 
 def parse_exposition(text: str, *, max_series: int = MAX_SERIES) -> Parsed:
     """Every readable sample line; ExporterFormatError when the body holds none of dcgm-exporter's."""
-    tally = _Tally()
+    tally = Tally()
     out = tuple(_series(text, tally, max_series))
     tally.check()
     return Parsed(out, tally.skipped, tally.first_bad)
@@ -294,23 +213,10 @@ def gpu_records(series: Iterable[Series], *, max_gpus: int = MAX_GPUS) -> dict[s
     return grouper.records()
 
 
-@dataclass(frozen=True, slots=True)
-class Exposition:
-    """One body read into records, without holding its series (the reader's form)."""
-
-    records: dict[str, GpuRecord]
-    skipped: int
-    first_bad: str | None
-    refused: tuple[str, ...]
-    """GPU keys past ``max_gpus``, in index order."""
-    units: tuple[str, ...] = ()
-    """Families read in another unit than their field's, each with why (for ``doctor``)."""
-
-
 def read_records(text: str, *, max_series: int = MAX_SERIES, max_gpus: int = MAX_GPUS) -> Exposition:
     """:func:`parse_exposition` and :func:`gpu_records` in one pass, each series dropped once counted:
     a 16 MiB body costs its text and the records, not a hundred thousand series objects."""
-    tally, grouper = _Tally(), _Grouper(max_gpus)
+    tally, grouper = Tally(), _Grouper(max_gpus)
     for s in _series(text, tally, max_series):
         grouper.add(s)
     tally.check()
