@@ -8,6 +8,7 @@ are what this module writes, so a hand edit cannot drift from the numbers the te
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 FIXTURES = Path(__file__).parent / "fixtures" / "amd-exporter"
@@ -171,6 +172,15 @@ FILES = {"mi300x-spx-profiler.prom": lambda: spx(with_profiler=True),
          "mi300x-spx-no-profiler.prom": lambda: spx(with_profiler=False),
          "mi300x-spx-v1.4.1-profiler.prom": lambda: spx(with_profiler=True, release="1.4"),
          "mi300x-cpx-profiler.prom": cpx}
+
+
+def replace_serials(body: str, serials: dict[str, str]) -> str:
+    """``gpu_id`` -> serial: the fixture's ``serial_number`` labels swapped for another node's (the fake
+    amdsmi's board serials), as tests.dcgm_exporter_server.replace_uuids does for dcgm-exporter's UUIDs."""
+    def swap(match: re.Match[str]) -> str:
+        head, gpu, old = match.groups()
+        return f'{head}{serials.get(gpu, old)}"'
+    return re.sub(r'(gpu_id="(\d+)"[^}]*serial_number=")([^"]*)"', swap, body)
 
 
 def write() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -248,12 +249,17 @@ def test_cli_reports_discovery_failure_without_traceback():
 
 def release_and_recover(collector, backend, mono) -> bool:
     """Let the hung calls return, then cycle (fake clock) until every device is up again: True when it
-    happens within 200 cycles. Polls the state the test needs instead of sleeping."""
+    happens within 30 s of real time. Polls the state the test needs instead of sleeping: between cycles it
+    gives the released worker threads a moment to run (a loaded machine once ran 200 fake-clock cycles
+    before the workers were scheduled at all)."""
     backend.release.set()
-    for _ in range(200):
+    deadline = time.monotonic() + 30.0
+    pause = threading.Event()
+    while time.monotonic() < deadline:
         mono.t += 10
         if all(d.up for d in collector.collect_once().devices):
             return True
+        pause.wait(0.01)
     return False
 
 

@@ -143,7 +143,8 @@ def test_enumeration_and_identity_of_an_8x_mi300x_node(rig: Rig) -> None:
 def test_unmodelled_symbols_return_not_supported(rig: Rig) -> None:
     handle = rig.handles()[0]
     assert rig.code(rig.smi.amdsmi_get_gpu_vbios_info, handle) == codes.STATUS_NOT_SUPPORTED
-    assert rig.code(rig.smi.amdsmi_get_gpu_board_info, handle) == codes.STATUS_NOT_SUPPORTED
+    board = rig.smi.amdsmi_get_gpu_board_info(handle)  # modelled: the serial the exporter join matches on
+    assert len(board["product_serial"]) == 12 and board["product_serial"].isdigit() and board["fru_id"] == "N/A"
     assert {"amdsmi_get_gpu_metrics_info", "amdsmi_get_violation_status", "amdsmi_get_gpu_process_list",
             "amdsmi_get_link_metrics", "amdsmi_get_pcie_info"} <= set(rig.lib.symbols)
     assert "amdsmi_get_gpu_vbios_info" not in rig.lib.symbols

@@ -184,8 +184,9 @@ def _register_fleet_report(sub: argparse._SubParsersAction) -> None:
     fleet.add_argument("--cluster", metavar="C", help="only series whose cluster label is C")
     fleet.add_argument("--out", default="fleet.html", metavar="FILE", help="HTML file to write (default fleet.html)")
     fleet.add_argument("--json", metavar="FILE", help="also write the computed numbers as JSON")
-    fleet.add_argument("--source", choices=["roofwatch", "dcgm"], default="roofwatch",
-                       help="roofwatch agents' series (default), or dcgm-exporter's classified by roofwatch's classifier")
+    fleet.add_argument("--source", choices=["roofwatch", "dcgm", "amd"], default="roofwatch",
+                       help="roofwatch agents' series (default), or dcgm-exporter's (dcgm) or AMD Device Metrics "
+                            "Exporter's (amd) classified by roofwatch's classifier")
     fleet.add_argument("--cost-per-gpu-hour", dest="costs", action="append", default=[], metavar="MODEL=USD",
                        help="price of a GPU-hour by spec (h100-sxm) or model name; default=USD for the rest (default 2.0)")
     fleet.add_argument("--header", dest="headers", action="append", default=[], metavar="'NAME: VALUE'",
@@ -195,9 +196,12 @@ def _register_fleet_report(sub: argparse._SubParsersAction) -> None:
     fleet.add_argument("--timeout", dest="timeout_s", type=float, default=60.0, metavar="SECONDS",
                        help="per-query timeout, passed to the server too (default 60)")
     fleet.add_argument("--top", type=int, default=25, metavar="N", help="rows of the worst-jobs and incident tables (default 25)")
-    fleet.add_argument("--max-gpus", type=int, default=64, metavar="N", help="--source dcgm: GPUs read at most (default 64)")
+    fleet.add_argument("--max-gpus", type=int, default=64, metavar="N", help="--source dcgm/amd: GPUs read at most (default 64)")
+    fleet.add_argument("--amd-profiler-window-us", dest="amd_window_us", type=float, default=1000.0, metavar="US",
+                       help="--source amd: rocpctl's sampling window in microseconds, which /metrics does not say "
+                            "(the agent's amd_exporter_profiler_window_us; default 1000, DME 1.4.1+)")
     fleet.add_argument("--title", metavar="TEXT", help="page title")
-    fleet.add_argument("--config", metavar="FILE", help="YAML settings file whose classifier: section sets the thresholds (dcgm)")
+    fleet.add_argument("--config", metavar="FILE", help="YAML settings file whose classifier: section sets the thresholds (dcgm, amd)")
 
 
 def cmd_fleet_report(args: argparse.Namespace) -> int:
@@ -215,7 +219,7 @@ def cmd_fleet_report(args: argparse.Namespace) -> int:
     opts = Options(prometheus=args.prometheus, range=args.range, end=args.end, cluster=args.cluster, source=args.source,
                    costs=args.costs, headers=args.headers, bearer_token_file=args.bearer_token_file,
                    basic_auth_file=args.basic_auth_file, timeout_s=args.timeout_s, top=args.top,
-                   max_gpus=args.max_gpus, title=args.title)
+                   max_gpus=args.max_gpus, amd_window_us=args.amd_window_us, title=args.title)
     progress = terminal_progress()
     try:
         report = build(opts, settings.classifier, progress)

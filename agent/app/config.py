@@ -175,8 +175,8 @@ class Settings(BaseSettings):
         "(dcgm-exporter refreshes every 30 s by default).")
     amd_exporter_url: str | None = Field(
         None, min_length=1, description="An AMD Device Metrics Exporter's /metrics URL (http://127.0.0.1:5000/metrics): "
-        "with backend amd-exporter it is the only source; its profiler series give tensor (MFMA), VALU and HBM "
-        "counters (docs/amd.md).")
+        "with backend amd-exporter it is the only source; with amd or amd-virtual its profiler series (tensor (MFMA), "
+        "VALU and HBM counters) are joined to amdsmi's samples by board serial and partition (docs/amd.md).")
     amd_exporter_interval_s: float = Field(5.0, ge=0.2, le=300.0, description="Seconds between reads of "
                                            "amd_exporter_url, in the background (the exporter caches 15 s).")
     amd_exporter_timeout_s: float = Field(2.0, gt=0.0, le=30.0, description="Deadline for one read of "

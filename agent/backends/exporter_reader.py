@@ -242,6 +242,14 @@ class ExporterReader:
             record = state.by_uuid.get((uuid, instance))
             return self._judge(state, record, f"{uuid}" + (f" instance {instance}" if instance else ""), now)
 
+    def find(self, select: Callable[[dict[str, Any]], Any | None], what: str,
+             now: float) -> tuple[Any | None, str | None]:
+        """The same, for the record ``select`` picks from the latest exposition's records (by key):
+        how the amdsmi join matches on serial number and partition."""
+        with self._lock:
+            state = self._state
+            return self._judge(state, select(state.records), what, now)
+
     def _judge(self, state: _State, record: Any | None, what: str,
                now: float) -> tuple[Any | None, str | None]:
         if state.error is not None:

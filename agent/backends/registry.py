@@ -157,24 +157,43 @@ def with_host_after_first_read(backend, settings: Settings, reports: WorkloadSou
 
 def open_amd_exporter(settings: Settings, reports: WorkloadSource | None = None) -> Backend:
     """The GPUs and partitions as the node's AMD Device Metrics Exporter lists them, no amdsmi (docs/amd.md)."""
-    from agent.backends.amd_exporter import AmdExporterBackend, amd_exporter_reader
+    from agent.backends.amd_exporter import AmdExporterBackend
 
     if not settings.amd_exporter_url:
         raise BackendUnavailable("amd-exporter backend: no exporter to read: set amd_exporter_url "
                                  "(--amd-exporter-url URL, ROOFWATCH_AMD_EXPORTER_URL)")
-    reader = amd_exporter_reader(settings.amd_exporter_url, interval_s=settings.amd_exporter_interval_s,
-                                 timeout_s=settings.amd_exporter_timeout_s, stale_s=settings.amd_exporter_stale_s)
+    reader = amd_exporter_reader(settings)
     node = settings.node_name if "node_name" in settings.model_fields_set else None
     backend = AmdExporterBackend(reader, node=node, max_devices=settings.max_devices,
                                  window_us=settings.amd_exporter_profiler_window_us)
     return with_host_after_first_read(backend, settings, reports)
 
 
+def amd_exporter_reader(settings: Settings):
+    """The background reader of ``amd_exporter_url`` (agent.backends.exporter_reader, DME's dialect)."""
+    from agent.backends.amd_exporter import amd_exporter_reader as reader
+
+    assert settings.amd_exporter_url is not None
+    return reader(settings.amd_exporter_url, interval_s=settings.amd_exporter_interval_s,
+                  timeout_s=settings.amd_exporter_timeout_s, stale_s=settings.amd_exporter_stale_s)
+
+
+def with_amd_exporter(settings: Settings, backend: Backend) -> Backend:
+    """An amdsmi backend completed by the node's Device Metrics Exporter when ``amd_exporter_url`` is set."""
+    if not settings.amd_exporter_url:
+        return backend
+    from agent.backends.amd_exporter.join import AmdExporterJoin
+
+    return AmdExporterJoin(backend, amd_exporter_reader(settings),  # type: ignore[return-value]
+                           window_us=settings.amd_exporter_profiler_window_us)
+
+
 def open_amd(settings: Settings, reports: WorkloadSource | None = None) -> Backend:
     from agent.backends.amd import AmdBackend, load_amdsmi
 
     amdsmi = load_amdsmi()  # fails fast (no ROCm, version skew) before any background source starts
-    return AmdBackend(amdsmi, node=settings.node_name, host=open_local_host(settings, reports))
+    return with_amd_exporter(settings, AmdBackend(amdsmi, node=settings.node_name,
+                                                  host=open_local_host(settings, reports)))
 
 
 def open_amd_virtual(settings: Settings, reports: WorkloadSource | None = None) -> Backend:
@@ -184,10 +203,11 @@ def open_amd_virtual(settings: Settings, reports: WorkloadSource | None = None) 
     if "scenario" not in settings.model_fields_set:
         settings = settings.model_copy(update={"scenario": "mi300x"})
     try:
-        return VirtualAmdBackend(open_virtual(settings))  # type: ignore[arg-type]
+        backend = VirtualAmdBackend(open_virtual(settings))  # type: ignore[arg-type]
     except ImportError as exc:
         raise BackendUnavailable(f"amd-virtual needs the amdsmi Python package ({exc}); "
                                  "pip install 'roofwatch[amd]' (no ROCm needed for the simulation)") from None
+    return with_amd_exporter(settings, backend)
 
 
 OPENERS = {"nvml": open_nvml, "amd": open_amd, "virtual": open_virtual, "nvml-virtual": open_nvml_virtual,

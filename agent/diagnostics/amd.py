@@ -8,10 +8,12 @@ which fields its metrics table lacks; both are reported here with what they cost
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Any, Iterable
 
 from agent.backends.amd.bindings import MINIMUM, NEWEST_TESTED
+from agent.backends.exporter_reader import listed
 from agent.diagnostics.findings import Finding, package_version
 from agent.diagnostics.spec_advice import spec_finding
 
@@ -83,6 +85,9 @@ def amd_findings(backend: Any) -> tuple[list[Finding], int]:
                                "is a device held to its share of the GPU's peaks; socket power, energy, PCIe and "
                                "XGMI are read on partition 0 only", gpu=gpu.split("/")[0]))
         out.extend(_capability_findings(device))
+    if hasattr(backend, "unmatched"):  # joined with the Device Metrics Exporter
+        out.extend(exporter_join_findings(backend))
+        return out, len(devices)
     out.append(Finding("tensor activity", "info", "amdsmi has no tensor-pipe, SM-occupancy or FP-pipe counter: "
                        "counter MFU is unavailable (MFU needs workload reports), and compute- vs latency-bound "
                        "rests on power with lower confidence",
@@ -122,3 +127,44 @@ def _capability_findings(device: Any) -> Iterable[Finding]:
         own = absent.get(cap)  # the capability's own reason (a table field this amdsmi lacks), else every one
         reasons = own or "; ".join(f"{k} {r}" for k, r in absent.items())
         yield Finding(cap, status, f"unavailable{': ' + reasons if reasons else ''}", impact, fix, gpu=device.gpu)
+
+
+JOIN = "amd-exporter join"
+
+
+def exporter_join_findings(backend: Any, now: float | None = None) -> list[Finding]:
+    """amdsmi joined with the Device Metrics Exporter (agent.backends.amd_exporter.join): is it answering,
+    how devices were matched, which exporter devices matched none, and per device where its fields came from."""
+    now = time.time() if now is None else now
+    status = backend.reader.status()
+    if not status.up:
+        return [Finding(JOIN, "fail", f"{status.url}: {status.error}", "tensor (MFMA), VALU and HBM counters",
+                        "check that the Device Metrics Exporter runs on this node and that amd_exporter_url reaches it")]
+    out = [Finding(JOIN, "ok", f"{status.url}: {len(status.gpus)} GPU(s) or partition(s) listed")]
+    for gpu in backend.devices:
+        try:
+            backend.sample(gpu, now)
+        except Exception as exc:  # noqa: BLE001 - the amdsmi findings already name a device that cannot be read
+            out.append(Finding("counter source", "info", f"no sample to join: {exc}", gpu=gpu))
+            continue
+        by_source: dict[str, list[str]] = {}
+        for name, source in sorted(backend.counter_sources(gpu).items()):
+            by_source.setdefault(source, []).append(name)
+        out.append(Finding("counter source", "info", "; ".join(f"{source}: {', '.join(names)}" for source, names
+                                                               in sorted(by_source.items())) or "no sample yet", gpu=gpu))
+        state = backend.join_state(gpu)
+        if state is not None and state.problem is not None:
+            out.append(Finding(JOIN, "warn", state.problem, "the exporter's profiler counters for this device",
+                               "the exporter must run on this node and list the device with the board serial "
+                               "amdsmi reports (serial_number, gpu_partition_id)", gpu=gpu))
+    if backend.matched_by() == "gpu_id":
+        out.append(Finding(JOIN, "warn", "board serials are missing (amdsmi product_serial or the exporter's "
+                           "serial_number label): devices are matched by gpu_id, amdsmi's enumeration order",
+                           "a device's profiler counters may be another device's if the exporter enumerates "
+                           "differently", "make the board serial readable (amdsmi_get_gpu_board_info)"))
+    unmatched = backend.unmatched()
+    if unmatched:
+        out.append(Finding(JOIN, "warn", f"{len(unmatched)} exporter device(s) match no amdsmi device: "
+                           f"{listed(unmatched, 8)}", "their profiler counters are not used",
+                           "check that amd_exporter_url is this node's own exporter"))
+    return out

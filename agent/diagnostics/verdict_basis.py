@@ -18,6 +18,7 @@ from agent.model import EVIDENCE_BASES, DeviceInfo
 
 _COMPUTE = ("tensor_active", "pipe_activity")
 _PROFILING_FIELDS = ("tensor_active", "sm_active", "dram_active")
+_EXPORTERS = (EXPORTER, "amd-exporter")
 
 _STATUS = {"counters": "ok", "compute_counter": "ok", "power_and_dram": "warn", "power_and_mem_busy": "warn",
            "power": "warn", "memory_only": "warn", "duty": "warn", "none": "fail"}
@@ -26,8 +27,8 @@ _FIX = {
               "(dcgm_exporter_url) gives tensor and DRAM counters; a job that reports tokens/s and FLOPs/token "
               "(from agent.client import report) lets its own MFU stand in (docs/classification.md, GPUs without a "
               "compute counter)",
-    "amd": "amdsmi has no tensor counter: the Device Metrics Exporter's profiler series give one (backend "
-           "amd-exporter, docs/amd.md); a job that reports tokens/s and FLOPs/token (from agent.client import "
+    "amd": "amdsmi has no tensor counter: the Device Metrics Exporter's profiler series give one (amd_exporter_url "
+           "joins them to amdsmi, or backend amd-exporter alone; docs/amd.md); a job that reports tokens/s and FLOPs/token (from agent.client import "
            "report) lets its own MFU stand in (docs/classification.md, GPUs without a compute counter)",
 }
 
@@ -56,8 +57,9 @@ def _joined(backend: Any, gpu: str) -> bool:
             return True  # DCGM (agent.backends.profiling.ProfilingJoin)
         sources = getattr(type(layer), "counter_sources", None)
         exporter_alone = getattr(layer, "name", None) == "amd-exporter"  # its capabilities say what it has
-        if sources is not None and not exporter_alone and any(f in sources(layer, gpu) for f in _PROFILING_FIELDS):
-            return True  # dcgm-exporter, by what its latest read gave
+        given = sources(layer, gpu) if sources is not None and not exporter_alone else {}
+        if any(given.get(f) in _EXPORTERS for f in _PROFILING_FIELDS):
+            return True  # dcgm-exporter or the Device Metrics Exporter, by what its latest read gave
         layer = state.get("inner")
     return False
 

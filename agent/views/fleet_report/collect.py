@@ -49,6 +49,7 @@ class FleetReport:
     energy: dict[str, object] = field(default_factory=dict)
     previous: dict[str, object] = field(default_factory=dict)
     dcgm: dict[str, object] | None = None
+    amd: dict[str, object] | None = None
     problems: list[Problem] = field(default_factory=list)
     queries: int = 0
     generated: float = field(default_factory=time.time)
@@ -69,7 +70,7 @@ class FleetReport:
             "clusters": [g.to_json() for g in self.fleet], "held_by_cluster": [g.to_json() for g in self.held],
             "users": [g.to_json() for g in self.users], "namespaces": [g.to_json() for g in self.namespaces],
             "jobs": [g.to_json() for g in self.jobs], "mfu": self.mfu, "stragglers": self.stragglers,
-            "jitter": self.jitter, "alerts": self.alerts, "energy": self.energy, "dcgm": self.dcgm,
+            "jitter": self.jitter, "alerts": self.alerts, "energy": self.energy, "dcgm": self.dcgm, "amd": self.amd,
             "problems": [p.to_json() for p in self.problems],
         })
 

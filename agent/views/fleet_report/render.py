@@ -67,6 +67,9 @@ def build_page(report: FleetReport, *, title: str | None = None) -> str:
     if report.dcgm is not None:
         from agent.views.fleet_report.render_dcgm import dcgm_section
         body += ["<h2>GPU-hours by class</h2>", class_table(report.fleet), dcgm_section(report.dcgm)]
+    if report.amd is not None:
+        from agent.views.fleet_report.render_dcgm import amd_section
+        body += ["<h2>GPU-hours by class</h2>", class_table(report.fleet), amd_section(report.amd)]
     body += [_definitions(report), "<h2>What this report could not compute</h2>", _problems(report),
              f'<script type="application/json" id="fleet-data">{data}</script>',
              f"<footer>roofwatch {esc(__version__)} fleet report, {report.queries} queries, generated "

@@ -39,6 +39,7 @@ class Options:
     timeout_s: float = 60.0
     top: int = 25
     max_gpus: int = 64
+    amd_window_us: float = 1000.0
     title: str | None = None
 
 
@@ -91,6 +92,8 @@ def build(opts: Options, thresholds: Thresholds, progress: Callable[[str], None]
         raise OptionError(f"--cost-per-gpu-hour: {exc}") from None
     if opts.top < 1 or opts.max_gpus < 1:
         raise OptionError("--top and --max-gpus must be at least 1")
+    if not 1.0 <= opts.amd_window_us <= 1e7:
+        raise OptionError(f"--amd-profiler-window-us: {opts.amd_window_us:g} must be between 1 and 10000000 microseconds")
     window = window_for(opts)
     client = client_for(opts)
     try:  # one cheap query first: a wrong URL or an unreachable server is one clear error, not ten
@@ -103,6 +106,13 @@ def build(opts: Options, thresholds: Thresholds, progress: Callable[[str], None]
 
         return dcgm_report(client, window, cluster=opts.cluster, prices=prices, max_gpus=opts.max_gpus,
                            thresholds=dcgm_thresholds(thresholds, dcgm_step(window.range_s)), progress=progress)
+    if opts.source == "amd":
+        from agent.views.fleet_report.amd import amd_report
+        from agent.views.fleet_report.dcgm import dcgm_step, dcgm_thresholds
+
+        return amd_report(client, window, cluster=opts.cluster, prices=prices, max_gpus=opts.max_gpus,
+                          window_us=opts.amd_window_us, progress=progress,
+                          thresholds=dcgm_thresholds(thresholds, dcgm_step(window.range_s)))
     return collect(client, window, cluster=opts.cluster, prices=prices, top=opts.top, progress=progress)
 
 

@@ -53,6 +53,12 @@ def _digest(text: str, size: int) -> int:
     return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=size).digest(), "big")
 
 
+def board_serial(node: str, index: int) -> str:
+    """The board's product serial (FRU) of physical GPU ``index`` on ``node``: twelve digits, as on an
+    MI300X OAM; shared by the GPU's partitions, and what the Device Metrics Exporter prints as ``serial_number``."""
+    return f"{_digest(f'{node}/{index}/board', 8) % 10**12:012d}"
+
+
 class IdentityFunctions:
     """Mixin of :class:`~agent.virtual.fake_amdsmi.library.FakeAmdSmiLibrary`: uses its state and helpers."""
 
@@ -82,6 +88,13 @@ class IdentityFunctions:
                             else codes.UINT32_MAX),  # amdsmi 6.3+
                            ("target_graphics_version", gfx if self.release.at_least(6, 4) else decimal_gfx(gfx)),
                            ("subsystem_id", device_id)):  # amdsmi 7.0+
+            put(info, name, data)
+
+    @c_function("amdsmi_get_gpu_board_info", handle=True)
+    def _c_board_info(self, dev: AmdDevice, out: Any) -> None:
+        info = out_struct(out)  # amdsmi_board_info_t: the FRU's strings; the wrapper turns "" into "N/A"
+        for name, data in (("product_serial", board_serial(self.backend.node, dev.index)),
+                           ("product_name", dev.info.model), ("manufacturer_name", "AMD")):
             put(info, name, data)
 
     @c_function("amdsmi_get_gpu_vram_info", handle=True)

@@ -1,0 +1,162 @@
+"""amdsmi plus the node's AMD Device Metrics Exporter (DME): the profiler counters amdsmi has not got.
+
+amdsmi reads activity, UMC activity, power, clocks, memory and XGMI, but no tensor (MFMA), VALU or
+HBM-byte counter; DME's profiler series (``gpu_prof_*``, docs/amd.md) have them. With the amdsmi
+backend and ``amd_exporter_url`` set, :class:`AmdExporterJoin` wraps the amdsmi backend (the shared
+join, :class:`agent.backends.exporter_join.ExporterJoin`): every sample is amdsmi's, read as always,
+then DME's profiler reading for the same device fills what amdsmi left unknown:
+
+* ``tensor_active`` (MFMA busy, or 16-bit ops over the window / the device's BF16 peak where MFMA
+  utilisation is not exported: the counter FLOP/s stand-in), ``sm_active`` (VALU busy) and
+  ``sm_occupancy``, each as a share of elapsed time (:func:`agent.backends.amd_exporter.mapping.profiler_values`);
+* ``dram_active`` from the profiler's HBM bytes over the device's bandwidth, only where amdsmi read no
+  UMC activity (a partition other than 0): amdsmi's own readings win wherever it has one.
+
+The device's peaks are amdsmi's (a partition's share), so DME's counts are divided by the same spec the
+verdicts use. Nothing else DME exports is taken.
+
+**Matching.** DME labels each GPU object with ``serial_number``, the board's product serial that amdsmi
+gives as ``amdsmi_get_gpu_board_info()["product_serial"]``, and ``gpu_partition_id``; the amdsmi
+backend names partitions ``"<gpu>/<partition id>"`` from KFD's partition id, the same number. So a
+device matches the DME record with its board serial and, on a partitioned GPU, its partition id. Only
+where serials are missing (amdsmi answers "N/A", or the exposition has no ``serial_number``) does the
+match fall back to DME's ``gpu_id`` = the device's position in amdsmi's processor list (gpuagent's
+index), which ``doctor`` says, with every DME device that matched no amdsmi device.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+from agent.backends.amd_exporter.backend import SOURCE, profiler_advice
+from agent.backends.amd_exporter.exposition import AmdRecord
+from agent.backends.amd_exporter.mapping import DEFAULT_WINDOW_US, profiled, profiler_values
+from agent.backends.exporter_join import ExporterJoin
+from agent.backends.exporter_reader import ExporterReader
+from agent.model import DeviceInfo, GpuSample
+
+log = logging.getLogger("roofwatch.amd_exporter")
+
+PROFILER_FIELDS = frozenset({"tensor_active", "sm_active", "sm_occupancy", "dram_active"})
+"""The sample fields the join takes from DME: amdsmi has none of them but ``dram_active`` (UMC activity), which
+the profiler's HBM bytes replace, so the compute and memory readings the roofline compares come from one
+profiler sample, as NVML + dcgm-exporter take the profiling fields as one set."""
+OWN_FIELDS = frozenset({*PROFILER_FIELDS, "gr_active", "power_w", "energy_j", "sm_clock_mhz", "mem_used_bytes",
+                        "temperature_c", "link_rx_bytes_per_s", "link_tx_bytes_per_s"})
+"""The fields whose source ``doctor`` names."""
+
+
+@dataclass(frozen=True, slots=True)
+class DmeKey:
+    """What an amdsmi device is matched on: its board serial and partition, else its enumeration index."""
+
+    serial: str | None
+    partition: int | None
+    """KFD partition id on a partitioned GPU; None for a whole GPU."""
+    index: int | None
+    """Position in ``amdsmi_get_processor_handles()`` (DME's ``gpu_id``), for the fallback."""
+
+    def __str__(self) -> str:
+        part = f" partition {self.partition}" if self.partition is not None else ""
+        return f"serial {self.serial}{part}" if self.serial else f"gpu_id {self.index}"
+
+
+def _partition(record: AmdRecord) -> int | None:
+    return record.partition if record.partitions > 1 else None
+
+
+def by_serial(records: Mapping[str, AmdRecord]) -> bool:
+    """Whether an exposition can be matched on serials (every record has one)."""
+    return bool(records) and all(r.serial for r in records.values())
+
+
+def select(records: Mapping[str, AmdRecord], key: DmeKey) -> AmdRecord | None:
+    """The DME record for ``key``: by serial and partition, or by ``gpu_id`` where serials are missing."""
+    if key.serial and by_serial(records):
+        return next((r for r in records.values() if r.serial == key.serial and _partition(r) == key.partition), None)
+    if key.index is None:
+        return None
+    return next((r for r in records.values() if r.gpu_id == str(key.index)), None)
+
+
+def _handle_id(handle: Any) -> Any:
+    return getattr(handle, "value", handle)
+
+
+class AmdExporterJoin(ExporterJoin):
+    """An amdsmi backend whose samples the node's Device Metrics Exporter completes with profiler counters."""
+
+    own = "amdsmi"
+    source = SOURCE
+    fields = OWN_FIELDS
+    no_key = "amdsmi gave neither a board serial nor an enumeration index to match"
+
+    def __init__(self, inner: Any, reader: ExporterReader, *, window_us: float = DEFAULT_WINDOW_US) -> None:
+        super().__init__(inner, reader)
+        self.window_us = window_us
+
+    def match_keys(self, infos: Sequence[DeviceInfo]) -> dict[str, DmeKey | None]:
+        amdsmi = self.inner.amdsmi
+        try:
+            order = [_handle_id(h) for h in amdsmi.amdsmi_get_processor_handles()]
+        except Exception as exc:  # noqa: BLE001 - only the gpu_id fallback needs it
+            log.warning("amdsmi processor list for the Device Metrics Exporter join: %s", exc)
+            order = []
+        keys: dict[str, DmeKey | None] = {}
+        devices = self.inner.devices
+        for info in infos:
+            device = devices.get(info.gpu)
+            if device is None:
+                keys[info.gpu] = None
+                continue
+            handle = _handle_id(device.handle)
+            keys[info.gpu] = DmeKey(serial=self._serial(device), index=order.index(handle) if handle in order else None,
+                                    partition=device.partition if device.partitions > 1 else None)
+        missing = [gpu for gpu, key in keys.items() if key is not None and key.serial is None]
+        if missing:
+            log.warning("amdsmi gives no board serial for GPU(s) %s: matched to the Device Metrics Exporter by "
+                        "gpu_id (amdsmi's enumeration order) instead", ", ".join(missing))
+        return keys
+
+    def _serial(self, device: Any) -> str | None:
+        """The board's product serial (what DME prints as ``serial_number``), or None."""
+        try:
+            board = self.inner.amdsmi.amdsmi_get_gpu_board_info(device.handle)
+        except Exception as exc:  # noqa: BLE001 - absent from the wrapper, or the FRU unreadable
+            log.info("GPU %s: no board serial from amdsmi (%s)", device.info.gpu, exc)
+            return None
+        serial = board.get("product_serial") if isinstance(board, dict) else None
+        return serial.strip() if isinstance(serial, str) and serial.strip() not in ("", "N/A") else None
+
+    def lookup(self, key: Any, now: float) -> tuple[Any | None, str | None]:
+        return self.reader.find(lambda records: select(records, key), str(key), now)
+
+    def updates(self, gpu: str, sample: GpuSample, record: Any, now: float) -> dict[str, Any]:
+        """DME's profiler fields, over amdsmi's own spec for the device: those amdsmi left unknown, and the HBM
+        bytes in place of UMC activity."""
+        reading = profiled(record.values, self.window_us)
+        if reading is None:
+            return {}
+        device = self.inner.devices.get(gpu)
+        spec = device.info.spec if device is not None else None
+        theirs = profiler_values(reading, spec)
+        return {name: value for name, value in theirs.items()
+                if name in PROFILER_FIELDS and (getattr(sample, name) is None or name == "dram_active")}
+
+    def matched_by(self) -> str:
+        """``serial`` or ``gpu_id``: how the latest exposition is matched (doctor)."""
+        keys = [k for k in self.join_keys().values() if k is not None]
+        return "serial" if keys and all(k.serial for k in keys) and by_serial(self.reader.records()) else "gpu_id"
+
+    def unmatched(self) -> list[str]:
+        """DME devices that no amdsmi device matches (``gpu_id`` and serial): a join warning in doctor."""
+        records = self.reader.records()
+        matched = {id(r) for k in self.join_keys().values() if k is not None and (r := select(records, k)) is not None}
+        return [f"gpu_id {r.gpu_id}" + (f" (serial {r.serial})" if r.serial else "")
+                for r in records.values() if id(r) not in matched]
+
+    def profiler_state(self) -> str:
+        """One line for doctor: whether DME's exposition has the profiler series the join uses."""
+        return profiler_advice(self.reader.records(), self.window_us)

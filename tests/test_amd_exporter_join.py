@@ -1,0 +1,129 @@
+"""amdsmi joined with AMD's Device Metrics Exporter (agent.backends.amd_exporter.join): the profiler's tensor,
+VALU and HBM counters fill what amdsmi has not got, matched by board serial (and partition), while amdsmi's own
+readings win. The fast tests run the join in-process over ``amd-virtual`` (the real amdsmi package over the fake
+libamd_smi) and a fixture exposition whose serials are the fake's; the slow one runs ``roofwatch demo`` as a process."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from agent.app.config import Settings
+from agent.backends.amd_exporter.exposition import read_records
+from agent.backends.amd_exporter.join import AmdExporterJoin, DmeKey, select
+from agent.backends.registry import open_backend
+from agent.diagnostics.amd import exporter_join_findings
+from agent.diagnostics.verdict_basis import basis_findings
+from agent.virtual.fake_amdsmi.api_identity import board_serial
+from tests import amd_exporter_fixtures as fx
+from tests.agent_process import AgentProcess, clean_env, http_get, poll
+from tests.dcgm_exporter_server import FakeExporter
+
+NODE = "mi300x-node"
+"""The node of the built-in mi300x scenario, amd-virtual's default."""
+SERIALS = {str(i): board_serial(NODE, i) for i in range(7)}
+"""The fake amdsmi's board serials for GPUs 0-6; GPU 7 keeps the fixture's serial, so it matches nothing."""
+
+
+def joined_body() -> str:
+    return fx.replace_serials(fx.FILES["mi300x-spx-profiler.prom"](), SERIALS)
+
+
+def test_replace_serials_swaps_only_the_named_gpus():
+    records = read_records(joined_body()).records
+    assert [records[str(i)].serial for i in range(7)] == [SERIALS[str(i)] for i in range(7)]
+    assert records["7"].serial == "692407004237"
+
+
+def test_select_matches_serial_and_partition_and_falls_back_to_gpu_id_without_serials():
+    records = read_records(fx.FILES["mi300x-cpx-profiler.prom"]()).records
+    assert select(records, DmeKey("692407004231", 5, None)).key == "1/5"
+    assert select(records, DmeKey("692407004231", None, None)) is None, "a whole GPU does not match a partition"
+    assert select(records, DmeKey("000000000000", 5, 13)) is None, "serials present: no fallback to gpu_id"
+    no_serials = read_records(fx.FILES["mi300x-cpx-profiler.prom"]().replace('serial_number="6924070042', 'x="')).records
+    assert select(no_serials, DmeKey("692407004231", 5, 13)).key == "1/5", "no serials: gpu_id = enumeration index"
+
+
+def test_the_joined_gpus_get_the_profiler_counters_and_amdsmi_keeps_its_own():
+    with FakeExporter(joined_body()) as exporter:
+        backend = open_backend(Settings(backend="amd-virtual", amd_exporter_url=exporter.url))
+        try:
+            assert isinstance(backend, AmdExporterJoin)
+            infos = backend.discover()
+            now = time.time()
+            samples = {info.gpu: backend.sample(info.gpu, now) for info in infos}
+            records = backend.reader.records()
+            for gpu in map(str, range(7)):
+                s, values = samples[gpu], records[gpu].values
+                mfma, gui = values["gpu_prof_tensor_active_percent"] / 100, values["gpu_prof_gui_util_percent"] / 100
+                assert s.tensor_active == pytest.approx(mfma * gui), gpu
+                assert s.sm_active is not None and s.sm_occupancy is not None
+                assert s.power_w is not None and s.power_w != values["gpu_package_power"], "amdsmi's power wins"
+                sources = backend.counter_sources(gpu)
+                assert sources["tensor_active"] == "amd-exporter"
+                assert sources["power_w"] == sources["gr_active"] == "amdsmi"
+                assert sources["dram_active"] == "amd-exporter", "the HBM bytes of the same profiler sample replace UMC"
+            assert samples["7"].tensor_active is None and samples["7"].sm_active is None, "GPU 7: amdsmi alone"
+            assert "not in amd-exporter's exposition" in backend.join_state("7").problem
+            assert backend.matched_by() == "serial"
+            assert backend.unmatched() == ["gpu_id 7 (serial 692407004237)"]
+            findings = exporter_join_findings(backend, now)
+            warned = [f.detail for f in findings if f.status == "warn"]
+            assert any("match no amdsmi device: gpu_id 7" in w for w in warned), warned
+            basis = {f.detail.split(":")[0]: f.detail for f in basis_findings(backend, infos)}
+            assert "(basis counters)" in basis["GPUs 0, 1, 2, 3, 4, 5, 6"]
+            assert "(basis power_and_dram)" in basis["GPU 7"]
+        finally:
+            backend.close()
+
+
+def test_without_serials_the_join_matches_by_gpu_id_and_doctor_says_so():
+    body = fx.FILES["mi300x-spx-profiler.prom"]().replace('serial_number="6924070042', 'card_serial="')
+    with FakeExporter(body) as exporter:
+        backend = open_backend(Settings(backend="amd-virtual", amd_exporter_url=exporter.url))
+        try:
+            backend.discover()
+            now = time.time()
+            assert backend.sample("3", now).tensor_active is not None
+            assert backend.matched_by() == "gpu_id" and backend.unmatched() == []
+            assert any("matched by gpu_id" in f.detail for f in exporter_join_findings(backend, now))
+        finally:
+            backend.close()
+
+
+@pytest.mark.slow
+def test_demo_amd_virtual_joined_with_the_exporter_reads_counters_where_serials_match():
+    with FakeExporter(joined_body()) as exporter:
+        agent = AgentProcess("demo", "--backend", "amd-virtual", "--listen", "127.0.0.1:0", "--interval", "0.2",
+                             env=clean_env(ROOFWATCH_AMD_EXPORTER_URL=exporter.url, ROOFWATCH_AMD_EXPORTER_INTERVAL_S="0.2",
+                                           ROOFWATCH_CLASSIFIER__WINDOW_S="2", ROOFWATCH_CLASSIFIER__LONG_WINDOW_S="4",
+                                           ROOFWATCH_CLASSIFIER__EVALUATE_EVERY_S="0.5"))
+        try:
+            agent.wait_healthy()
+
+            def snapshot() -> dict:
+                return json.loads(http_get(agent.url + "api/v1/snapshot")[1])
+
+            def settled():
+                snap = snapshot()
+                verdicts = {v["gpu"]: v for v in snap["verdicts"]}
+                busy = [g for g in map(str, range(7)) if verdicts.get(g, {}).get("class") not in (None, "unknown", "idle")]
+                return snap if busy and all(verdicts[g]["basis"] == "counters" for g in busy) else None
+
+            snap = poll(settled, 40, what="the joined GPUs judged on counters")
+            devices = {d["info"]["gpu"]: d["sample"] for d in snap["devices"]}
+            verdicts = {v["gpu"]: v for v in snap["verdicts"]}
+            body = joined_body()
+            for gpu in map(str, range(7)):
+                sample = devices[gpu]
+                assert sample["tensor_active"] is not None and sample["sm_active"] is not None, gpu
+                watts = float(next(line.rsplit(" ", 1)[1] for line in body.splitlines()
+                                   if line.startswith("gpu_package_power{") and f'gpu_id="{gpu}"' in line))
+                assert sample["power_w"] is not None and sample["power_w"] != watts, "amdsmi's power wins"
+            assert devices["7"]["tensor_active"] is None and devices["7"]["sm_active"] is None
+            assert verdicts["7"]["basis"] != "counters", verdicts["7"]
+            assert verdicts["0"]["basis"] == "counters", verdicts["0"]
+        finally:
+            agent.kill()
