@@ -109,7 +109,7 @@ class WindowFeatures:
 
 
 EVIDENCE_BASES: dict[str, str] = {
-    "counters": "compute-pipe and DRAM bandwidth counters (GPM, DCGM)",
+    "counters": "compute-pipe and DRAM bandwidth counters (GPM, DCGM, AMD's profiler through its Device Metrics Exporter)",
     "compute_counter": "compute-pipe counters, no DRAM bandwidth counter",
     "reported_mfu": "the MFU the job reports, with memory activity; no compute counter",
     "power_and_dram": "power against its limit and a DRAM activity counter; no compute counter",
