@@ -99,3 +99,63 @@ def test_cpx_partitions_do_not_show_partition_0s_power_or_activity():
     for key, value in busy.items():
         g, p = map(int, key.split("/"))
         assert value == pytest.approx(fx.CPX_BUSY[g][p] / 100), key
+
+
+def labels_of(text: str, name: str) -> dict[str, dict[str, str]]:
+    return {s.labels["gpu"]: s.labels for fam in text_string_to_metric_families(text) for s in fam.samples
+            if s.name == name}
+
+
+def expect_classes(workloads: list, gemm: tuple, keys: list[str]) -> dict[str, str]:
+    return {key: "compute_bound" if work is gemm else "memory_bound" for key, work in zip(keys, workloads)}
+
+
+def test_mi250x_gcds_are_separate_gpus_each_held_to_half_the_packages_peaks():
+    """Each GCD is its own gpu_id and its own GPU, with the catalogue's per-GCD MI250X peaks (383/2 TFLOP/s BF16,
+    3.2/2 TB/s), and its power from MI2xx's series (no gpu_package_power on MI2xx)."""
+    keys = [str(g) for g in range(8)]
+    expected = expect_classes(fx.MI250X_WORKLOADS, fx.MI250X_GEMM, keys)
+    verdicts, metrics = run_agent(fx.FILES["mi250x-profiler.prom"](),
+                                  lambda v: {g: x["class"] for g, x in v.items()} == expected and all(
+                                      x["basis"] == "counters" and x["mfu_counters"] is not None for x in v.values()),
+                                  "the 8 MI250X GCDs judged on counters", 8)
+    for key, work in zip(keys, fx.MI250X_WORKLOADS):
+        assert verdicts[key]["mfu_counters"] == pytest.approx(fx.expected_mfu(work, fx.MI250X_PEAK_BF16), abs=0.05)
+    info = labels_of(metrics, "roofwatch_gpu_info")
+    assert {i["spec"] for i in info.values()} == {"mi250x"} and {i["model"] for i in info.values()} == {
+        "AMD Instinct MI250X"}
+    assert len({i["uuid"] for i in info.values()}) == 8, "the two GCDs of a package share a serial, not an id"
+    peaks = series(metrics, "roofwatch_gpu_peak_flops")
+    assert set(peaks) == set(keys) and all(v == pytest.approx(fx.MI250X_PEAK_BF16) for v in peaks.values()), peaks
+    bandwidth = series(metrics, "roofwatch_gpu_peak_memory_bandwidth_bytes_per_second")
+    assert all(v == pytest.approx(fx.MI250X_BANDWIDTH) for v in bandwidth.values()), bandwidth
+    assert series(metrics, "roofwatch_gpu_power_watts")["0"] == fx.MI250X_GEMM[7]
+
+
+def test_mi355x_spx_gemm_compute_bound_and_decode_memory_bound_against_its_own_peaks():
+    keys = [str(g) for g in range(8)]
+    expected = expect_classes(fx.MI355X_WORKLOADS, fx.MI355X_GEMM, keys)
+    verdicts, metrics = run_agent(fx.FILES["mi355x-spx-profiler.prom"](),
+                                  lambda v: {g: x["class"] for g, x in v.items()} == expected and all(
+                                      x["basis"] == "counters" and x["mfu_counters"] is not None for x in v.values()),
+                                  "the 8 MI355X judged on counters", 8)
+    for key, work in zip(keys, fx.MI355X_WORKLOADS):
+        assert verdicts[key]["mfu_counters"] == pytest.approx(fx.expected_mfu(work, fx.MI355X_PEAK_BF16), abs=0.05)
+    assert {i["spec"] for i in labels_of(metrics, "roofwatch_gpu_info").values()} == {"mi355x"}
+    bandwidth = series(metrics, "roofwatch_gpu_peak_memory_bandwidth_bytes_per_second")
+    assert all(v == pytest.approx(fx.MI355X_BANDWIDTH) for v in bandwidth.values()), bandwidth
+
+
+def test_mi355x_dpx_partitions_are_held_to_half_and_only_partition_0_shows_power():
+    keys = [f"{g}/{p}" for g in range(8) for p in range(2)]
+    expected = {key: "compute_bound" if key.endswith("/0") else "memory_bound" for key in keys}
+    verdicts, metrics = run_agent(fx.FILES["mi355x-dpx-profiler.prom"](),
+                                  lambda v: {g: x["class"] for g, x in v.items()} == expected and all(
+                                      x["basis"] == "counters" for x in v.values()),
+                                  "16 MI355X DPX partitions judged on counters", 16)
+    assert verdicts["3/0"]["mfu_counters"] == pytest.approx(fx.expected_mfu(fx.MI355X_GEMM, fx.MI355X_PEAK_BF16),
+                                                            abs=0.05)
+    assert {i["spec"] for i in labels_of(metrics, "roofwatch_gpu_info").values()} == {"mi355x-dpx"}
+    peaks = series(metrics, "roofwatch_gpu_peak_flops")
+    assert all(v == pytest.approx(fx.MI355X_PEAK_BF16 / 2) for v in peaks.values()), peaks
+    assert set(series(metrics, "roofwatch_gpu_power_watts")) == {f"{g}/0" for g in range(8)}

@@ -12,7 +12,7 @@ import pytest
 
 from agent.app.config import Settings
 from agent.backends.amd_exporter.exposition import read_records
-from agent.backends.amd_exporter.join import AmdExporterJoin, DmeKey, select
+from agent.backends.amd_exporter.join import AmdExporterJoin, DmeKey, select, shared_serials
 from agent.backends.registry import open_backend
 from agent.diagnostics.amd import exporter_join_findings
 from agent.diagnostics.verdict_basis import basis_findings
@@ -127,3 +127,44 @@ def test_demo_amd_virtual_joined_with_the_exporter_reads_counters_where_serials_
             assert verdicts["0"]["basis"] == "counters", verdicts["0"]
         finally:
             agent.kill()
+
+
+def test_records_sharing_a_serial_are_told_apart_by_gpu_id():
+    """An MI250X's two GCDs may read one board FRU (the fixture gives each package's GCDs one serial): serial alone
+    names two records, so gpu_id picks, and a gpu_id outside the pair matches nothing."""
+    records = read_records(fx.FILES["mi250x-profiler.prom"]()).records
+    assert select(records, DmeKey("PCB046982-0071", None, 1)).key == "1"
+    assert select(records, DmeKey("PCB046982-0071", None, 0)).key == "0"
+    assert select(records, DmeKey("PCB046982-0071", None, 5)) is None
+    assert select(records, DmeKey("PCB046984-0071", None, None)) is None
+    assert shared_serials(records) == [f"PCB0{46982 + n}-0071" for n in range(4)]
+    assert shared_serials(read_records(fx.FILES["mi300x-cpx-profiler.prom"]()).records) == []
+
+
+def test_the_join_matches_gpus_whose_serials_are_shared_by_gpu_id_and_doctor_says_so(monkeypatch):
+    """amdsmi and DME both give GPUs 3 and 4 one serial (GPU 3 runs a GEMM, 4 decodes): each still gets its own
+    profiler counters, matched by serial and then gpu_id."""
+    shared = {"0": "S-A", "1": "S-A", "2": "S-B", "3": "S-C", "4": "S-C", "5": "S-D", "6": "S-D", "7": "S-E"}
+    body = fx.replace_serials(fx.FILES["mi300x-spx-profiler.prom"](), shared)
+    with FakeExporter(body) as exporter:
+        backend = open_backend(Settings(backend="amd-virtual", amd_exporter_url=exporter.url))
+        try:
+            amdsmi = backend.inner.amdsmi
+            order = [getattr(h, "value", h) for h in amdsmi.amdsmi_get_processor_handles()]
+            board = amdsmi.amdsmi_get_gpu_board_info
+
+            def shared_board(handle):
+                return {**board(handle), "product_serial": shared[str(order.index(getattr(handle, "value", handle)))]}
+
+            monkeypatch.setattr(amdsmi, "amdsmi_get_gpu_board_info", shared_board)
+            backend.discover()
+            now = time.time()
+            records = backend.reader.records()
+            for gpu in ("3", "4"):
+                values = records[gpu].values
+                expected = values["gpu_prof_tensor_active_percent"] * values["gpu_prof_gui_util_percent"] / 1e4
+                assert backend.sample(gpu, now).tensor_active == pytest.approx(expected), gpu
+            assert backend.matched_by() == "serial+gpu_id" and backend.unmatched() == []
+            assert any("told apart by gpu_id" in f.detail for f in exporter_join_findings(backend, now))
+        finally:
+            backend.close()

@@ -9,10 +9,12 @@ import pytest
 
 from agent.app.config import Settings
 from agent.backends.amd_exporter.backend import AmdExporterBackend, amd_exporter_reader, profiler_advice
+from agent.backends.amd_exporter.boards import board_model
 from agent.backends.amd_exporter.exposition import read_records
 from agent.backends.amd_exporter.mapping import LINK_HOLD_S, LinkRates, profiled
 from agent.backends.amd_exporter.names import split
 from agent.backends.exposition_text import ExporterFormatError
+from agent.diagnostics.amd_exporter import board_findings, partition_findings
 from tests import amd_exporter_fixtures as fx
 
 T0 = 1_000_000.0
@@ -160,3 +162,50 @@ def test_doctor_says_whether_the_profiler_is_on_and_how_to_turn_it_on(name, stat
     assert profiler.status == status
     assert ("ProfilerMetrics" in profiler.detail) == (status == "warn"), profiler.detail
     assert basis in by_check["verdict basis"].detail, by_check["verdict basis"]
+
+
+@pytest.mark.parametrize("card, market", [("102-G30211-0C", "AMD Instinct MI300X"), ("102-G36218-0C", "AMD Instinct MI355X"),
+                                          ("102-G36212-0C", "AMD Instinct MI350X"), ("102-D65201", "AMD Instinct MI250X"),
+                                          ("102-d65201-0a", "AMD Instinct MI250X"), ("102-G39999-0C", None),
+                                          ("AMD Instinct MI300X OAM", None), ("", None)])
+def test_board_part_numbers_match_with_any_revision_suffix(card, market):
+    assert board_model(card) == market
+
+
+def test_mi250x_gcds_are_eight_gpus_with_per_gcd_peaks_and_ids_of_their_own():
+    backend = backend_over(fixture("mi250x-profiler.prom"))
+    infos = backend.devices
+    assert sorted(infos) == [str(g) for g in range(8)]
+    assert {i.spec.key for i in infos.values()} == {"mi250x"} and {i.partition for i in infos.values()} == {None}
+    assert infos["0"].spec.peak_flops["bf16"] == pytest.approx(fx.MI250X_PEAK_BF16)
+    assert len({i.uuid for i in infos.values()}) == 8 and infos["1"].uuid == "PCB046982-0071/gpu1"
+    sample = backend.sample("0", T0)
+    assert sample.power_w == fx.MI250X_GEMM[7], "MI2xx power: gpu_power_usage / gpu_average_package_power"
+    assert sample.temperature_c == 44 and sample.gr_active == pytest.approx(0.96), "edge temperature, gfx activity"
+    alone = fixture("mi250x-profiler.prom").replace("gpu_power_usage", "gpu_other_usage")
+    assert backend_over(alone).sample("0", T0).power_w == fx.MI250X_GEMM[7], "gpu_average_package_power alone"
+
+
+def test_mi355x_partitions_and_the_partition_0_only_exposition():
+    dpx = backend_over(fixture("mi355x-dpx-profiler.prom")).devices
+    assert len(dpx) == 16 and dpx["5/1"].spec.key == "mi355x-dpx" and dpx["5/1"].partition == "DPX/NPS1"
+    assert dpx["5/1"].spec.peak_flops["bf16"] == pytest.approx(fx.MI355X_PEAK_BF16 / 2)
+    only0 = read_records(fixture("mi355x-dpx-partition0-only.prom")).records
+    assert sorted(only0) == [f"{g}/0" for g in range(8)]
+    (finding,) = partition_findings(only0)
+    assert finding.status == "warn" and "8 partitioned GPU(s) list fewer partitions" in finding.detail
+    assert partition_findings(read_records(fixture("mi355x-dpx-profiler.prom")).records) == []
+    assert partition_findings(read_records(fixture("mi250x-profiler.prom")).records) == [], "GCDs are not partitions"
+    doubled = fixture("mi355x-dpx-profiler.prom").replace('gpu_partition_id="1"', 'gpu_partition_id="0"')
+    (repeat,) = partition_findings(read_records(doubled).records)
+    assert "partition id 0 on gpu_id 0, 1" in repeat.detail and "matched by gpu_id" in repeat.detail
+
+
+def test_an_unknown_board_gets_the_specs_entry_keyed_by_its_card_model():
+    body = fixture("mi355x-spx-profiler.prom").replace("102-G36218-0C", "102-G39999-0A")
+    backend = backend_over(body)
+    (finding,) = board_findings(backend.reader.records(), backend.devices)
+    assert "card_model '102-G39999-0A' on GPU(s) 0, 1, 2, 3, 4, 5, 6, 7" in finding.detail
+    assert 'specs: {"102-G39999-0A": {vendor: amd, bf16_tflops:' in finding.fix
+    assert board_findings(backend_over(fixture("mi355x-spx-profiler.prom")).reader.records(),
+                          backend_over(fixture("mi355x-spx-profiler.prom")).devices) == []

@@ -39,10 +39,23 @@ class VirtualAmdBackend(AmdBackend):
             raise BackendUnavailable(import_error_message(exc)) from None
         super().__init__(amdsmi, **kwargs)
 
+    def start_dme(self) -> str | None:
+        """Serve a virtual Device Metrics Exporter for this node when its scenario asks for one
+        (``amd: {device_metrics_exporter: true}``); its ``/metrics`` URL, or None."""
+        if not self.library.profile.device_metrics_exporter:
+            return None
+        from agent.virtual.fake_dme import VirtualDme
+
+        self.dme = VirtualDme(self.library)
+        return self.dme.url
+
     def warm_samples(self, now: float, seconds: float, interval_s: float = 1.0) -> list[GpuSample]:
         return self.virtual.warm_samples(now, seconds, interval_s)
 
     def close(self) -> None:
+        dme = getattr(self, "dme", None)
+        if dme is not None:
+            dme.close()
         super().close()
         self.library.close()
         self.virtual.close()

@@ -207,6 +207,9 @@ def open_amd_virtual(settings: Settings, reports: WorkloadSource | None = None) 
     except ImportError as exc:
         raise BackendUnavailable(f"amd-virtual needs the amdsmi Python package ({exc}); "
                                  "pip install 'roofwatch[amd]' (no ROCm needed for the simulation)") from None
+    dme = backend.start_dme() if not settings.amd_exporter_url else None  # the scenario's virtual DME, if any
+    if dme is not None:
+        settings = settings.model_copy(update={"amd_exporter_url": dme})
     return with_amd_exporter(settings, backend)
 
 

@@ -94,7 +94,8 @@ def compile_scenario(scenario: Scenario) -> CompiledFleet:
     for node in scenario.nodes:
         spec = spec_by_key(node.model)
         view = driver_view(node.model, spec)
-        counters = node.counters or default_counters(node.model, spec.vendor)
+        dme = getattr(getattr(node, "amd", None), "device_metrics_exporter", False)  # its profiler sees the pipes
+        counters = node.counters or ("full" if dme else default_counters(node.model, spec.vendor))
         targets = _node_devices(seed, node, spec, view, counters)
         fleet.devices[node.name] = [info for info, _ in targets]
         servers = _serving_jobs(node, spec, clocks)

@@ -93,6 +93,9 @@ class AmdProfile(StrictModel):
     na_metrics: list[str] = Field(
         default_factory=list, description="amdsmi_gpu_metrics_t fields the firmware leaves at all ones "
         "(the amdsmi package reports them as 'N/A').")
+    device_metrics_exporter: bool = Field(
+        False, description="True: the node also runs a virtual AMD Device Metrics Exporter (agent.virtual.fake_dme) "
+        "serving DME's /metrics with the profiler's series; amd-virtual joins it, so verdicts rest on counters.")
 
     @model_validator(mode="after")
     def _nps_within_partitions(self) -> "AmdProfile":

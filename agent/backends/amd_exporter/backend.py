@@ -5,10 +5,11 @@ with DME's names, units and partitions (:mod:`agent.backends.amd_exporter.mappin
 The model comes from the labels: ``card_series`` (an optional label) where enabled, else
 ``card_model``. gpuagent fills ``card_model`` with amdsmi's board model number (``102-G30211-0C``
 on an MI300X: ROCm/device-metrics-exporter PR #329), which the catalogue does not hold, so the board
-numbers known from the exporter's own material are listed in :data:`BOARD_MODELS`; any other is
-resolved by name as the driver name would be, and a ``specs:`` entry keyed by the ``card_model``
-value covers a board neither knows (docs/specs.md). A partition is held to its share of the peaks
-(:func:`agent.model.specs.partition_slice_spec`), as amdsmi partitions are.
+numbers known from published material are listed in :mod:`agent.backends.amd_exporter.boards`; any
+other is resolved by name as the driver name would be, and a ``specs:`` entry keyed by the ``card_model``
+value covers a board neither knows (docs/specs.md; ``roofwatch doctor`` prints it). A partition is held
+to its share of the peaks (:func:`agent.model.specs.partition_slice_spec`), as amdsmi partitions are; an
+MI250X GCD is a device of its own (its own ``gpu_id``) and the catalogue's MI250X entry is already per GCD.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import logging
 import time
 from typing import Any, Callable, Mapping
 
+from agent.backends.amd_exporter.boards import board_model
 from agent.backends.amd_exporter.exposition import MAX_GPUS, AmdRecord, read_records
 from agent.backends.amd_exporter.mapping import (
     DEFAULT_WINDOW_US,
@@ -35,10 +37,6 @@ log = logging.getLogger("roofwatch.amd_exporter")
 SOURCE = "amd-exporter"
 UNNAMED_MODEL = "AMD GPU (model not exported)"
 
-BOARD_MODELS = {"102-G30211-0C": "AMD Instinct MI300X"}
-"""amdsmi board model numbers (DME's ``card_model``) -> the market name the catalogue knows. Source:
-an MI300X exposition in ROCm/device-metrics-exporter PR #329 (host smc300x-*, SPX)."""
-
 DME = Dialect(source=SOURCE, parse=read_records, energy="gpu_energy_consumed", power="gpu_package_power",
               no_gpu="the exposition has Device Metrics Exporter series but none names a GPU (no gpu_id label)",
               stopped="gpuagent stopped updating (hung or restarted)")
@@ -53,11 +51,25 @@ def amd_exporter_reader(url: str, *, interval_s: float = 5.0, timeout_s: float =
 
 
 def device_model(record: AmdRecord) -> str:
-    """The market name where a label or :data:`BOARD_MODELS` gives it, else the label as printed."""
+    """The market name where a label's board part number is known
+    (:data:`agent.backends.amd_exporter.boards.BOARD_MODELS`), else the label as printed."""
     for name in (record.series, record.model):
-        if name and name in BOARD_MODELS:
-            return BOARD_MODELS[name]
+        known = board_model(name)
+        if known:
+            return known
     return record.series or record.model or UNNAMED_MODEL
+
+
+def device_uuid(record: AmdRecord, records: Mapping[str, AmdRecord]) -> str:
+    """An id unique on the node without the optional ``gpu_uuid`` label: the board serial, with the partition id
+    on a partitioned GPU, and with ``gpu_id`` where unpartitioned devices share a serial (an MI250X's two GCDs
+    may read one board FRU); ``amd-exporter-gpu-<gpu_id>`` without a serial."""
+    if not record.serial:
+        return f"amd-exporter-gpu-{record.gpu_id}"
+    if record.partitions > 1:
+        return f"{record.serial}/{record.partition}"
+    shared = sum(1 for r in records.values() if r.serial == record.serial and r.partitions <= 1) > 1
+    return f"{record.serial}/gpu{record.gpu_id}" if shared else record.serial
 
 
 def device_spec(record: AmdRecord) -> GpuSpec | None:
@@ -93,8 +105,7 @@ class AmdExporterBackend(ExporterBackend):
         spec = device_spec(record)
         values = sample_values(record, spec, self.window_us)
         modes = "/".join(m.upper() for m in (record.partition_type, record.memory_partition_type) if m) or None
-        uuid = record.uuid or (f"{record.serial}/{record.partition}" if record.serial and record.partitions > 1
-                               else record.serial) or f"amd-exporter-gpu-{record.gpu_id}"
+        uuid = record.uuid or device_uuid(record, records)
         return DeviceInfo(gpu=record.key, uuid=uuid, vendor="amd", model=device_model(record),
                           memory_total_bytes=values.get("mem_total_bytes"), sm_clock_max_mhz=values.get("sm_clock_max_mhz"),
                           spec=spec, partition=modes if record.partitions > 1 else None,

@@ -73,12 +73,27 @@ def by_serial(records: Mapping[str, AmdRecord]) -> bool:
 
 
 def select(records: Mapping[str, AmdRecord], key: DmeKey) -> AmdRecord | None:
-    """The DME record for ``key``: by serial and partition, or by ``gpu_id`` where serials are missing."""
+    """The DME record for ``key``: by serial and partition, or by ``gpu_id`` where serials are missing. Where one
+    serial and partition name several records (an MI250X's two GCDs reading one board FRU, or a DME release that
+    repeats a partition id: issue #495), ``gpu_id`` picks among them; none matches when it names none of them."""
     if key.serial and by_serial(records):
-        return next((r for r in records.values() if r.serial == key.serial and _partition(r) == key.partition), None)
+        same = [r for r in records.values() if r.serial == key.serial and _partition(r) == key.partition]
+        if len(same) <= 1:
+            return same[0] if same else None
+        return next((r for r in same if key.index is not None and r.gpu_id == str(key.index)), None)
     if key.index is None:
         return None
     return next((r for r in records.values() if r.gpu_id == str(key.index)), None)
+
+
+def shared_serials(records: Mapping[str, AmdRecord]) -> list[str]:
+    """Serials (with partition) that name more than one DME record, where the join falls back to ``gpu_id``."""
+    seen: dict[tuple[str, int | None], int] = {}
+    for r in records.values():
+        if r.serial:
+            seen[(r.serial, _partition(r))] = seen.get((r.serial, _partition(r)), 0) + 1
+    return sorted(f"{serial}" + (f" partition {part}" if part is not None else "")
+                  for (serial, part), n in seen.items() if n > 1)
 
 
 def _handle_id(handle: Any) -> Any:
@@ -146,9 +161,13 @@ class AmdExporterJoin(ExporterJoin):
                 if name in PROFILER_FIELDS and (getattr(sample, name) is None or name == "dram_active")}
 
     def matched_by(self) -> str:
-        """``serial`` or ``gpu_id``: how the latest exposition is matched (doctor)."""
+        """``serial``, ``serial+gpu_id`` (serials shared by several records, told apart by ``gpu_id``) or ``gpu_id``:
+        how the latest exposition is matched (doctor)."""
         keys = [k for k in self.join_keys().values() if k is not None]
-        return "serial" if keys and all(k.serial for k in keys) and by_serial(self.reader.records()) else "gpu_id"
+        records = self.reader.records()
+        if not (keys and all(k.serial for k in keys) and by_serial(records)):
+            return "gpu_id"
+        return "serial+gpu_id" if shared_serials(records) else "serial"
 
     def unmatched(self) -> list[str]:
         """DME devices that no amdsmi device matches (``gpu_id`` and serial): a join warning in doctor."""

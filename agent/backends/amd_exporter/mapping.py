@@ -158,7 +158,8 @@ def sample_values(record: AmdRecord, spec: GpuSpec | None, window_us: float, lin
     if "dram_active" not in out and record.primary and (umc := _percent(v.get("gpu_umc_activity"))) is not None:
         out["dram_active"] = umc
     if record.primary:
-        power = next((v[n] for n in ("gpu_package_power", "gpu_power_usage") if v.get(n, -1) >= 0), None)
+        power = next((v[n] for n in ("gpu_package_power", "gpu_power_usage", "gpu_average_package_power")
+                      if v.get(n, -1) >= 0), None)  # the last is MI2xx's (metricslist.md "MI2xx-Only Metrics")
         if power is not None:
             out["power_w"] = power
         if v.get("gpu_energy_consumed", -1) >= 0:

@@ -1,0 +1,154 @@
+"""A virtual AMD Device Metrics Exporter (DME) beside the fake libamd_smi, so the demo's AMD node can show the
+profiler's counters (docs/amd.md, "AMD Device Metrics Exporter as a source").
+
+A real DME reads the GPUs through gpuagent (amdsmi) and, when ``ProfilerMetrics`` is on, through rocpctl
+(rocprofiler); it serves them on ``/metrics`` in its own names and labels. This one serves the same names and label
+set (the 1.5.x layout of tests/fixtures/amd-exporter, whose README cites each), rendered from the virtual samples
+the fake libamd_smi last played for each processor (:attr:`AmdDevice.latest`: it consumes no sample span of its
+own), so the amdsmi backend and this exporter describe the same GPUs at the same moment, as on a node:
+
+* labels: ``gpu_id`` = the device's position in amdsmi's processor list, ``serial_number`` = the fake's board
+  serial (:func:`board_serial`, shared by a GPU's partitions), ``gpu_partition_id`` = KFD's partition id,
+  ``card_model`` = the board part number the catalogue's model is known by
+  (:mod:`agent.backends.amd_exporter.boards`);
+* profiler values per window of :data:`WINDOW_US`: GPU_UTIL = the sample's ``gr_active``; MfmaUtil, VALUBusy and
+  occupancy = ``tensor_active``/``sm_active``/``sm_occupancy`` over ``gr_active`` (DME's are shares of GPU-active
+  cycles); TOTAL_16_OPS = ``tensor_active`` x the device's BF16 peak x the window; FETCH/WRITE_SIZE = ``dram_active``
+  x the device's bandwidth x the window, in KiB (a fifth written);
+* the whole GPU's activity, power and clock on partition 0 only, as DME prints them (metricslist.md:77-95).
+
+It is a simulation of the format, not of DME's sampling: every value is the latest sample's, not one 1 ms window
+every 10 s. Optional (``amd: {device_metrics_exporter: true}`` in a scenario), so the default demo stays amdsmi alone.
+"""
+
+from __future__ import annotations
+
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from agent.virtual.fake_amdsmi.api_identity import board_serial
+
+WINDOW_US = 1000.0
+"""The profiler window the values are rendered for: DME's default from 1.4.1 (the agent's default too)."""
+PARTS = {"mi300x": "102-G30211-0C", "mi355x": "102-G36218-0C", "mi350x": "102-G36212-0C", "mi250x": "102-D65201"}
+"""Catalogue key -> the board part number DME would print as ``card_model`` (sources: amd_exporter/boards.py)."""
+MIB = 1024 * 1024
+
+
+def _g(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() and abs(value) < 1e15 else f"{value:.6g}"
+
+
+def _labels(labels: dict[str, str]) -> str:
+    return ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+
+
+def device_labels(library: Any, dev: Any) -> dict[str, str]:
+    """DME 1.5's mandatory GPU labels for one fake amdsmi processor."""
+    profile = library.profile
+    model = library.node.model
+    partitioned = len(library._socket_of(dev).devices) > 1
+    return {"card_model": PARTS.get(model, ""), "container": "", "deployment_mode": "baremetal",
+            "gpu_compute_partition_type": profile.compute_partition.lower() if model != "mi250x" else "none",
+            "gpu_id": str(library._ordinal(dev)),
+            "gpu_memory_partition_type": profile.memory_partition.lower() if model != "mi250x" else "none",
+            "gpu_partition_id": str(dev.partition if partitioned else 0), "hostname": library.backend.node,
+            "job_id": "", "job_partition": "", "job_user": "", "namespace": "", "pod": "",
+            "serial_number": board_serial(library.backend.node, dev.index)}
+
+
+def _profiler(sample: Any, spec: Any) -> dict[str, float]:
+    gr = sample.gr_active or 0.0
+    out = {"gpu_prof_gui_util_percent": 100.0 * gr}
+
+    def of_active(value: float | None) -> float:
+        return min(100.0, 100.0 * value / gr) if value and gr > 0 else 0.0
+
+    out["gpu_prof_tensor_active_percent"] = of_active(sample.tensor_active)
+    out["gpu_prof_sm_active"] = of_active(sample.sm_active)
+    out["gpu_prof_occupancy_percent"] = of_active(sample.sm_occupancy)
+    window_s = WINDOW_US * 1e-6
+    peak16 = spec.peak_flops.get("bf16") if spec is not None else None
+    if peak16:
+        out["gpu_prof_total_16_ops"] = (sample.tensor_active or 0.0) * peak16 * window_s
+    bandwidth = spec.mem_bandwidth_bytes_per_s if spec is not None else None
+    if bandwidth and sample.dram_active is not None:
+        kib = sample.dram_active * bandwidth * window_s / 1024
+        out["gpu_prof_fetch_size"], out["gpu_prof_write_size"] = kib * 0.8, kib * 0.2
+    return out
+
+
+def render(library: Any) -> str:
+    """The ``/metrics`` body DME would serve for the fake library's node, from each processor's latest sample."""
+    families: dict[str, list[str]] = {}
+
+    def add(name: str, labels: dict[str, str], value: float) -> None:
+        families.setdefault(name, []).append(f"{name}{{{_labels(labels)}}} {_g(value)}")
+
+    for dev in library.devices:
+        labels = device_labels(library, dev)
+        info = dev.info
+        if info.memory_total_bytes:
+            add("gpu_total_vram", labels, info.memory_total_bytes // MIB)
+        sample = dev.latest
+        if sample is None:
+            continue
+        primary = labels["gpu_partition_id"] == "0"
+        socket = library._socket_of(dev).devices
+        if sample.mem_used_bytes is not None:
+            add("gpu_used_vram", labels, sample.mem_used_bytes // MIB)
+        if sample.gr_active is not None:
+            add("gpu_gfx_busy_instantaneous", {**labels, "xcc_index": "0"}, round(100 * sample.gr_active))
+        if primary:
+            latest = [d.latest for d in socket if d.latest is not None]
+            gr = [s.gr_active for s in latest if s.gr_active is not None]
+            if gr:
+                add("gpu_gfx_activity", labels, round(100 * sum(gr) / len(gr)))
+            watts = [s.power_w for s in latest if s.power_w is not None]
+            if watts:
+                power = "gpu_average_package_power" if library.node.model == "mi250x" else "gpu_package_power"
+                add(power, labels, round(sum(watts)))
+            if sample.sm_clock_mhz is not None:
+                add("gpu_clock", {**labels, "clock_index": "0", "clock_type": "system"}, round(sample.sm_clock_mhz))
+        for name, value in _profiler(sample, info.spec).items():
+            add(name, labels, value)
+    lines = ["# HELP gpu_nodes_total Number of GPUs in the node", "# TYPE gpu_nodes_total gauge",
+             f'gpu_nodes_total{{hostname="{library.backend.node}"}} {len(library.devices)}']
+    for name in sorted(families):
+        lines += [f"# TYPE {name} gauge", *families[name]]
+    return "\n".join(lines) + "\n"
+
+
+class VirtualDme:
+    """DME's ``/metrics`` for one fake libamd_smi, on 127.0.0.1 and a free port, until :meth:`close`."""
+
+    def __init__(self, library: Any, host: str = "127.0.0.1", port: int = 0) -> None:
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - the http.server name
+                if self.path.split("?")[0] != "/metrics":
+                    self.send_error(404)
+                    return
+                body = render(owner.library).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:  # the agent's log is not the place for each scrape
+                return
+
+        self.library = library
+        self._server = ThreadingHTTPServer((host, port), Handler)
+        self._server.daemon_threads = True
+        self.url = f"http://{host}:{self._server.server_address[1]}/metrics"
+        self._thread = threading.Thread(target=self._server.serve_forever, name="virtual-dme", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
