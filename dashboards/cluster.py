@@ -65,8 +65,8 @@ def build() -> Dashboard:
                   "MFU over GPUs that are not idle: how well the running work uses the GPUs it has. "
                   "Fleet MFU far below this means idle capacity; this one low means the jobs themselves "
                   "are inefficient (open the Job dashboard of the worst jobs below).",
-                  f'avg(roofwatch:gpu_mfu:ratio{{{C}}} and on (node, gpu, uuid) '
-                  f'(roofwatch_gpu_workload_class{{{C}, class="idle"}} == 0))', "percentunit")
+                  f'avg(roofwatch:gpu_mfu:ratio{{{C}}} unless on (node, gpu, uuid) '
+                  f'(roofwatch_gpu_workload_class{{{C}, class="idle"}} == 1))', "percentunit")
             .thresholds(MFU_STEPS).color_mode(cm.BigValueColorMode.BACKGROUND))
         .with_panel(
             stat_panel("GPUs",

@@ -45,6 +45,7 @@ class AgentHTTPServer:
         clock: Callable[[], float] = time.time,
         reports: ReportStore | None = None,
         gpu_labels: Sequence[str] = (),
+        optional_metrics: Sequence[str] = (),
         web: WebConfig | None = None,
         limits: ListenerLimits | None = None,
     ) -> None:
@@ -55,7 +56,7 @@ class AgentHTTPServer:
         self.get_snapshot = get_snapshot
         self.reports = reports
         self.exposition = ExpositionCache(get_snapshot, max_processes_per_gpu=max_processes_per_gpu,
-                                          gpu_labels=gpu_labels)
+                                          gpu_labels=gpu_labels, optional_metrics=optional_metrics)
         self.stale_after_s = stale_after_s
         self.clock = clock
         self.max_concurrent = limits.max_in_flight

@@ -30,7 +30,8 @@ GPU_SAMPLE_ERRORS = MetricDef(
     GPU_LABELS, nvidia="collector", amd="collector", virtual="collector",
 )
 GPU_PEAK_FLOPS = MetricDef(
-    "roofwatch_gpu_peak_flops", "gauge", "flops", "Dense peak FLOP/s of this GPU (or slice) per math precision.",
+    "roofwatch_gpu_peak_flops", "gauge", "flops", "Dense peak FLOP/s of this GPU (or slice) for the precision its roofline is drawn for (the verdict's "
+    "dtype); every precision when optional_metrics lists roofline_detail.",
     GPU_LABELS + ("dtype",), nvidia="spec catalogue", amd="spec catalogue", virtual="spec catalogue",
 )
 GPU_PEAK_BANDWIDTH = MetricDef(

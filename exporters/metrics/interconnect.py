@@ -23,7 +23,7 @@ FABRIC_LINK_BYTES = MetricDef(
     "roofwatch_gpu_fabric_link_bytes_total", "counter", "bytes",
     "Bytes over each GPU-to-GPU link since the driver loaded (rx = read by this GPU, tx = written).",
     GPU_LABELS + ("link", "direction"), nvidia="—", amd="xgmi_read_data_acc / xgmi_write_data_acc x 1024 (partition 0)",
-    virtual="—",
+    virtual="—", optional="fabric_links",
 )
 FABRIC_LINK_UP = MetricDef(
     "roofwatch_gpu_fabric_link_up", "gauge", "boolean", "1 while a GPU-to-GPU link is up, 0 when it is down.",

@@ -115,14 +115,14 @@ SAMPLE_GAUGES: tuple[SampleGauge, ...] = (
 
 PIPE_ACTIVE = MetricDef(
     "roofwatch_gpu_pipe_active_ratio", "gauge", "ratio", "Fraction of cycles a non-tensor math pipe was active.",
-    GPU_LABELS + ("pipe",), nvidia="GPM FP64_UTIL / FP32_UTIL / FP16_UTIL (Hopper+)", amd="—",
+    GPU_LABELS + ("pipe",), nvidia="GPM FP64_UTIL / FP32_UTIL / FP16_UTIL (Hopper+)", amd="—", optional="pipes",
 )
 PIPE_FIELDS: tuple[tuple[str, str], ...] = (("fp64", "fp64_active"), ("fp32", "fp32_active"), ("fp16", "fp16_active"))
 
 TENSOR_PIPE_ACTIVE = MetricDef(
     "roofwatch_gpu_tensor_pipe_active_ratio", "gauge", "ratio",
     "Fraction of cycles each tensor pipe was active: hmma (FP16/BF16/TF32/FP8), imma (INT8), dmma (FP64), dfma.",
-    GPU_LABELS + ("pipe",), nvidia="GPM HMMA / IMMA / DMMA / DFMA_TENSOR_UTIL (Hopper+)", amd="—",
+    GPU_LABELS + ("pipe",), nvidia="GPM HMMA / IMMA / DMMA / DFMA_TENSOR_UTIL (Hopper+)", amd="—", optional="pipes",
 )
 TENSOR_PIPE_FIELDS: tuple[tuple[str, str], ...] = (
     ("hmma", "tensor_hmma_active"), ("imma", "tensor_imma_active"), ("dmma", "tensor_dmma_active"),
@@ -130,7 +130,8 @@ TENSOR_PIPE_FIELDS: tuple[tuple[str, str], ...] = (
 
 CLOCK_EVENT_ACTIVE = MetricDef(
     "roofwatch_gpu_clock_event_active", "gauge", "boolean",
-    "1 while this clocks-event reason holds the clock down (power cap, thermal, ...), else 0.",
+    "1 while this clocks-event reason holds the clock down (power cap, thermal, ...); the reasons not active "
+    "are absent unless optional_metrics lists one_hot_zeros (then 0).",
     GPU_LABELS + ("reason",), nvidia="nvmlDeviceGetCurrentClocksEventReasons",
     amd="ppt / socket_thm / hbm_thm / prochot residency accumulators rising during the interval",
 )

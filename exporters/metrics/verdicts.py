@@ -12,7 +12,8 @@ from exporters.metrics.labels import GPU_LABELS
 _CLS = "classifier"
 WORKLOAD_CLASS = MetricDef(
     "roofwatch_gpu_workload_class", "gauge", "boolean",
-    "1 for the class that bounds this GPU now, 0 for the others (all seven classes always present).",
+    "1 for the class that bounds this GPU now (every GPU has exactly one: unknown while it has no verdict); the "
+    "other classes are absent unless optional_metrics lists one_hot_zeros (then 0).",
     GPU_LABELS + ("class",), nvidia=_CLS, amd=_CLS, virtual=_CLS,
 )
 WORKLOAD_CONFIDENCE = MetricDef(
@@ -23,7 +24,7 @@ WORKLOAD_CONFIDENCE = MetricDef(
 WORKLOAD_SCORE = MetricDef(
     "roofwatch_gpu_workload_score_ratio", "gauge", "ratio",
     "How strongly this window matches each class (0..1), before hysteresis.",
-    GPU_LABELS + ("class",), nvidia=_CLS, amd=_CLS, virtual=_CLS,
+    GPU_LABELS + ("class",), nvidia=_CLS, amd=_CLS, virtual=_CLS, optional="scores",
 )
 WORKLOAD_REASON = MetricDef(
     "roofwatch_gpu_workload_reason_info", "info", "",
@@ -95,11 +96,12 @@ RIDGE_POINT = MetricDef(
     "roofwatch_gpu_ridge_point_flops_per_byte", "gauge", "FLOP per byte",
     "Peak FLOP/s / peak bandwidth for the dtype: below it the memory roof binds first.",
     GPU_LABELS + ("dtype",), nvidia="spec catalogue", amd="spec catalogue", virtual="spec catalogue",
+    optional="roofline_detail",
 )
 ROOF_HEADROOM = MetricDef(
     "roofwatch_gpu_roof_headroom_ratio", "gauge", "ratio",
     "1 - achieved / peak for each roof (compute for the dtype, memory): 0 means at the roof.",
-    GPU_LABELS + ("roof",), nvidia=_CLS, amd=_CLS, virtual=_CLS,
+    GPU_LABELS + ("roof",), nvidia=_CLS, amd=_CLS, virtual=_CLS, optional="roofline_detail",
 )
 MFU = MetricDef(
     "roofwatch_gpu_mfu_ratio", "gauge", "ratio",
