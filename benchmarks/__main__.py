@@ -20,7 +20,7 @@ from pathlib import Path
 
 import psutil
 
-from benchmarks import collector_cost, hostile, memory_soak, scrape
+from benchmarks import collector_cost, hostile, memory_soak, otlp_push, scrape
 from benchmarks.figures import Figure, table
 
 
@@ -50,6 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     cost, runs = collector_cost.run(args.quick)
     figures += cost
     figures += scrape.run(args.quick)
+    figures += otlp_push.run(args.quick)
     figures += hostile.run(args.quick, baseline=not args.no_listener_baseline)
     figures += hostile.neighbours(args.quick)
     if not args.no_soak:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import gzip
 import platform
-from typing import Callable, Iterable, Iterator, Sequence
+from typing import Callable, Collection, Iterable, Iterator, Sequence
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -36,30 +36,38 @@ class SnapshotCollector(Collector):
     """Yields every family in :data:`exporters.metrics.METRICS` from ``get_snapshot()``."""
 
     def __init__(self, get_snapshot: Callable[[], NodeSnapshot], *, max_processes_per_gpu: int = 16,
-                 gpu_labels: Sequence[str] = ()) -> None:
+                 gpu_labels: Sequence[str] = (), optional_metrics: Collection[str] = ()) -> None:
         self._get_snapshot = get_snapshot
         self._max_processes = max_processes_per_gpu
         self._gpu_labels = tuple(gpu_labels)
+        self._optional = frozenset(optional_metrics)
 
     def describe(self) -> Iterable[Metric]:
         return []  # families depend on the snapshot; skip the registry's eager collect()
 
     def collect(self) -> Iterator[Metric]:
         yield from families_for(self._get_snapshot(), max_processes_per_gpu=self._max_processes,
-                                gpu_labels=self._gpu_labels)
+                                gpu_labels=self._gpu_labels, optional_metrics=self._optional)
 
 
-def families_for(snapshot: NodeSnapshot, *, max_processes_per_gpu: int = 16, gpu_labels: Sequence[str] = ()) -> list[Metric]:
+def families_for(snapshot: NodeSnapshot, *, max_processes_per_gpu: int = 16, gpu_labels: Sequence[str] = (),
+                 optional_metrics: Collection[str] = ()) -> list[Metric]:
     """Build all metric families for one snapshot (pure: the same snapshot gives the same output).
 
     ``gpu_labels`` (a subset of :data:`exporters.metrics.ATTRIBUTION_LABELS`) are added to every
     per-GPU series, valued from the GPU's current attribution ("" when unknown). Series are built
     from the snapshot on every scrape, so when a job or pod ends its labelled series simply stop
     being exposed: nothing stale is left behind in the agent.
+
+    ``optional_metrics`` names the :data:`exporters.metrics.OPTIONAL_GROUPS` to export beside the
+    default set; a family of a group not named is left out whole (no HELP/TYPE either).
     """
     unknown = set(gpu_labels) - set(m.ATTRIBUTION_LABELS)
     if unknown:
         raise ValueError(f"gpu_labels: {sorted(unknown)} not in {list(m.ATTRIBUTION_LABELS)}")
+    optional = frozenset(optional_metrics)
+    if optional - set(m.OPTIONAL_GROUPS):
+        raise ValueError(f"optional_metrics: {sorted(optional - set(m.OPTIONAL_GROUPS))} not in {list(m.OPTIONAL_GROUPS)}")
     fam = Families(tuple(gpu_labels))
     node = snapshot.node
     node_labels = [node]
@@ -96,11 +104,20 @@ def families_for(snapshot: NodeSnapshot, *, max_processes_per_gpu: int = 16, gpu
     node_gauge(m.HOST_CPU_PRESSURE, node_labels, host.cpu_pressure_ratio if host else None)
     node_gauge(m.HOST_CPU_UTILIZATION, node_labels, host.cpu_utilization_ratio if host else None)
 
-    out.extend(_device_families(fam, node, snapshot.devices, max_processes_per_gpu))
-    out.extend(_verdict_families(fam, node, snapshot))
+    roofline_dtype = {v.gpu: v.roofline.dtype for v in snapshot.verdicts}
+    out.extend(_device_families(fam, node, snapshot.devices, max_processes_per_gpu, optional, roofline_dtype))
+    out.extend(_verdict_families(fam, node, snapshot, zeros="one_hot_zeros" in optional))
     out.extend(nic_families(node, snapshot.nics))
     out.extend(serving_families(fam, node, snapshot))
-    return clip_labels(out)
+    return clip_labels(_opted_in(out, optional))
+
+
+_OPTIONAL_FAMILIES = {d.family_name: d.optional for d in m.METRICS if d.optional}
+
+
+def _opted_in(families: list[Metric], optional: frozenset[str]) -> list[Metric]:
+    """``families`` less those of an optional group not asked for."""
+    return [f for f in families if _OPTIONAL_FAMILIES.get(f.name, "") in optional or f.name not in _OPTIONAL_FAMILIES]
 
 
 def clip_labels(families: list[Metric]) -> list[Metric]:
@@ -121,7 +138,16 @@ def clip_labels(families: list[Metric]) -> list[Metric]:
     return families
 
 
-def _device_families(fam: Families, node: str, devices: tuple[DeviceState, ...], max_processes: int) -> list[Metric]:
+def _device_families(fam: Families, node: str, devices: tuple[DeviceState, ...], max_processes: int,
+                     optional: frozenset[str], roofline_dtype: dict[str, str]) -> list[Metric]:
+    """Identity, readings, counters, health and processes per GPU.
+
+    Peak FLOP/s are constants: by default only the precision the verdict's roofline uses is
+    exported (what the node dashboard's roofline reads), every precision with ``roofline_detail``.
+    A clock-event reason is exported while active; the inactive ones (value 0) with
+    ``one_hot_zeros``.
+    """
+    every_peak, inactive_reasons = "roofline_detail" in optional, "one_hot_zeros" in optional
     info = fam.info(m.GPU_INFO)
     up, last, errors = fam.gauge(m.GPU_UP), fam.gauge(m.GPU_LAST_SAMPLE), fam.counter(m.GPU_SAMPLE_ERRORS)
     peak_flops, peak_bw = fam.gauge(m.GPU_PEAK_FLOPS), fam.gauge(m.GPU_PEAK_BANDWIDTH)
@@ -158,7 +184,8 @@ def _device_families(fam: Families, node: str, devices: tuple[DeviceState, ...],
             last.add_metric(labels, device.last_success_ts)
         if spec is not None:
             for dtype, flops in spec.peak_flops.items():
-                peak_flops.add_metric(labels + [dtype], flops)
+                if every_peak or roofline_dtype.get(d.gpu) == dtype:
+                    peak_flops.add_metric(labels + [dtype], flops)
             if spec.mem_bandwidth_bytes_per_s:
                 peak_bw.add_metric(labels, spec.mem_bandwidth_bytes_per_s)
 
@@ -197,7 +224,10 @@ def _device_families(fam: Families, node: str, devices: tuple[DeviceState, ...],
                 tensor_pipes.add_metric(labels + [pipe], value)
         if sample.clock_event_reasons is not None:
             for reason, bit in CLOCK_EVENT_REASONS.items():
-                clock_events.add_metric(labels + [reason], 1.0 if sample.clock_event_reasons & bit else 0.0)
+                if sample.clock_event_reasons & bit:
+                    clock_events.add_metric(labels + [reason], 1.0)
+                elif inactive_reasons:
+                    clock_events.add_metric(labels + [reason], 0.0)
         for reason, seconds in (sample.clock_event_time_s or {}).items():
             clock_event_time.add_metric(labels + [reason], seconds)
         for kind, count in (("corrected", sample.ecc_corrected_errors), ("uncorrected", sample.ecc_uncorrected_errors)):
@@ -226,11 +256,12 @@ def _device_families(fam: Families, node: str, devices: tuple[DeviceState, ...],
             *processes.families()]
 
 
-def _verdict_families(fam: Families, node: str, snapshot: NodeSnapshot) -> list[Metric]:
+def _verdict_families(fam: Families, node: str, snapshot: NodeSnapshot, *, zeros: bool = False) -> list[Metric]:
     """Class, confidence, scores, reasons, roofline and MFU/MBU per GPU.
 
-    The class one-hot, confidence and reason series exist for every GPU at all times (a GPU
-    without a verdict yet, or down, reads ``unknown``), so their count per GPU is fixed; the
+    Every GPU has, at all times, its class's one-hot series at 1 (a GPU without a verdict yet, or
+    down, reads ``unknown``), its confidence and its reason series, so their count per GPU is
+    fixed; the six other classes' 0 series only with ``zeros`` (optional ``one_hot_zeros``). The
     measured values are absent while unknown, as everywhere else in roofwatch.
     """
     gauge = fam.gauge
@@ -247,7 +278,8 @@ def _verdict_families(fam: Families, node: str, snapshot: NodeSnapshot) -> list[
         verdict = verdicts.get(device.info.gpu) if device.up else None
         cls = verdict.cls if verdict else "unknown"
         for name in WORKLOAD_CLASSES:
-            one_hot.add_metric(labels + [name], 1.0 if name == cls else 0.0)
+            if name == cls or zeros:
+                one_hot.add_metric(labels + [name], 1.0 if name == cls else 0.0)
         confidence.add_metric(labels, verdict.confidence if verdict else 0.0)
         if verdict is None:
             reason.add_metric(labels, {"class": "unknown", "detail": "warming_up" if device.up else "gpu_down", "throttle": "none",
@@ -290,11 +322,14 @@ class ExpositionCache:
     """
 
     def __init__(self, get_snapshot: Callable[[], NodeSnapshot], *, max_processes_per_gpu: int = 16,
-                 gpu_labels: Sequence[str] = ()) -> None:
+                 gpu_labels: Sequence[str] = (), optional_metrics: Collection[str] = ()) -> None:
         self._get_snapshot = get_snapshot
         self._max_processes = max_processes_per_gpu
         self._gpu_labels = tuple(gpu_labels)
+        self._optional = frozenset(optional_metrics)
         self._cache = PerSnapshotCache()
+        self.extra_families: Callable[[NodeSnapshot], list[Metric]] | None = None
+        """Families served after the snapshot's, from the same snapshot (the OTLP push's own counters)."""
 
     def cached(self, content_type: str, *, gzipped: bool = False) -> bytes | None:
         """The current snapshot's exposition if already rendered, else None: the listener's event loop
@@ -306,11 +341,26 @@ class ExpositionCache:
         """The exposition of the current snapshot; ``gzipped`` compresses it, also once per snapshot
         (Prometheus asks for gzip on every scrape)."""
         def encode(snapshot: NodeSnapshot) -> bytes:
-            return encode_exposition(SnapshotCollector(lambda: snapshot, max_processes_per_gpu=self._max_processes,
-                                                       gpu_labels=self._gpu_labels), encoder)
+            collector = SnapshotCollector(lambda: snapshot, max_processes_per_gpu=self._max_processes,
+                                          gpu_labels=self._gpu_labels, optional_metrics=self._optional)
+            extra = self.extra_families
+            if extra is not None:
+                collector = _Joined(collector, lambda: extra(snapshot))
+            return encode_exposition(collector, encoder)
 
         snapshot = self._get_snapshot()
         plain = self._cache.get(snapshot, content_type, encode)
         if not gzipped:
             return plain
         return self._cache.get(snapshot, (content_type, "gzip"), lambda _: gzip.compress(plain, compresslevel=1))
+
+
+class _Joined(Collector):
+    """A collector's families followed by ``extra()``'s, as one collector for the encoders."""
+
+    def __init__(self, first: Collector, extra: Callable[[], list[Metric]]) -> None:
+        self._first, self._extra = first, extra
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._first.collect()
+        yield from clip_labels(self._extra())

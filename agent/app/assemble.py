@@ -89,3 +89,22 @@ def attach_recorder(collector, path: str, settings: Settings):
         raise CliError(f"cannot write trace {path}: {exc.strerror or exc}") from None
     collector.add_listener(recorder)
     return recorder
+
+
+def open_otlp(settings: Settings, get_snapshot):
+    """The OTLP pusher the settings and ``OTEL_EXPORTER_OTLP_*`` ask for (docs/otlp.md), not started; None when
+    OTLP is off. Its families are those ``/metrics`` renders, with the same options; a value it cannot use
+    is a usage error naming the setting or variable."""
+    from agent.app.cli_base import EXIT_USAGE
+    from exporters.otlp import open_pusher
+    from exporters.otlp.endpoint import OtlpConfigError, resolve
+
+    try:
+        config = resolve(settings)
+    except OtlpConfigError as exc:
+        raise CliError(str(exc), EXIT_USAGE) from None
+    if config is None:
+        return None
+    options = {"max_processes_per_gpu": settings.max_processes_per_gpu, "gpu_labels": settings.gpu_labels,
+               "optional_metrics": settings.optional_metrics}  # the same families /metrics serves
+    return open_pusher(config, get_snapshot, family_options=options)

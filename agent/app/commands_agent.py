@@ -10,7 +10,7 @@ import threading
 from typing import Any, Callable
 
 from agent import __version__
-from agent.app.assemble import attach_recorder, open_collector
+from agent.app.assemble import attach_recorder, open_collector, open_otlp
 from agent.app.cli_base import (
     DEMO_BACKENDS,
     DEMO_LISTEN,
@@ -49,6 +49,10 @@ def register(sub: argparse._SubParsersAction) -> dict[str, Callable[[argparse.Na
                            "(default virtual); dcgm-exporter: a running dcgm-exporter at --dcgm-exporter-url")
     demo.add_argument("--record", metavar="FILE", help="also append every sample to this trace")
     add_dcgm_exporter_flag(demo)
+    for parser in (run, demo):
+        parser.add_argument("--otlp-endpoint", metavar="URL",
+                            help="also push every metric over OTLP to this collector (http/protobuf: "
+                                 "http://HOST:4318; OTEL_EXPORTER_OTLP_* honoured; docs/otlp.md)")
     return {"run": cmd_run, "demo": cmd_demo}
 
 
@@ -87,6 +91,12 @@ def serve(read_settings: Callable[[], Settings], record: str | None, *, announce
         )
         driver_wait.failed(exc)
     source: list[Any] = [collector if collector is not None else driver_wait]  # what scrapes read, swapped once
+    try:
+        otlp = open_otlp(settings, lambda: source[0].snapshot)  # the same snapshot /metrics serves
+    except CliError:
+        if collector is not None:
+            collector.stop()
+        raise
     recorder = attach_recorder(collector, record, settings) if record and collector is not None else None
     try:
         server = AgentHTTPServer(
@@ -95,6 +105,7 @@ def serve(read_settings: Callable[[], Settings], record: str | None, *, announce
             stale_after_s=settings.effective_stale_after_s,
             max_processes_per_gpu=settings.max_processes_per_gpu,
             gpu_labels=settings.gpu_labels,
+            optional_metrics=settings.optional_metrics,
             reports=store if settings.report_http else None,
             web=web,
             limits=listener_limits(settings),
@@ -103,6 +114,8 @@ def serve(read_settings: Callable[[], Settings], record: str | None, *, announce
         if collector is not None:
             collector.stop()
         raise CliError(f"cannot listen on {settings.listen}: {exc.strerror or exc}") from None
+    if otlp is not None:
+        server.exposition.extra_families = otlp.scrape_families  # roofwatch_otlp_* beside the snapshot's
     report_socket = None
     if store is not None and settings.report_socket:
         from exporters.http.report_socket import ReportSocketServer
@@ -125,6 +138,8 @@ def serve(read_settings: Callable[[], Settings], record: str | None, *, announce
         collector.start()
     server_thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, name="roofwatch-http", daemon=True)
     server_thread.start()
+    if otlp is not None:
+        otlp.start()
     log.info(
         "serving",
         extra={"url": server.url, "backend": collector.backend.name if collector else settings.backend,
@@ -157,6 +172,8 @@ def serve(read_settings: Callable[[], Settings], record: str | None, *, announce
     server.server_close()
     if report_socket is not None:
         report_socket.close()
+    if otlp is not None:
+        otlp.stop(timeout=1.0)
     if collector is not None:
         collector.stop(timeout=1.0)
     if recorder is not None:

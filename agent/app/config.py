@@ -133,6 +133,11 @@ class Settings(BaseSettings):
     gpu_labels: list[Literal["job_id", "namespace", "pod", "container"]] = Field(
         default_factory=list, description="Attribution labels copied onto every GPU series (opt-in: each one adds "
         "series churn whenever jobs or pods change); roofwatch_gpu_job_info and roofwatch_gpu_pod_info always carry them.")
+    optional_metrics: list[Literal["scores", "pipes", "roofline_detail", "one_hot_zeros", "fabric_links"]] = Field(
+        default_factory=list, description="Series left out by default because no shipped panel, rule or alert reads "
+        "them (docs/metrics.md, \"Opt-in series\"): scores (each class's score), pipes (each math and tensor pipe), "
+        "roofline_detail (ridge point, roof headroom, peak FLOP/s of every precision), one_hot_zeros (the 0 series "
+        "of the workload class and clock-event one-hots), fabric_links (bytes per XGMI link).")
     kubelet_socket: str | None = Field(
         "/var/lib/kubelet/pod-resources/kubelet.sock", description="kubelet pod-resources socket for pod/namespace/"
         "container attribution; used when it exists (or when set explicitly); empty disables it.")
@@ -188,6 +193,22 @@ class Settings(BaseSettings):
         1000.0, ge=1.0, le=60_000_000.0, description="The exporter's profiler sampling window in microseconds, which "
         "/metrics does not say: 1000 from DME 1.4.1 (1.5: ProfilerConfig.SamplingInterval); 1.3.x-1.4.0.1 used 10, "
         "too short for a rate. Profiler counts over it become FLOP/s and HBM bytes/s (docs/amd.md).")
+    otlp_endpoint: str | None = Field(
+        None, min_length=1, description="Push every metric over OTLP to this collector as well (docs/otlp.md): "
+        "http/protobuf a base URL, /v1/metrics appended (http://otel-collector:4318); grpc http(s)://HOST:4317. "
+        "Unset: OTEL_EXPORTER_OTLP_[METRICS_]ENDPOINT when set, else no push. /metrics stays either way.")
+    otlp_protocol: Literal["http/protobuf", "grpc"] | None = Field(
+        None, description="OTLP transport; default OTEL_EXPORTER_OTLP_[METRICS_]PROTOCOL, else http/protobuf.")
+    otlp_interval_s: float = Field(10.0, ge=1.0, le=3600.0, description="Seconds between OTLP pushes of the "
+                                   "latest snapshot.")
+    otlp_timeout_s: float | None = Field(
+        None, gt=0.0, le=300.0, description="Deadline of one OTLP push, retries included; default "
+        "OTEL_EXPORTER_OTLP_[METRICS_]TIMEOUT (milliseconds, as the OpenTelemetry specification says), else 10 s.")
+    otlp_headers: dict[str, str] = Field(
+        default_factory=dict, max_length=64, description="Headers on every OTLP push (API keys, tenant ids), over "
+        "OTEL_EXPORTER_OTLP_[METRICS_]HEADERS; a mapping, or key=value,key2=value2 as in that variable.")
+    otlp_queue_size: int = Field(6, ge=1, le=1000, description="Snapshots waiting for a slow OTLP collector at "
+                                 "most; then the oldest is dropped and counted (roofwatch_otlp_dropped_batches_total).")
     report_socket: str | None = Field(
         None, description="Unix socket for workload reports (agent.client looks for /run/roofwatch/report.sock); "
         "unset = no socket.")
@@ -230,6 +251,28 @@ class Settings(BaseSettings):
     def _check_dcgm_exporter_url(cls, value: str | None) -> str | None:
         if value is not None and not (value.startswith(("http://", "https://")) and len(value) > 8):
             raise ValueError(f"{shown(value)} is not an http:// or https:// URL (for example http://127.0.0.1:9400/metrics)")
+        return value
+
+    @field_validator("otlp_endpoint")
+    @classmethod
+    def _check_otlp_endpoint(cls, value: str | None) -> str | None:
+        if value is not None and not (value.startswith(("http://", "https://")) and len(value) > 8):
+            raise ValueError(f"{shown(value)} is not an http:// or https:// URL (for example http://otel-collector:4318)")
+        return value
+
+    @field_validator("otlp_headers", mode="before")
+    @classmethod
+    def _check_otlp_headers(cls, value: Any) -> Any:
+        if isinstance(value, str):  # key=value,key2=value2, the OTEL_EXPORTER_OTLP_HEADERS form
+            pairs = [part.partition("=") for part in value.split(",") if part.strip()]
+            if any(not sep or not key.strip() for key, sep, _ in pairs):
+                raise ValueError(f"{shown(value)} is not key=value,key2=value2")
+            value = {key.strip(): val.strip() for key, _, val in pairs}
+        for key, val in (value.items() if isinstance(value, dict) else ()):
+            if not (isinstance(key, str) and key.isascii() and key.replace("-", "").replace("_", "").isalnum()):
+                raise ValueError(f"header name {shown(key)} is not a token (letters, digits, - and _)")
+            if not isinstance(val, str) or any(c in val for c in "\r\n\0"):
+                raise ValueError(f"header {key}: the value must be a string on one line")
         return value
 
     @field_validator("specs")

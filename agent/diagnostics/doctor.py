@@ -15,12 +15,14 @@ from pathlib import Path
 from typing import Any
 
 from agent.diagnostics.amd import amd_findings, check_amd_device_nodes
+from agent.diagnostics.amd_exporter import standalone_findings as amd_exporter_findings
 from agent.diagnostics.dcgm import dcgm_findings
 from agent.diagnostics.dcgm_exporter import findings as dcgm_exporter_findings
 from agent.diagnostics.dcgm_exporter import standalone_findings
 from agent.diagnostics.findings import Finding, Report, package_version
 from agent.diagnostics.inference import inference_findings
 from agent.diagnostics.nvidia import check_device_nodes, nvml_findings
+from agent.diagnostics.otlp import otlp_findings
 from agent.diagnostics.verdict_basis import basis_findings
 
 
@@ -55,6 +57,8 @@ def run_doctor(settings: Any, *, root: Path = Path("/"), environ: dict[str, str]
                 continue
             if getattr(backend, "name", None) == "dcgm-exporter":
                 findings, gpus = standalone_findings(backend)
+            elif getattr(backend, "name", None) == "amd-exporter":  # boards and partitions as DME lists them
+                findings, gpus = amd_exporter_findings(backend)
             elif hasattr(backend, "devices") and hasattr(backend, "nvml"):
                 findings, gpus = nvml_findings(backend)
                 findings.extend(dcgm_exporter_findings(backend))  # where NVML's samples are joined to it
@@ -79,6 +83,7 @@ def run_doctor(settings: Any, *, root: Path = Path("/"), environ: dict[str, str]
         if report.gpus:
             break
     report.add(*inference_findings(settings))
+    report.add(*otlp_findings(settings))
     if report.gpus == 0:
         report.add(Finding("summary", "info", "no GPU telemetry here. To try roofwatch without a GPU, run "
                                               "`roofwatch demo`."))
