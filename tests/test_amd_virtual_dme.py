@@ -119,3 +119,17 @@ def test_demo_amd_virtual_with_the_virtual_exporter_judges_its_gpus_on_counters(
         assert verdicts["0"]["mfu_counters"] == pytest.approx(0.45, abs=0.1), verdicts["0"]
     finally:
         agent.kill()
+
+
+def test_the_built_in_mi300x_dme_scenario_joins_its_virtual_exporter():
+    """``roofwatch demo --backend amd-virtual --scenario mi300x-dme``: the demo node with DME beside amdsmi."""
+    backend = open_backend(Settings(backend="amd-virtual", scenario="mi300x-dme"))
+    try:
+        assert isinstance(backend, AmdExporterJoin) and backend.reader.url.startswith("http://127.0.0.1:")
+        sampled(backend)
+        assert sorted(read_records(render(backend.inner.library)).records, key=int) == [str(i) for i in range(8)]
+        assert backend.reader.read_once() is None
+        backend.sample("0", time.time())
+        assert backend.counter_sources("0")["tensor_active"] == "amd-exporter"
+    finally:
+        backend.close()

@@ -53,7 +53,7 @@ from pydantic import Field, ValidationError, model_validator
 from agent.virtual.nodes import Node
 from agent.virtual.workloads import PHASE_KINDS, CommJitterPhase, StrictModel, Workload
 
-BUILTIN_SCENARIOS: tuple[str, ...] = ("demo", "cluster", "mi300x", "fleet", "serving")
+BUILTIN_SCENARIOS: tuple[str, ...] = ("demo", "cluster", "mi300x", "mi300x-dme", "fleet", "serving")
 """Scenarios shipped in ``agent/virtual/scenarios/<name>.yaml``."""
 
 
