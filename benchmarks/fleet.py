@@ -1,17 +1,24 @@
-"""``python -m benchmarks.fleet``: what our rules and dashboards cost a Prometheus at fleet size.
+"""``python -m benchmarks.fleet``: what our rules and dashboards cost the central store at fleet size.
 
-For each size (``--size NODESxHOURS``, 8 GPUs a node): the agent's own exposition of the virtual
-node is replicated into that fleet's history (:mod:`benchmarks.fleet_data`), backfilled with
-``promtool tsdb create-blocks-from openmetrics``, the recording rules are backfilled over it level by
-level (``create-blocks-from rules`` against a Prometheus serving the raw blocks), and a real
-Prometheus opens the blocks. Then, at the end of the history: series per GPU, node and in total,
-Prometheus RSS and disk, each rule group's evaluation (its rules as instant queries, in turn, as
-Prometheus evaluates a group), and every panel query of every dashboard over 1 h and 6 h at
-Grafana's step (median of ``--repeat``). One table, every size side by side, ratios to the smallest.
+For each size (``--size NODESxHOURS``, 8 GPUs a node) and engine (``--engine``): the agent's own
+exposition of the virtual node is replicated into that fleet's history (:mod:`benchmarks.fleet_data`).
 
-Budgets (issue 25): a dashboard query <= 1 s at 8,000 GPUs and <= 3 s at 32,000 over 6 h; a rule
-group <= 10% of its interval at 32,000 GPUs. Where a size was not run, the figure is extrapolated
-linearly in GPUs from the largest size run, and says so.
+- **prometheus**: backfilled with ``promtool tsdb create-blocks-from openmetrics``, the recording
+  rules backfilled over it level by level, and a real Prometheus 2.42 opens the blocks. Where the
+  backfill can outrun the fleet, the history is written to reach past now (``fleet_live``) and
+  Prometheus evaluates the rule file live; else the rules run as instant queries at its end.
+- **victoriametrics**: streamed into VictoriaMetrics 1.79's import API up to now, the recording
+  rules replayed by vmalert, and a real vmalert evaluates the rule file live
+  (:mod:`benchmarks.fleet_victoria`, :mod:`benchmarks.fleet_live`).
+
+Then: series, engine RSS, each rule group's evaluation seconds (median of ``--evaluations``, as the
+engine's own evaluator measured them), every panel query and variable of every dashboard over the
+whole history (and 6 h where more was built) at Grafana's step, median of ``--repeat``. Each run
+goes into docs/fleet-benchmark.json (``--out``; :mod:`benchmarks.fleet_table` makes the doc's table
+from it), and a side-by-side table is printed.
+
+Budgets (issue 25, 36): a dashboard query <= 1 s at 8,000 GPUs and <= 3 s at 32,000; a rule group
+<= 10% of its recommended interval at 32,000 GPUs.
 """
 
 from __future__ import annotations
@@ -26,15 +33,27 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks import fleet_data, fleet_queries
+from benchmarks import fleet_data, fleet_live, fleet_queries, fleet_table
 from benchmarks.figures import Figure, table
 from benchmarks.fleet_prometheus import Server, backfill_openmetrics, backfill_rules, disk_bytes
 
 GPUS_PER_NODE = 8
 RULE_EVAL_S = 30
 """The evaluation interval of deploy/prometheus/prometheus.yml, used for the rule backfill too."""
-QUERY_BUDGET_S = {8_000: 1.0, 32_000: 3.0}
-RULE_SHARE_BUDGET = 0.10
+QUERY_BUDGET_S = fleet_table.QUERY_BUDGET_S
+RULE_SHARE_BUDGET = fleet_table.RULE_SHARE_BUDGET
+ENGINES = ("prometheus", "victoriametrics")
+RECOMMENDED_INTERVAL_S = {"roofwatch-aggregates": 60.0, "roofwatch-hourly": 300.0}
+"""Each group's evaluation interval as the docs recommend it on a large fleet (the rules file's
+comments, docs/performance.md): what a group's measured seconds are reported against. A group not
+named here runs at its own ``interval:`` in the file, else the global 30 s. Edit this table when
+the recommendation changes; the measurement itself evaluates every group at ``--eval-interval``."""
+PROM_BACKFILL_RATE = 150_000.0
+"""promtool's backfill on the 2-core machine, samples/s: sizes the Prometheus history's lead."""
+
+
+def recommended_interval(group: str, file_interval_s: float) -> float:
+    return RECOMMENDED_INTERVAL_S.get(group, file_interval_s)
 
 
 @dataclasses.dataclass
@@ -85,59 +104,66 @@ def median_time(server: Server, repeat: int, path: str, **params: object) -> tup
 
 
 def measure(fleet: Fleet, workdir: Path, repeat: int, *, settle_s: float = 75.0,
-            dashboards: list[Path] | None = None, log=print) -> dict:
+            dashboards: list[Path] | None = None, live_eval_s: float | None = None, evaluations: int = 3,
+            log=print) -> dict:
     """Every figure of one fleet, from a Prometheus that has opened (and compacted) its blocks.
 
-    ``dashboards``: the generated dashboard JSON files to time (default: dashboards/roofwatch-*.json)."""
+    ``dashboards``: the generated dashboard JSON files to time (default: dashboards/roofwatch-*.json).
+    ``live_eval_s``: evaluate the rule file live at that interval (the history must reach past now);
+    else, or where now has already passed the history's end, the rules run as instant queries."""
     boards = dashboards or fleet_queries.DASHBOARDS
-    server = Server(workdir, fleet.data)
+    window = fleet_live.evaluation_window_s(live_eval_s or 30, evaluations)
+    rules_live = fleet_queries.measurement_rules(fleet.rules, workdir / "rules-measured.yml", live_eval_s) if live_eval_s else None
+    server = Server(workdir, fleet.data, rules=rules_live, eval_s=live_eval_s or 30)
+    notes: list[str] = []
     try:
         server.settle(settle_s)
-        out: dict = {"nodes": fleet.shape.nodes, "gpus": fleet.gpus, "hours": fleet.shape.hours,
+        out: dict = {"engine": "prometheus", "nodes": fleet.shape.nodes, "gpus": fleet.gpus,
                      "samples": fleet.samples, "build_s": fleet.build_s,
                      "series_per_node": fleet.series_per_node,
                      "series_per_gpu": fleet.series_per_node / GPUS_PER_NODE,
                      "rules": str(fleet.rules), "dashboards": sorted(str(b) for b in boards)}
-        out["series_raw"] = int(server.api("query", query="count({job=\"roofwatch\", __name__!~\".*:.*\"})", time=fleet.end)["result"][0]["value"][1])
-        out["series_recorded"] = int(server.api(
-            "query", query='count({__name__=~"roofwatch(_[a-z]+)?:.+"})', time=fleet.end)["result"][0]["value"][1])
         groups: dict[str, dict] = {}
-        for rule in fleet_queries.rules(fleet.rules):
-            seconds, result = median_time(server, repeat, "query", query=rule.expr, time=fleet.end)
-            g = groups.setdefault(rule.group, {"interval_s": rule.interval_s, "seconds": 0.0, "rules": {}})
-            g["seconds"] += seconds
-            g["rules"][rule.name + ("" if rule.recording else " (alert)")] = seconds
-            if rule.recording and not result["result"] and rule.group != "roofwatch-serving":
-                log(f"  note: {rule.name} is empty at the end of the history")
+        live = bool(live_eval_s) and time.time() + window <= fleet.end
+        if live_eval_s and not live:
+            notes.append("the history's lead ran out before the rules could be evaluated live")
+        if live:
+            log(f"  rule manager: every group every {live_eval_s:g} s, {evaluations} evaluations after the first")
+            timings = server.group_timings(evaluations, timeout_s=window + 30 * live_eval_s)
+            errors = server.rule_errors()
+            if errors:
+                notes.append(f"{len(errors)} rules reported errors, first: {errors[0][:300]}")
+            server.drop_rules()
+            end = int(time.time()) // fleet.shape.step_s * fleet.shape.step_s
+            for rule in fleet_queries.rules(fleet.rules):
+                runs = timings.get(rule.group, [])
+                groups[rule.group] = {"interval_s": recommended_interval(rule.group, rule.interval_s),
+                                      "seconds": statistics.median(runs) if runs else float("nan"), "evaluations": runs}
+            out["rule_timing"] = f"Prometheus rule manager live, every {live_eval_s:g} s, median of {evaluations}"
+        else:
+            end = fleet.end
+            for rule in fleet_queries.rules(fleet.rules):
+                seconds, result = median_time(server, repeat, "query", query=rule.expr, time=end)
+                g = groups.setdefault(rule.group, {"interval_s": recommended_interval(rule.group, rule.interval_s),
+                                                   "seconds": 0.0, "rules": {}})
+                g["seconds"] += seconds
+                g["rules"][rule.name + ("" if rule.recording else " (alert)")] = seconds
+                if rule.recording and not result["result"] and rule.group != "roofwatch-serving":
+                    log(f"  note: {rule.name} is empty at the end of the history")
+            out["rule_timing"] = f"instant queries in turn at the history's end, median of {repeat}"
         out["groups"] = groups
-        job_nodes = [fleet.shape.node_name(i) for i in range(fleet.shape.nodes) if fleet.shape.job(i) == 0]
-        values = {"cluster": ".*", "job": "job-00000", "node": fleet.shape.node_name(0), "gpu": ".*",
-                  "model": ".*", "server": ".*", "datasource": "prometheus",
-                  "job_node": "(" + "|".join(job_nodes) + ")"}  # Grafana's regex form of a multi-value variable
-        out["queries"] = []
-        for hours in (1, 6):
-            span = min(hours * 3600, fleet.end - fleet.start)
-            step = fleet_queries.step_for(span)
-            for q in fleet_queries.panel_queries(boards):
-                expr = fleet_queries.substitute(q.expr, values, span, step)
-                if q.instant:
-                    seconds, data = median_time(server, repeat, "query", query=expr, time=fleet.end)
-                else:
-                    seconds, data = median_time(server, repeat, "query_range", query=expr,
-                                                start=fleet.end - span, end=fleet.end, step=step)
-                out["queries"].append({"dashboard": q.dashboard, "panel": q.panel, "range_h": span / 3600,
-                                       "instant": q.instant, "seconds": seconds, "series": len(data["result"]),
-                                       "expr": expr})
-            for board, selector, label in fleet_queries.variable_queries(boards):
-                seconds, _ = median_time(server, repeat, f"label/{label}/values",
-                                         **{"match[]": fleet_queries.substitute(selector, values, span, step),
-                                            "start": fleet.end - span, "end": fleet.end})
-                out["queries"].append({"dashboard": board, "panel": f"variable {label}", "range_h": span / 3600,
-                                       "instant": True, "seconds": seconds, "series": None, "expr": selector})
+        history_s = end - fleet.start + fleet.shape.step_s
+        out["hours"] = out["history_h"] = history_s / 3600
+        out["series_raw"] = int(server.api("query", query="count({job=\"roofwatch\", __name__!~\".*:.*|ALERTS.*\"})", time=end)["result"][0]["value"][1])
+        out["series_recorded"] = int(server.api(
+            "query", query='count({__name__=~"roofwatch(_[a-z]+)?:.+"})', time=end)["result"][0]["value"][1])
+        out["queries"] = fleet_queries.time_dashboards(server, boards, fleet_live.variable_values(fleet.shape), end,
+                                                       fleet_queries.spans_for(history_s), repeat)
         out["rss_bytes"] = server.rss_bytes()
     finally:
         server.stop()
     out["disk_bytes"] = disk_bytes(fleet.data)
+    out["note"] = "; ".join(notes)
     return out
 
 
@@ -153,12 +179,12 @@ def figures(runs: list[dict]) -> list[Figure]:
         out += [Figure(g, "series per GPU", run["series_per_gpu"], "series"),
                 Figure(g, "raw series", run["series_raw"], "series", baseline=ref("series_raw"), baseline_name=name),
                 Figure(g, "recorded series", run["series_recorded"], "series", baseline=ref("series_recorded"), baseline_name=name),
-                Figure(g, "Prometheus RSS", run["rss_bytes"] / 2**20, "MiB", baseline=None if smallest else base["rss_bytes"] / 2**20, baseline_name=name),
-                Figure(g, "TSDB disk", run["disk_bytes"] / 2**20, "MiB", baseline=None if smallest else base["disk_bytes"] / 2**20, baseline_name=name)]
+                Figure(g, "engine RSS", run["rss_bytes"] / 2**20, "MiB", baseline=None if smallest else base["rss_bytes"] / 2**20, baseline_name=name),
+                Figure(g, "store on disk", run["disk_bytes"] / 2**20, "MiB", baseline=None if smallest else base["disk_bytes"] / 2**20, baseline_name=name)]
         for group, info in run["groups"].items():
             out.append(Figure(g, f"rule group {group}", info["seconds"], "s",
                               budget=RULE_SHARE_BUDGET * info["interval_s"] if run["gpus"] >= 32_000 else None,
-                              baseline=None if smallest else base["groups"][group]["seconds"], baseline_name=name,
+                              baseline=None if smallest else base["groups"].get(group, {}).get("seconds"), baseline_name=name,
                               note=f"{100 * info['seconds'] / info['interval_s']:.1f}% of {info['interval_s']:g} s"))
         budget = next((b for size, b in sorted(QUERY_BUDGET_S.items(), reverse=True) if run["gpus"] >= size), None)
         for span in sorted({q["range_h"] for q in run["queries"]}):
@@ -186,13 +212,13 @@ def extrapolated(runs: list[dict], gpus: int) -> list[Figure]:
         if small is None:
             return get(big) * gpus / big["gpus"]
         slope = (get(big) - get(small)) / (big["gpus"] - small["gpus"])
-        return get(big) + slope * (gpus - big["gpus"])
+        return max(0.0, get(big) + slope * (gpus - big["gpus"]))
 
     g = f"{gpus:,} GPUs (extrapolated from {', '.join(format(r['gpus'], ',') for r in ordered[-2:])})"
     out = [Figure(g, "raw series", at(lambda r: r["series_raw"]), "series"),
-           Figure(g, "Prometheus RSS", at(lambda r: r["rss_bytes"]) / 2**20, "MiB")]
+           Figure(g, "engine RSS", at(lambda r: r["rss_bytes"]) / 2**20, "MiB")]
     for group, info in big["groups"].items():
-        value = at(lambda r: r["groups"][group]["seconds"])
+        value = at(lambda r: r["groups"].get(group, info)["seconds"])
         out.append(Figure(g, f"rule group {group}", value, "s", budget=RULE_SHARE_BUDGET * info["interval_s"],
                           note=f"{100 * value / info['interval_s']:.1f}% of {info['interval_s']:g} s"))
     top = max(q["range_h"] for q in big["queries"])
@@ -207,15 +233,27 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.fleet", description=__doc__.split("\n\n")[0])
     parser.add_argument("--size", action="append", metavar="NODESxHOURS",
                         help="a fleet of NODES 8-GPU nodes with HOURS of history (repeatable; default 125x6 and 1000x1)")
+    parser.add_argument("--engine", action="append", choices=ENGINES,
+                        help="the store to measure (repeatable; default prometheus)")
     parser.add_argument("--clusters", type=int, default=2, help="clusters the nodes are split into (default 2)")
     parser.add_argument("--job-nodes", type=int, default=16, help="nodes per job (default 16: 128-GPU jobs)")
     parser.add_argument("--repeat", type=int, default=3, help="runs per query; the median is reported")
+    parser.add_argument("--eval-interval", type=float, default=30.0, metavar="S",
+                        help="every group's interval while it is timed live (default 30; reported against"
+                             " RECOMMENDED_INTERVAL_S)")
+    parser.add_argument("--evaluations", type=int, default=3, help="live evaluations per group; the median is reported")
+    parser.add_argument("--no-replay", action="store_true",
+                        help="victoriametrics: skip vmalert's replay of the recording rules over the history")
+    parser.add_argument("--memory-percent", type=float, default=40.0,
+                        help="victoriametrics: -memory.allowedPercent (its caches; the machine is shared)")
     parser.add_argument("--rules", type=Path, default=fleet_queries.RULES, metavar="FILE",
                         help="the rule file to backfill and time (default: the shipped deploy/prometheus/roofwatch-rules.yml;"
                              " e.g. an older version from git show, to compare designs)")
     parser.add_argument("--dashboards", type=Path, metavar="DIR",
                         help="a folder of generated roofwatch-*.json dashboards to time (default: dashboards/)")
-    parser.add_argument("--workdir", help="where the blocks go (default: a temporary directory, removed)")
+    parser.add_argument("--workdir", help="where the stores go (default: a temporary directory, removed)")
+    parser.add_argument("--out", type=Path, default=fleet_table.JSON_PATH, metavar="FILE",
+                        help="merge the runs into this JSON (default docs/fleet-benchmark.json; 'none' to skip)")
     parser.add_argument("--json", metavar="FILE", help="also write every figure and every query's time as JSON")
     parser.add_argument("--combine", nargs="+", metavar="JSON",
                         help="run nothing: print one table over the runs of earlier --json files")
@@ -224,9 +262,10 @@ def main(argv: list[str] | None = None) -> int:
         runs = sorted((r for f in args.combine for r in json.loads(Path(f).read_text())["runs"]), key=lambda r: r["gpus"])
         return _report(runs, args.json)
     sizes = [tuple(float(x) for x in s.lower().split("x")) for s in (args.size or ["125x6", "1000x1"])]
+    engines = args.engine or ["prometheus"]
     from benchmarks.__main__ import machine
 
-    boards = sorted(args.dashboards.glob("roofwatch-*.json")) if args.dashboards else None
+    boards = sorted(args.dashboards.glob("roofwatch-*.json")) if args.dashboards else fleet_queries.DASHBOARDS
     if args.dashboards and not boards:
         parser.error(f"--dashboards: no roofwatch-*.json in {args.dashboards}")
     if not args.rules.is_file():
@@ -234,28 +273,66 @@ def main(argv: list[str] | None = None) -> int:
     print(f"# roofwatch fleet benchmark: {machine()}\n# rules {args.rules}, dashboards {args.dashboards or 'dashboards/'}\n",
           flush=True)
     root = Path(args.workdir or tempfile.mkdtemp(prefix="roofwatch-fleet-"))
-    runs = []
+    log = (lambda m: print(m, flush=True))
+    runs, records = [], []
     try:
         for nodes, hours in sizes:
-            shape = fleet_data.FleetShape(nodes=int(nodes), hours=hours, clusters=args.clusters, job_nodes=args.job_nodes)
-            work = root / f"{int(nodes)}x{hours:g}"
-            shutil.rmtree(work, ignore_errors=True)
-            work.mkdir(parents=True)
-            print(f"fleet of {int(nodes) * GPUS_PER_NODE:,} GPUs, {hours:g} h of history every {shape.step_s} s", flush=True)
-            fleet = build(shape, work, rules=args.rules, log=lambda m: print(m, flush=True))
-            runs.append(measure(fleet, work, args.repeat, dashboards=boards, log=lambda m: print(m, flush=True)))
-            shutil.rmtree(fleet.data, ignore_errors=True)
+            for engine in engines:
+                work = root / f"{engine}-{int(nodes)}x{hours:g}"
+                shutil.rmtree(work, ignore_errors=True)
+                work.mkdir(parents=True)
+                print(f"{engine}: fleet of {int(nodes) * GPUS_PER_NODE:,} GPUs, {hours:g} h of history every 15 s", flush=True)
+                raw = run_one(engine, int(nodes), hours, work, args, boards, log)
+                runs.append(raw)
+                records.append(fleet_table.record(raw, hours))
+                shutil.rmtree(work, ignore_errors=True)
+                if str(args.out) != "none":  # after every run: a long session keeps what it measured
+                    _merge_out(args.out, records, machine())
     finally:
         if not args.workdir:
             shutil.rmtree(root, ignore_errors=True)
     return _report(runs, args.json)
 
 
+def run_one(engine: str, nodes: int, hours: float, work: Path, args: argparse.Namespace, boards: list[Path], log) -> dict:
+    """One size on one engine, from an empty store to every figure."""
+    if engine == "victoriametrics":
+        return fleet_live.measure_victoria(
+            nodes, hours, work, rules=args.rules, boards=boards, repeat=args.repeat, eval_s=args.eval_interval,
+            evaluations=args.evaluations, replay=not args.no_replay, intervals=recommended_interval,
+            clusters=args.clusters, job_nodes=args.job_nodes, memory_percent=args.memory_percent, log=log)
+    per_node = len(fleet_data.parse_template(fleet_data.node_exposition()))
+    lead = fleet_live.prometheus_lead_s(nodes, per_node, hours, args.eval_interval, args.evaluations, PROM_BACKFILL_RATE)
+    t0 = int(time.time()) // 15 * 15
+    if lead is None:
+        log("  the backfill cannot outrun this fleet: the history ends now, the rules run as instant queries")
+        hist_h, end = hours, t0
+    else:
+        log(f"  the history reaches {lead / 60:.0f} min past now, for the live evaluation")
+        hist_h, end = hours + lead / 3600, t0 + int(lead) // 15 * 15
+    shape = fleet_data.FleetShape(nodes=nodes, hours=hist_h, clusters=args.clusters, job_nodes=args.job_nodes, end=end)
+    fleet = build(shape, work, rules=args.rules, log=log)
+    raw = measure(fleet, work, args.repeat, dashboards=boards, live_eval_s=args.eval_interval if lead else None,
+                  evaluations=args.evaluations, log=log)
+    shutil.rmtree(fleet.data, ignore_errors=True)
+    return raw
+
+
+def _merge_out(path: Path, records: list[dict], machine: str) -> None:
+    old = json.loads(path.read_text())["runs"] if path.exists() else []
+    doc = {"machine": machine, "runs": fleet_table.merge(old, records)}
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+
+
 def _report(runs: list[dict], json_path: str | None) -> int:
     from benchmarks.__main__ import machine
 
-    figs = figures(runs) + [f for gpus in (8_000, 32_000) if max(r["gpus"] for r in runs) < gpus
-                            for f in extrapolated(runs, gpus)]
+    figs: list[Figure] = []
+    for engine in sorted({r.get("engine", "prometheus") for r in runs}):
+        mine = sorted((r for r in runs if r.get("engine", "prometheus") == engine), key=lambda r: r["gpus"])
+        figs += [dataclasses.replace(f, group=f"{engine}, {f.group}") for f in figures(mine)]
+        figs += [dataclasses.replace(f, group=f"{engine}, {f.group}") for gpus in (8_000, 32_000)
+                 if max(r["gpus"] for r in mine) < gpus for f in extrapolated(mine, gpus)]
     print(table(figs))
     if json_path:
         Path(json_path).write_text(json.dumps({"machine": machine(), "runs": runs,

@@ -1,8 +1,9 @@
 """The real tools of the fleet benchmark: promtool's two backfills and a Prometheus over the blocks.
 
-Debian's ``prometheus`` package (2.42) provides both binaries. The server scrapes nothing and
-loads no rules: the rules are backfilled (``promtool tsdb create-blocks-from rules``) and timed as
-queries, so every figure is taken at the end of the synthesized history, not at "now".
+Debian's ``prometheus`` package (2.42) provides both binaries. The server scrapes nothing; the
+recording rules' history is backfilled (``promtool tsdb create-blocks-from rules``), and the rule
+file is evaluated live where the history reaches past now (``Server(rules=...)``), else timed as
+instant queries at the end of the history.
 """
 
 from __future__ import annotations
@@ -48,11 +49,17 @@ def backfill_rules(rule_file: Path, url: str, start: int, end: int, eval_s: int,
 
 
 class Server:
-    """One Prometheus over ``data``, no scrape targets, no rules; stopped with ``stop``."""
+    """One Prometheus over ``data``, no scrape targets; stopped with ``stop``.
 
-    def __init__(self, workdir: Path, data: Path) -> None:
-        config = workdir / "prometheus.yml"
-        config.write_text("global: {scrape_interval: 15s, evaluation_interval: 30s}\n")
+    With ``rules`` it evaluates that file live every ``eval_s`` (:meth:`group_timings` reads each
+    group's evaluations), over blocks whose history reaches past now. Its head then starts after the
+    last block, so rule results at now would be refused as out of bounds: the out-of-order window
+    (2.39+) takes them, as it would take a late sample."""
+
+    def __init__(self, workdir: Path, data: Path, rules: Path | None = None, eval_s: float = 30.0) -> None:
+        self.config = workdir / "prometheus.yml"
+        self._write_config(rules, eval_s)
+        config = self.config
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
@@ -61,9 +68,49 @@ class Server:
         self.process = subprocess.Popen(
             [tool("prometheus"), f"--config.file={config}", f"--storage.tsdb.path={data}",
              "--storage.tsdb.retention.time=30d", f"--web.listen-address=127.0.0.1:{port}",
-             "--query.max-samples=200000000", "--query.timeout=10m", "--log.level=warn"],
+             "--query.max-samples=200000000", "--query.timeout=10m", "--log.level=warn", "--web.enable-lifecycle"],
             stdout=self.log, stderr=self.log)
         self._poll(lambda: self._ok("/-/ready"), 600, "Prometheus ready")
+
+    def _write_config(self, rules: Path | None, eval_s: float) -> None:
+        text = f"global: {{scrape_interval: 15s, evaluation_interval: {int(eval_s)}s}}\n"
+        text += "storage: {tsdb: {out_of_order_time_window: 1d}}\n"
+        if rules:
+            text += f"rule_files: [{json.dumps(str(rules))}]\n"
+        self.config.write_text(text)
+
+    def drop_rules(self) -> None:
+        """Stop evaluating rules (config reload without rule files): queries are timed alone."""
+        self._write_config(None, 30)
+        request = urllib.request.Request(self.url + "/-/reload", method="POST")
+        with urllib.request.urlopen(request, timeout=120) as answer:
+            answer.read()
+
+    def group_timings(self, evaluations: int, timeout_s: float, poll_s: float = 0.5) -> dict[str, list[float]]:
+        """Each rule group's evaluation seconds as Prometheus measured them (``/api/v1/rules``
+        ``evaluationTime``, one per new ``lastEvaluation``), until every group has ``evaluations``
+        after the first one seen (dropped: it may straddle start-up) or ``timeout_s`` passes."""
+        seen: dict[str, str] = {}
+        out: dict[str, list[float]] = {}
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for group in self.api("rules")["groups"]:
+                name, last = group["name"], group.get("lastEvaluation", "")
+                if last.startswith("0001-") or seen.get(name) == last:
+                    continue
+                if name in seen:
+                    out.setdefault(name, []).append(float(group["evaluationTime"]))
+                else:
+                    out.setdefault(name, [])
+                seen[name] = last
+            if out and all(len(v) >= evaluations for v in out.values()):
+                break
+            time.sleep(poll_s)
+        return out
+
+    def rule_errors(self) -> list[str]:
+        return sorted({f"{g['name']}: {r['name']}: {r['lastError']}" for g in self.api("rules")["groups"]
+                       for r in g["rules"] if r.get("lastError")})
 
     def _ok(self, path: str) -> bool:
         try:

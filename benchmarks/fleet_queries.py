@@ -145,3 +145,52 @@ def _seconds(text: str | None) -> float | None:
     if not match:
         raise ValueError(f"rule group interval {text!r} not understood")
     return int(match.group(1)) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600}[match.group(2)]
+
+
+def measurement_rules(source: Path, dest: Path, interval_s: float) -> Path:
+    """A copy of the rule file with every group evaluated every ``interval_s``: the engines time
+    each group's evaluations live, and a group's recommended 5 minutes would make three of them take
+    a quarter of an hour. An evaluation's cost does not depend on its interval (the rules' windows are
+    written into their expressions), so the seconds measured are reported against the recommended one."""
+    document = yaml.safe_load(source.read_text())
+    for group in document["groups"]:
+        group["interval"] = f"{int(interval_s)}s"
+    dest.write_text(yaml.safe_dump(document, sort_keys=False))
+    return dest
+
+
+def time_dashboards(server: object, boards: list[Path], values: dict[str, str], end: int, spans_s: list[int],
+                    repeat: int) -> list[dict]:
+    """Every panel query and ``label_values`` variable of ``boards`` over each span ending at ``end``,
+    at Grafana's step, median of ``repeat``; ``server`` is either engine's client (``timed``).
+
+    The same requests go to Prometheus and to VictoriaMetrics' Prometheus-compatible API, so the two
+    engines' figures compare query for query."""
+    import statistics
+
+    def median(path: str, **params: object) -> tuple[float, object]:
+        runs = [server.timed(path, **params) for _ in range(repeat)]  # type: ignore[attr-defined]
+        return statistics.median(t for t, _ in runs), runs[-1][1]
+
+    out = []
+    for span in spans_s:
+        step = step_for(span)
+        for q in panel_queries(boards):
+            expr = substitute(q.expr, values, span, step)
+            if q.instant:
+                seconds, data = median("query", query=expr, time=end)
+            else:
+                seconds, data = median("query_range", query=expr, start=end - span, end=end, step=step)
+            out.append({"dashboard": q.dashboard, "panel": q.panel, "range_h": span / 3600, "instant": q.instant,
+                        "seconds": seconds, "series": len(data["result"]), "expr": expr})  # type: ignore[index]
+        for board, selector, label in variable_queries(boards):
+            seconds, _ = median(f"label/{label}/values", **{"match[]": substitute(selector, values, span, step),
+                                                             "start": end - span, "end": end})
+            out.append({"dashboard": board, "panel": f"variable {label}", "range_h": span / 3600, "instant": True,
+                        "seconds": seconds, "series": None, "expr": selector})
+    return out
+
+
+def spans_for(history_s: int) -> list[int]:
+    """The whole history, and 6 h as well where more than 6 h was built (the budgets' range)."""
+    return [history_s] + ([6 * 3600] if history_s > 6 * 3600 else [])
