@@ -43,11 +43,14 @@ RULE_EVAL_S = 30
 QUERY_BUDGET_S = fleet_table.QUERY_BUDGET_S
 RULE_SHARE_BUDGET = fleet_table.RULE_SHARE_BUDGET
 ENGINES = ("prometheus", "victoriametrics")
-RECOMMENDED_INTERVAL_S = {"roofwatch-aggregates": 60.0, "roofwatch-hourly": 300.0}
+RECOMMENDED_INTERVAL_S = {"roofwatch-thresholds": 60.0, "roofwatch-efficiency": 60.0, "roofwatch-jobs": 60.0,
+                          "roofwatch-aggregates": 60.0, "roofwatch-hourly": 300.0, "roofwatch-serving": 60.0,
+                          "roofwatch-alerts": 60.0}
 """Each group's evaluation interval as the docs recommend it on a large fleet (the rules file's
-comments, docs/performance.md): what a group's measured seconds are reported against. A group not
-named here runs at its own ``interval:`` in the file, else the global 30 s. Edit this table when
-the recommendation changes; the measurement itself evaluates every group at ``--eval-interval``."""
+comments, docs/deploy.md "Large fleets": evaluation_interval 1m, Prometheus's default, and 5m for
+the hourly group): what a group's measured seconds are reported against. A group not named here
+runs at its own ``interval:`` in the file, else the global 30 s. Edit this table when the
+recommendation changes; the measurement itself evaluates every group at ``--eval-interval``."""
 PROM_BACKFILL_RATE = 150_000.0
 """promtool's backfill on the 2-core machine, samples/s: sizes the Prometheus history's lead."""
 
