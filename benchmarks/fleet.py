@@ -45,7 +45,7 @@ RULE_SHARE_BUDGET = fleet_table.RULE_SHARE_BUDGET
 ENGINES = ("prometheus", "victoriametrics")
 RECOMMENDED_INTERVAL_S = {"roofwatch-thresholds": 60.0, "roofwatch-efficiency": 60.0, "roofwatch-jobs": 60.0,
                           "roofwatch-aggregates": 60.0, "roofwatch-hourly": 300.0, "roofwatch-serving": 60.0,
-                          "roofwatch-alerts": 60.0}
+                          "roofwatch-alerts": 60.0, "roofwatch-health-alerts": 60.0}
 """Each group's evaluation interval as the docs recommend it on a large fleet (the rules file's
 comments, docs/deploy.md "Large fleets": evaluation_interval 1m, Prometheus's default, and 5m for
 the hourly group): what a group's measured seconds are reported against. A group not named here

@@ -35,6 +35,8 @@ SEGMENT_S = 20 * 60
 """How long a job stays in one class before its schedule moves on."""
 SCHEDULES = 16
 """Distinct class schedules; job j follows schedule j % SCHEDULES."""
+STRAGGLER_JOBS = 8
+"""One job in this many has a slow rank (GPU 3 of each of its nodes)."""
 PATTERNS = 8
 """Distinct value sequences per moving gauge (series pick one by their GPU)."""
 
@@ -221,6 +223,14 @@ def series_block(p: Patterns, s: Series, gpu: int, job: int) -> str:
         return p.block(("mfu", schedule, gpu % 3, s.label("source")), lambda: [
             _clip(MFU_BY_CLASS[CLASSES[c]] + shift + 0.03 * w)
             for c, w in zip(p.schedule_class(schedule), p.wave(pattern))])
+    if s.name == "roofwatch_gpu_tensor_active_ratio":
+        # Ranks of a synchronous job run in lockstep (the straggler rule's premise): one level per
+        # job, following its class like its MFU; in one job of STRAGGLER_JOBS every node's GPU 3
+        # computes 25% longer per step, a slow rank for GpuJobStraggler to find.
+        lead = 1.25 if job % STRAGGLER_JOBS == 0 and gpu == 3 else 1.0
+        return p.block(("tensor", schedule, job % PATTERNS, lead), lambda: [
+            _clip((MFU_BY_CLASS[CLASSES[c]] * 1.3 + 0.02 * w) * lead)
+            for c, w in zip(p.schedule_class(schedule), p.wave(job % PATTERNS))])
     if s.kind == "counter":
         rate = max(s.value, 1.0) / 3600.0 * (1 + pattern / 10)
         return p.block(("counter", s.name, s.value, pattern), lambda: [s.value + rate * t for t in p.t], 3)
