@@ -239,6 +239,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--engine", action="append", choices=ENGINES,
                         help="the store to measure (repeatable; default prometheus)")
     parser.add_argument("--clusters", type=int, default=2, help="clusters the nodes are split into (default 2)")
+    parser.add_argument("--rules-per-cluster", action="store_true",
+                        help="victoriametrics: time the rules as one cluster's own vmalert evaluates them (every "
+                             "query limited to its cluster), the setup docs/deploy.md recommends for large fleets")
     parser.add_argument("--job-nodes", type=int, default=16, help="nodes per job (default 16: 128-GPU jobs)")
     parser.add_argument("--repeat", type=int, default=3, help="runs per query; the median is reported")
     parser.add_argument("--eval-interval", type=float, default=30.0, metavar="S",
@@ -303,7 +306,8 @@ def run_one(engine: str, nodes: int, hours: float, work: Path, args: argparse.Na
         return fleet_live.measure_victoria(
             nodes, hours, work, rules=args.rules, boards=boards, repeat=args.repeat, eval_s=args.eval_interval,
             evaluations=args.evaluations, replay=not args.no_replay, intervals=recommended_interval,
-            clusters=args.clusters, job_nodes=args.job_nodes, memory_percent=args.memory_percent, log=log)
+            clusters=args.clusters, job_nodes=args.job_nodes, memory_percent=args.memory_percent,
+            per_cluster=args.rules_per_cluster, log=log)
     per_node = len(fleet_data.parse_template(fleet_data.node_exposition()))
     lead = fleet_live.prometheus_lead_s(nodes, per_node, hours, args.eval_interval, args.evaluations, PROM_BACKFILL_RATE)
     t0 = int(time.time()) // 15 * 15

@@ -76,7 +76,7 @@ def catch_up(vm: VictoriaServer, template: list[fleet_data.Series], shape: fleet
 def measure_victoria(nodes: int, hours: float, workdir: Path, *, rules: Path, boards: list[Path], repeat: int,
                      eval_s: float, evaluations: int, replay: bool, intervals: Callable[[str, float], float],
                      clusters: int = 2, job_nodes: int = 16, memory_percent: float = 40.0,
-                     log: Callable[[str], None] = print) -> dict:
+                     per_cluster: bool = False, log: Callable[[str], None] = print) -> dict:
     """One fleet on VictoriaMetrics: import, replay the recordings, vmalert live, every dashboard query.
 
     Returns the same keys as :func:`benchmarks.fleet.measure` (Prometheus), plus the engine and
@@ -108,7 +108,12 @@ def measure_victoria(nodes: int, hours: float, workdir: Path, *, rules: Path, bo
             notes.append("the import could not keep ahead of now: the live evaluations read a history that ended early")
         build_s = time.monotonic() - started
         log(f"  vmalert: every group every {eval_s:g} s, {evaluations} evaluations after the first")
-        alert = VmAlert(workdir, fleet_queries.measurement_rules(rules, workdir / "rules-measured.yml", eval_s), vm, eval_s)
+        shard = shape.cluster(0) if per_cluster else None
+        if shard:
+            notes.append(f"rules evaluated per cluster: the vmalert of cluster {shard} "
+                         f"({nodes * 8 // clusters:,} of {nodes * 8:,} GPUs, {clusters} clusters) timed")
+        measured_rules = fleet_queries.measurement_rules(rules, workdir / "rules-measured.yml", eval_s, shard)
+        alert = VmAlert(workdir, measured_rules, vm, eval_s)
         try:
             timings = alert.group_timings(evaluations, timeout_s=window + 30 * eval_s)
             errors = alert.rule_errors()
@@ -138,6 +143,8 @@ def measure_victoria(nodes: int, hours: float, workdir: Path, *, rules: Path, bo
             "series_per_node": len(template), "series_per_gpu": len(template) / 8, "rules": str(rules),
             "dashboards": sorted(str(b) for b in boards), "series_raw": raw,
             "series_recorded": int(recorded[0]["value"][1]) if recorded else 0, "groups": groups,
-            "rule_timing": f"vmalert live, every {eval_s:g} s, median of {evaluations}", "queries": queries,
+            "rule_timing": f"vmalert live, every {eval_s:g} s, median of {evaluations}"
+                           + (f", one cluster's vmalert ({nodes * 8 // clusters:,} GPUs)" if per_cluster else ""),
+            "queries": queries,
             "rss_bytes": rss, "vmalert_rss_bytes": vmalert_rss, "disk_bytes": disk, "rates": rates,
             "note": "; ".join(notes)}

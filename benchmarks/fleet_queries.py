@@ -147,14 +147,20 @@ def _seconds(text: str | None) -> float | None:
     return int(match.group(1)) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600}[match.group(2)]
 
 
-def measurement_rules(source: Path, dest: Path, interval_s: float) -> Path:
+def measurement_rules(source: Path, dest: Path, interval_s: float, cluster: str | None = None) -> Path:
     """A copy of the rule file with every group evaluated every ``interval_s``: the engines time
     each group's evaluations live, and a group's recommended 5 minutes would make three of them take
     a quarter of an hour. An evaluation's cost does not depend on its interval (the rules' windows are
-    written into their expressions), so the seconds measured are reported against the recommended one."""
+    written into their expressions), so the seconds measured are reported against the recommended one.
+
+    ``cluster``: the rules as one cluster's own vmalert evaluates them (docs/deploy.md, "Large
+    fleets": rules per cluster), every query limited to that cluster's series by VictoriaMetrics'
+    ``extra_label`` (the group's ``params``); no rule joins or aggregates across clusters."""
     document = yaml.safe_load(source.read_text())
     for group in document["groups"]:
         group["interval"] = f"{int(interval_s)}s"
+        if cluster is not None:
+            group["params"] = {"extra_label": [f"cluster={cluster}"]}
     dest.write_text(yaml.safe_dump(document, sort_keys=False))
     return dest
 
