@@ -6,6 +6,7 @@ Quick: no process, no engine."""
 from __future__ import annotations
 
 import json
+import re
 
 from benchmarks import fleet_table
 
@@ -63,3 +64,21 @@ def test_budgets_and_estimates_are_marked_in_the_table():
     table = fleet_table.render({"runs": runs})
     estimate = next(line for line in table.splitlines() if line.startswith("| 8,000 "))
     assert "no (extrapolated)" in estimate and "~" in estimate
+
+
+def test_rules_per_cluster_limit_every_group_to_one_cluster(tmp_path):
+    """--rules-per-cluster: the rule file as one cluster's vmalert runs it (docs/deploy.md, "Large fleets")."""
+    import yaml
+
+    from benchmarks import fleet_queries
+
+    whole = yaml.safe_load(fleet_queries.measurement_rules(fleet_queries.RULES, tmp_path / "all.yml", 60).read_text())
+    shard = yaml.safe_load(fleet_queries.measurement_rules(fleet_queries.RULES, tmp_path / "c0.yml", 60, "c0").read_text())
+    assert [g["name"] for g in shard["groups"]] == [g["name"] for g in whole["groups"]]
+    assert all(g["params"] == {"extra_label": ["cluster=c0"]} and g["interval"] == "60s" for g in shard["groups"])
+    assert not any("params" in g for g in whole["groups"])
+    # no rule may aggregate away the cluster: per-cluster evaluation must give what one evaluator gives
+    for group in shard["groups"]:
+        for rule in group["rules"]:
+            for by in re.findall(r"\b(?:sum|avg|count|max|min|quantile) by \(([^)]*)\)", rule["expr"]):
+                assert "cluster" in by or "node" in by, (rule.get("record") or rule.get("alert"), by)
