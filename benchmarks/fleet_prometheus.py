@@ -48,6 +48,27 @@ def backfill_rules(rule_file: Path, url: str, start: int, end: int, eval_s: int,
             shutil.move(str(block), data / block.name)
 
 
+def api_get(base_url: str, path: str, params: dict, timeout_s: float) -> object:
+    """GET <base_url>/api/v1/<path>, the HTTP API Prometheus and VictoriaMetrics both speak; raises
+    with the server's error text unless it succeeds."""
+    url = f"{base_url}/api/v1/{path}?{urllib.parse.urlencode(params, doseq=True)}"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as answer:
+            body = json.loads(answer.read())
+    except urllib.error.HTTPError as err:
+        raise RuntimeError(f"{path} {params}: {err.read()[:500]!r}") from None
+    if body.get("status") != "success":
+        raise RuntimeError(f"{path} {params}: {body}")
+    return body["data"]
+
+
+def timed_get(base_url: str, path: str, params: dict, timeout_s: float) -> tuple[float, object]:
+    """Seconds the whole request took (query, JSON encoding, transfer), and its data."""
+    started = time.perf_counter()
+    data = api_get(base_url, path, params, timeout_s)
+    return time.perf_counter() - started, data
+
+
 class Server:
     """One Prometheus over ``data``, no scrape targets; stopped with ``stop``.
 
@@ -129,22 +150,10 @@ class Server:
             time.sleep(0.5)
 
     def api(self, path: str, **params: object) -> object:
-        """GET /api/v1/<path>; raises with Prometheus' error text unless it succeeds."""
-        url = f"{self.url}/api/v1/{path}?{urllib.parse.urlencode(params, doseq=True)}"
-        try:
-            with urllib.request.urlopen(url, timeout=900) as answer:
-                body = json.loads(answer.read())
-        except urllib.error.HTTPError as err:
-            raise RuntimeError(f"{path} {params}: {err.read()[:500]!r}") from None
-        if body.get("status") != "success":
-            raise RuntimeError(f"{path} {params}: {body}")
-        return body["data"]
+        return api_get(self.url, path, params, 900)
 
     def timed(self, path: str, **params: object) -> tuple[float, object]:
-        """Seconds the whole request took (query, JSON encoding, transfer), and its data."""
-        started = time.perf_counter()
-        data = self.api(path, **params)
-        return time.perf_counter() - started, data
+        return timed_get(self.url, path, params, 900)
 
     def own_metric(self, name: str) -> float:
         with urllib.request.urlopen(self.url + "/metrics", timeout=30) as answer:

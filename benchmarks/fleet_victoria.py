@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
 from benchmarks import fleet_data
-from benchmarks.fleet_prometheus import tool
+from benchmarks.fleet_prometheus import api_get, timed_get, tool
 
 CHUNK_BYTES = 16 << 20
 """One import request's body: large enough that per-request costs vanish, small enough that two in
@@ -108,22 +108,10 @@ class VictoriaServer(Child):
         self.wait_http(self.url + "/health", "victoria-metrics")
 
     def api(self, path: str, **params: object) -> object:
-        """GET /api/v1/<path>; raises with the server's error text unless it succeeds."""
-        url = f"{self.url}/api/v1/{path}?{urllib.parse.urlencode(params, doseq=True)}"
-        try:
-            with urllib.request.urlopen(url, timeout=1800) as answer:
-                body = json.loads(answer.read())
-        except urllib.error.HTTPError as err:
-            raise RuntimeError(f"{path} {params}: {err.read()[:500]!r}") from None
-        if body.get("status") != "success":
-            raise RuntimeError(f"{path} {params}: {body}")
-        return body["data"]
+        return api_get(self.url, path, params, 1800)
 
     def timed(self, path: str, **params: object) -> tuple[float, object]:
-        """Seconds the whole request took (query, JSON encoding, transfer), and its data."""
-        started = time.perf_counter()
-        data = self.api(path, **params)
-        return time.perf_counter() - started, data
+        return timed_get(self.url, path, params, 1800)
 
     def flush(self) -> None:
         """Make everything imported searchable now (otherwise within about a second)."""

@@ -12,9 +12,9 @@ import pydantic
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from agent.app.assemble import make_collector, open_backend_or_fail
 from agent.app.config import Settings
 from agent.model import CLOCK_EVENT_REASONS, WORKLOAD_CLASSES
+from benchmarks.series_per_gpu import snapshot_of
 from exporters import metrics as m
 from exporters.encoding import encode_exposition
 from exporters.prometheus import SnapshotCollector, families_for
@@ -23,22 +23,11 @@ from prometheus_client.exposition import generate_latest
 SERIES_PER_GPU_BUDGET = 60
 
 
-def _snapshot(backend: str):
-    settings = Settings(backend=backend)
-    collector = make_collector(settings, open_backend_or_fail(settings))
-    try:
-        for _ in range(3):
-            snapshot = collector.collect_once()
-    finally:
-        collector.stop()
-    return snapshot
-
-
 class _Snapshots(dict):
     """Each layout's snapshot, built on first use (each costs about half a second)."""
 
     def __missing__(self, backend: str):
-        self[backend] = _snapshot(backend)
+        self[backend] = snapshot_of(backend)
         return self[backend]
 
 
