@@ -37,8 +37,8 @@ from agent.classifier.engine import classify_samples
 from agent.classifier.thresholds import Thresholds
 from agent.model import WORKLOAD_CLASSES, GpuSample
 from agent.views.fleet_report.data import Prices, Problem, group_rows, skipped_text
-from agent.views.fleet_report.dcgm import Progress, dcgm_slices, dcgm_step
-from agent.views.fleet_report.promapi import PromClient, PromError
+from agent.views.fleet_report.dcgm import Progress, dcgm_slices, dcgm_step, listed, ranged
+from agent.views.fleet_report.promapi import PromClient
 from agent.views.fleet_report.queries import _alternatives, _quote
 from agent.views.fleet_report.window import Window
 
@@ -63,23 +63,17 @@ def collect_amd(client: PromClient, window: Window, *, cluster: str | None, thre
                 window_us: float = DEFAULT_WINDOW_US, max_gpus: int = 64, batch: int = 8,
                 progress: Progress = lambda _: None) -> tuple[dict[str, Any], list, list[Problem]]:
     """(the amd section's data, fleet groups by cluster, problems)."""
-    problems: list[Problem] = []
     step = dcgm_step(window.range_s)
     match = f'cluster="{_quote(cluster)}",' if cluster is not None else ""
     listing = (f"max by ({', '.join(IDENTITY)}) (last_over_time("
                f'{{__name__=~"{LISTED}",{match}gpu_id!=""}}[{window.range_s}s]))')
     progress("amd: listing GPUs")
-    try:
-        found = client.query(listing, window.end)
-    except PromError as exc:
-        return {"gpus": [], "step_s": step}, [], [Problem("amd GPUs", str(exc), listing)]
+    found, problems = listed(client, listing, window.end, "amd GPUs", f"no {LISTED.replace('|', ' or ')} series in the period")
+    if found is None:
+        return {"gpus": [], "step_s": step}, [], problems
     objects: dict[Key, dict[str, str]] = {}
     for s in sorted(found, key=lambda s: (s.labels.get("hostname", ""), _order(s.labels.get("gpu_id", "")))):
         objects.setdefault(_key(s.labels), s.labels)
-    if found.skipped:
-        problems.append(Problem("amd GPUs", skipped_text(found.skipped), listing))
-    if not objects:
-        problems.append(Problem("amd GPUs", f"no {LISTED.replace('|', ' or ')} series in the period", listing))
     keys = list(objects)[:max_gpus]
     by_host: dict[tuple[str, str], list[str]] = defaultdict(list)
     for c, host, gpu in keys:
@@ -99,29 +93,24 @@ def collect_amd(client: PromClient, window: Window, *, cluster: str | None, thre
                 chunk = gpus[first:first + batch]
                 expr = (f'max by ({by}) (avg_over_time({name}{{{scope}gpu_id=~"{_alternatives(chunk)}"{extra}}}'
                         f"[{step}s]))")
-                for start, end in slices:
-                    progress(f"amd: {name} ({host}, {first + len(chunk)}/{len(gpus)} GPUs)")
-                    try:
-                        answer = client.query_range(expr, start, end, step)
-                    except PromError as exc:
-                        problems.append(Problem(f"amd {name}", str(exc), expr))
+                answered, left_out = ranged(client, expr, slices, step, f"amd {name}", problems, lambda _: progress(
+                    f"amd: {name} ({host}, {first + len(chunk)}/{len(gpus)} GPUs)"))
+                skipped += left_out
+                for series in answered:
+                    key = _key(series.labels)
+                    if key not in wanted:
                         continue
-                    skipped += answer.skipped
-                    for series in answer:
-                        key = _key(series.labels)
-                        if key not in wanted:
+                    seen = True
+                    at = series.labels.get(index, "") if index else ""
+                    if index == "clock_index":
+                        at = f"{clock_type(series.labels.get('clock_type', ''))}/{at}"
+                    for ts, value in series.points:
+                        if not math.isfinite(value) or value in SENTINELS:
                             continue
-                        seen = True
-                        at = series.labels.get(index, "") if index else ""
-                        if index == "clock_index":
-                            at = f"{clock_type(series.labels.get('clock_type', ''))}/{at}"
-                        for ts, value in series.points:
-                            if not math.isfinite(value) or value in SENTINELS:
-                                continue
-                            if index:
-                                indexed[key][ts].setdefault(name, {})[at] = value
-                            else:
-                                plain[key][ts][name] = value
+                        if index:
+                            indexed[key][ts].setdefault(name, {})[at] = value
+                        else:
+                            plain[key][ts][name] = value
         if skipped:
             problems.append(Problem(f"amd {name}", skipped_text(skipped), expr))
         if not seen:

@@ -27,7 +27,7 @@ from agent.classifier.engine import classify_samples
 from agent.classifier.thresholds import Thresholds
 from agent.model import WORKLOAD_CLASSES, GpuSample
 from agent.views.fleet_report.data import Prices, Problem, group_rows, skipped_text
-from agent.views.fleet_report.promapi import PromClient, PromError
+from agent.views.fleet_report.promapi import Answer, PromClient, PromError
 from agent.views.fleet_report.queries import _alternatives, _quote
 from agent.views.fleet_report.window import Window
 
@@ -73,6 +73,36 @@ def dcgm_slices(window: Window, step: int) -> list[tuple[float, float]]:
     return slices
 
 
+def listed(client: PromClient, listing: str, when: float, what: str, empty: str) -> tuple[Answer | None, list[Problem]]:
+    """The answer of an exporter source's listing query (None when it failed) and its problems: the
+    error, samples left out, or nothing found. Shared by the dcgm and amd sections."""
+    try:
+        found = client.query(listing, when)
+    except PromError as exc:
+        return None, [Problem(what, str(exc), listing)]
+    problems = [Problem(what, skipped_text(found.skipped), listing)] if found.skipped else []
+    if not found:
+        problems.append(Problem(what, empty, listing))
+    return found, problems
+
+
+def ranged(client: PromClient, expr: str, slices: list[tuple[float, float]], step: int, what: str,
+           problems: list[Problem], progress: Callable[[int], None]) -> tuple[list, int]:
+    """Every series ``expr`` answers over ``slices`` (a failed slice becomes a problem, the others
+    still count) and how many samples were left out; ``progress(part)`` before each slice."""
+    series, skipped = [], 0
+    for part, (start, end) in enumerate(slices):
+        progress(part)
+        try:
+            answer = client.query_range(expr, start, end, step)
+        except PromError as exc:
+            problems.append(Problem(what, str(exc), expr))
+            continue
+        skipped += answer.skipped
+        series.extend(answer)
+    return series, skipped
+
+
 def dcgm_thresholds(base: Thresholds, step_s: int) -> Thresholds:
     """The classifier's thresholds with its windows stretched to whole steps of the query."""
     window = min(3600.0, max(base.window_s, 3.0 * step_s))
@@ -83,23 +113,18 @@ def dcgm_thresholds(base: Thresholds, step_s: int) -> Thresholds:
 def collect_dcgm(client: PromClient, window: Window, *, cluster: str | None, thresholds: Thresholds, prices: Prices,
                  max_gpus: int = 64, batch: int = 16, progress: Progress = lambda _: None) -> tuple[dict[str, Any], list, list[Problem]]:
     """(the dcgm section's data, fleet groups by cluster, problems)."""
-    problems: list[Problem] = []
     step = dcgm_step(window.range_s)
     match = f'cluster="{_quote(cluster)}",' if cluster is not None else ""
     listing = (f"max by (cluster, UUID, gpu, Hostname, modelName, namespace, pod) (last_over_time("
                f'{{__name__=~"DCGM_FI_PROF_GR_ENGINE_ACTIVE|DCGM_FI_DEV_GPU_UTIL",{match}UUID!=""}}[{window.range_s}s]))')
     progress("dcgm: listing GPUs")
-    try:
-        found = client.query(listing, window.end)
-    except PromError as exc:
-        return {"gpus": [], "step_s": step}, [], [Problem("dcgm GPUs", str(exc), listing)]
+    found, problems = listed(client, listing, window.end, "dcgm GPUs",
+                             "no DCGM_FI_PROF_GR_ENGINE_ACTIVE or DCGM_FI_DEV_GPU_UTIL series in the period")
+    if found is None:
+        return {"gpus": [], "step_s": step}, [], problems
     gpus: dict[str, dict[str, str]] = {}
     for s in sorted(found, key=lambda s: (s.labels.get("Hostname", ""), _gpu_order(s.labels.get("gpu", "")))):
         gpus.setdefault(s.labels.get("UUID", ""), s.labels)
-    if found.skipped:
-        problems.append(Problem("dcgm GPUs", skipped_text(found.skipped), listing))
-    if not gpus:
-        problems.append(Problem("dcgm GPUs", "no DCGM_FI_PROF_GR_ENGINE_ACTIVE or DCGM_FI_DEV_GPU_UTIL series in the period", listing))
     uuids = list(gpus)[:max_gpus]
     values: dict[str, dict[float, dict[str, float]]] = defaultdict(lambda: defaultdict(dict))
     absent: list[str] = []
@@ -109,21 +134,16 @@ def collect_dcgm(client: PromClient, window: Window, *, cluster: str | None, thr
         for first in range(0, len(uuids), batch):
             chunk = uuids[first:first + batch]
             expr = f'max by (UUID) (avg_over_time({name}{{{match}UUID=~"{_quote(_alternatives(chunk))}"}}[{step}s]))'
-            for part, (start, end) in enumerate(slices):
-                progress(f"dcgm: {name} ({first + len(chunk)}/{len(uuids)} GPUs"
-                         + (f", part {part + 1}/{len(slices)})" if len(slices) > 1 else ")"))
-                try:
-                    answer = client.query_range(expr, start, end, step)
-                except PromError as exc:
-                    problems.append(Problem(f"dcgm {name}", str(exc), expr))
-                    continue
-                skipped += answer.skipped
-                for series in answer:
-                    seen = True
-                    for ts, value in series.points:
-                        if math.isfinite(value):
-                            v = value * scale
-                            values[series.labels.get("UUID", "")][ts][attr] = min(1.0, max(0.0, v)) if attr in RATIO_FIELDS else max(0.0, v)
+            answered, left_out = ranged(client, expr, slices, step, f"dcgm {name}", problems, lambda part: progress(
+                f"dcgm: {name} ({first + len(chunk)}/{len(uuids)} GPUs"
+                + (f", part {part + 1}/{len(slices)})" if len(slices) > 1 else ")")))
+            skipped += left_out
+            for series in answered:
+                seen = True
+                for ts, value in series.points:
+                    if math.isfinite(value):
+                        v = value * scale
+                        values[series.labels.get("UUID", "")][ts][attr] = min(1.0, max(0.0, v)) if attr in RATIO_FIELDS else max(0.0, v)
         if skipped:
             problems.append(Problem(f"dcgm {name}", skipped_text(skipped), expr))
         if not seen:
