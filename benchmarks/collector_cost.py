@@ -9,6 +9,7 @@ Both the gross and the net figure are reported.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -20,6 +21,7 @@ import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 import psutil
 
@@ -88,29 +90,23 @@ def _probe(proc: subprocess.Popen[bytes], path: Path, seq: int, timeout: float =
     raise RuntimeError(f"{path.name}: no probe answer {seq} within {timeout}s")
 
 
-def measure(label: str, which: str, args: list[str], url: str, *, interval_s: float, warmup_s: float,
-            window_s: float) -> Measurement:
-    """Start one exporter, wait for it to serve, let it settle, then measure one window."""
-    with tempfile.TemporaryDirectory(prefix="roofwatch-bench-") as tmp:
+@contextlib.contextmanager
+def launched(label: str, which: str, args: list[str], url: str, *, env: dict[str, str] | None = None,
+             prefix: str = "roofwatch-bench-") -> Iterator[tuple[subprocess.Popen[bytes], psutil.Process, Path]]:
+    """One exporter started under :mod:`benchmarks.launch` (which answers probes of its driver CPU),
+    once it serves ``url``: (process, its psutil handle, the probe file). Stopped on the way out."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
         probe = Path(tmp) / "probe.json"
         proc = subprocess.Popen([sys.executable, "-m", "benchmarks.launch", str(probe), which, *args],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                                env=env if env is not None else {**os.environ, "PYTHONUNBUFFERED": "1"})
         try:
             deadline = time.monotonic() + 60
             while _get(url) is None:
                 if proc.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(f"{label} did not start serving {url}")
                 time.sleep(0.1)
-            ps = psutil.Process(proc.pid)
-            time.sleep(warmup_s)  # steady state: first reads, spec probes, classifier priming are done
-            first = _probe(proc, probe, 1)
-            cpu0, t0 = sum(ps.cpu_times()[:2]), time.monotonic()
-            time.sleep(window_s)
-            cpu1, t1 = sum(ps.cpu_times()[:2]), time.monotonic()
-            last = _probe(proc, probe, 2)
-            rss, threads = ps.memory_info().rss, ps.num_threads()
-            body = _get(url) or b""
+            yield proc, psutil.Process(proc.pid), probe
         finally:
             proc.terminate()
             try:
@@ -118,6 +114,20 @@ def measure(label: str, which: str, args: list[str], url: str, *, interval_s: fl
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+
+def measure(label: str, which: str, args: list[str], url: str, *, interval_s: float, warmup_s: float,
+            window_s: float) -> Measurement:
+    """Start one exporter, wait for it to serve, let it settle, then measure one window."""
+    with launched(label, which, args, url) as (proc, ps, probe):
+        time.sleep(warmup_s)  # steady state: first reads, spec probes, classifier priming are done
+        first = _probe(proc, probe, 1)
+        cpu0, t0 = sum(ps.cpu_times()[:2]), time.monotonic()
+        time.sleep(window_s)
+        cpu1, t1 = sum(ps.cpu_times()[:2]), time.monotonic()
+        last = _probe(proc, probe, 2)
+        rss, threads = ps.memory_info().rss, ps.num_threads()
+        body = _get(url) or b""
     series = sum(1 for line in body.decode(errors="replace").splitlines() if line and not line.startswith("#"))
     return Measurement(label, interval_s, t1 - t0, cpu1 - cpu0, last["driver_cpu_s"] - first["driver_cpu_s"],
                        int(last["calls"] - first["calls"]), rss, threads, len(body), series)

@@ -15,18 +15,13 @@ from __future__ import annotations
 
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from types import SimpleNamespace
 
-import psutil
-
-from benchmarks.collector_cost import _free_port, _get, _probe
+from benchmarks.collector_cost import _free_port, _get, _probe, launched
 from benchmarks.figures import Figure
 
 PUSH_INTERVAL_S = 10.0
@@ -72,33 +67,16 @@ def agent_net_cpu(otlp_url: str | None, warmup_s: float, window_s: float) -> flo
     if otlp_url:
         args += ["--otlp-endpoint", otlp_url]
     url = f"http://127.0.0.1:{port}/metrics"
-    with tempfile.TemporaryDirectory(prefix="roofwatch-bench-otlp-") as tmp:
-        probe = Path(tmp) / "probe.json"
-        proc = subprocess.Popen([sys.executable, "-m", "benchmarks.launch", str(probe), "roofwatch", *args],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-        try:
-            deadline = time.monotonic() + 60
-            while _get(url) is None:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"the demo agent did not start serving {url}")
-                time.sleep(0.1)
-            ps = psutil.Process(proc.pid)
-            time.sleep(warmup_s)
-            first = _probe(proc, probe, 1)
-            cpu0, t0 = sum(ps.cpu_times()[:2]), time.monotonic()
-            end = t0 + window_s
-            while (now := time.monotonic()) < end:  # the scrape path, as Prometheus would drive it
-                _get(url)
-                time.sleep(min(SCRAPE_INTERVAL_S, max(0.0, end - now)))
-            cpu1, t1 = sum(ps.cpu_times()[:2]), time.monotonic()
-            last = _probe(proc, probe, 2)
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+    with launched("the demo agent", "roofwatch", args, url, env=env, prefix="roofwatch-bench-otlp-") as (proc, ps, probe):
+        time.sleep(warmup_s)
+        first = _probe(proc, probe, 1)
+        cpu0, t0 = sum(ps.cpu_times()[:2]), time.monotonic()
+        end = t0 + window_s
+        while (now := time.monotonic()) < end:  # the scrape path, as Prometheus would drive it
+            _get(url)
+            time.sleep(min(SCRAPE_INTERVAL_S, max(0.0, end - now)))
+        cpu1, t1 = sum(ps.cpu_times()[:2]), time.monotonic()
+        last = _probe(proc, probe, 2)
     return ((cpu1 - cpu0) - (last["driver_cpu_s"] - first["driver_cpu_s"])) / (t1 - t0)
 
 
