@@ -46,7 +46,7 @@ def sampled(backend, rounds: int = 3) -> float:
         now = time.time()
         for info in infos:
             backend.sample(info.gpu, now)
-        time.sleep(0.05)
+        time.sleep(0.05)  # samples spaced in time, as the collector's cycles are (energy and rates need it)
     return time.time()
 
 
@@ -58,6 +58,7 @@ def test_without_the_scenario_key_amd_virtual_is_amdsmi_alone():
         backend.close()
 
 
+@pytest.mark.slow  # the virtual exporter is an HTTP server on loopback
 def test_the_virtual_exporter_speaks_dme_and_the_join_takes_the_simulations_counters(tmp_path):
     backend = open_backend(Settings(backend="amd-virtual", scenario=scenario(tmp_path)))
     try:
@@ -83,6 +84,7 @@ def test_the_virtual_exporter_speaks_dme_and_the_join_takes_the_simulations_coun
     assert backend.inner.dme._thread.is_alive() is False, "the exporter stops with the backend"
 
 
+@pytest.mark.slow  # the virtual exporter is an HTTP server on loopback
 def test_cpx_partitions_are_listed_with_their_own_partition_ids_and_power_on_partition_0(tmp_path):
     backend = open_backend(Settings(backend="amd-virtual", scenario=scenario(tmp_path, "CPX")))
     try:
@@ -121,6 +123,7 @@ def test_demo_amd_virtual_with_the_virtual_exporter_judges_its_gpus_on_counters(
         agent.kill()
 
 
+@pytest.mark.slow  # the virtual exporter is an HTTP server on loopback
 def test_the_built_in_mi300x_dme_scenario_joins_its_virtual_exporter():
     """``roofwatch demo --backend amd-virtual --scenario mi300x-dme``: the demo node with DME beside amdsmi."""
     backend = open_backend(Settings(backend="amd-virtual", scenario="mi300x-dme"))

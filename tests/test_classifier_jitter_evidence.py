@@ -144,3 +144,11 @@ def test_a_steady_job_with_the_same_traffic_but_even_waits_is_not_jittered_and_i
     assert verdicts and not any(v.cls == "communication_jittered" for v in verdicts)
     # Mean power is 54% of the limit (neither heavy nor light); the 83% drawn between the waits decides.
     assert {v.cls for v in verdicts} == {"compute_bound"}, {v.cls for v in verdicts}
+
+
+def test_step_time_means_do_not_overflow_on_extreme_reports():
+    """A report of 1e308 s per step (the fuzzer's find): the mean stays finite instead of raising."""
+    from agent.classifier.jobs import _mean
+
+    assert _mean([1.7e308, 1.7e308, 1.7e308]) == pytest.approx(1.7e308)
+    assert _mean([1.0, 2.0, 3.0]) == pytest.approx(2.0)

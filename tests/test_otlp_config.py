@@ -161,6 +161,7 @@ def test_labels_become_attributes():
 # -- doctor ------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # starts a receiver (a server on loopback)
 @pytest.mark.parametrize("receiver_class", [HttpReceiver, GrpcReceiver])
 def test_doctor_checks_the_endpoint(receiver_class):
     receiver = receiver_class()

@@ -25,6 +25,8 @@ from exporters.prometheus import ExpositionCache
 from tests.otlp_receiver import GrpcReceiver, GrpcSniffer, HttpReceiver, expected_points, points, resource
 from tests.test_exporter import FullBackend
 
+pytestmark = pytest.mark.slow  # every test starts a receiver (an HTTP or gRPC server on loopback)
+
 START = 1_800_000_000.0
 PROTOCOLS = {"http/protobuf": HttpReceiver, "grpc": GrpcReceiver}
 

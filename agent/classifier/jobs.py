@@ -37,9 +37,16 @@ def compute_share(f: WindowFeatures) -> float | None:
     return None
 
 
+def _mean(values: Sequence[float]) -> float:
+    """The mean of positive ``values`` without an intermediate overflow (scaled by the largest first):
+    a report can hold 1e308."""
+    top = max(values)
+    return top * (math.fsum(v / top for v in values) / len(values))
+
+
 def _mean_step_time(window: Sequence[GpuSample]) -> float | None:
-    times = [w.step_time_s for s in window if (w := s.workload) is not None and w.step_time_s]
-    return math.fsum(times) / len(times) if times else None
+    times = [t for s in window if (w := s.workload) is not None and (t := w.step_time_s) and math.isfinite(t) and t > 0]
+    return _mean(times) if times else None
 
 
 def job_contexts(items: list[tuple[_Track, Sequence[GpuSample], WindowFeatures]]) -> dict[tuple[str, str], JobContext]:
@@ -53,7 +60,7 @@ def job_contexts(items: list[tuple[_Track, Sequence[GpuSample], WindowFeatures]]
         if len(ranks) < 2:
             continue
         times = [st for _, _, st in ranks if st is not None]
-        spread = (max(times) - min(times)) / (math.fsum(times) / len(times)) if len(times) >= 2 else None
+        spread = (max(times) - min(times)) / _mean(times) if len(times) >= 2 else None
         shares = [share for _, share, _ in ranks if share is not None]
         top = max(shares, default=0.0)
         for track, share, _ in ranks:
