@@ -186,12 +186,17 @@ def test_agent_going_away_keeps_the_last_frame_and_shows_the_error(tmux):
         full_frame(tmux, "gpu")
         agent.stop()
 
-        def error_shown():
+        def error_over_last_frame():
+            # The error line moves the frame down one line; a capture taken while tmux is
+            # still drawing that frame shows it torn (one row overwritten), so wait for a
+            # whole one rather than judging the first capture that has the error.
             screen = tmux.screen()
-            return screen if f"cannot reach {agent.url}metrics" in screen else None
+            whole = (f"cannot reach {agent.url}metrics" in screen and "showing the last data" in screen
+                     and len(rows(screen)) == 8)
+            return screen if whole else None
 
-        screen = poll(error_shown, timeout=15, what="the fetch error in the header")
-        assert "showing the last data" in screen and len(rows(screen)) == 8
+        screen = poll(error_over_last_frame, timeout=15,
+                      what="the fetch error in the header over the last frame's 8 rows")
         assert tmux.pane("#{pane_dead}") == "0" and "Traceback" not in screen
     finally:
         agent.kill()
