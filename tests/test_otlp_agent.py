@@ -23,7 +23,7 @@ SNAPSHOT_TS = "roofwatch.snapshot.timestamp"
 
 def environment(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in clean_env().items() if not k.startswith("OTEL_")}
-    env.update(ROOFWATCH_OTLP_INTERVAL_S="1", **extra)
+    env.update({"ROOFWATCH_OTLP_INTERVAL_S": "1", **extra})
     return env
 
 
@@ -112,3 +112,25 @@ def test_an_unusable_standard_variable_stops_the_agent_naming_it():
     result = subprocess.run(roofwatch_cmd("demo", "--listen", "127.0.0.1:0"), env=env, capture_output=True, text=True,
                             timeout=60)
     assert result.returncode == 2 and "OTEL_EXPORTER_OTLP_PROTOCOL" in result.stderr
+
+
+def test_sigterm_pushes_the_last_snapshot_before_the_agent_exits():
+    """With a push every minute, the interval before a SIGTERM still reaches the collector: one final push
+    of the snapshot /metrics served last."""
+    receiver = HttpReceiver()
+    env = environment(ROOFWATCH_OTLP_INTERVAL_S="60")
+    agent = AgentProcess("demo", "--listen", "127.0.0.1:0", "--interval", "60", "--otlp-endpoint", receiver.base_url,
+                         env=env)
+    try:
+        agent.wait_healthy()
+        text = agent.metrics()
+        served = next(float(line.split()[-1]) for line in text.splitlines()
+                      if line.startswith("roofwatch_snapshot_timestamp_seconds{"))
+        assert receiver.received == [], "the ticker's first push is a minute away"
+        exit_code, _, _ = agent.stop()
+        assert exit_code == 0
+        assert receiver.wait_for(lambda r: len(r.received) == 1, timeout=10)
+        assert pushed_snapshot(receiver.received[0].request) == served
+    finally:
+        agent.kill()
+        receiver.close()

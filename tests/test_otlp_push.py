@@ -240,3 +240,46 @@ def test_success_is_counted_with_the_points_the_collector_accepted(receiver, sna
     # the second push's twin of the counter shows the first push
     assert second[("roofwatch.otlp.exports", frozenset({("roofwatch.outcome", "success")}))][0] == 1.0
     pusher.stop()
+
+
+def _newer(snapshot):
+    """``snapshot`` as the collector's next one (a sequence the pusher has not pushed)."""
+    import dataclasses
+
+    return dataclasses.replace(snapshot, sequence=snapshot.sequence + 1)
+
+
+def test_stopping_pushes_the_latest_snapshot_once_more(receiver, snapshot):
+    """The last interval before a SIGTERM reaches the collector: one push on stop, none from the ticker."""
+    config = resolve(settings(receiver.base_url, receiver.protocol, otlp_interval_s=3600.0), {})
+    pusher = open_pusher(config, lambda: snapshot, start_time=START - 60)
+    pusher.start()
+    assert receiver.received == []  # the ticker's first push is an hour away
+    pusher.stop(timeout=5.0)
+    assert receiver.wait_for(lambda r: len(r.received) == 1, timeout=10)
+    assert pusher.stats.exports["success"] == 1
+    pushed = points(receiver.received[0].request)
+    assert [value for (name, _), (value, _) in pushed.items() if name == "roofwatch.snapshot.timestamp"] == [snapshot.ts]
+
+
+def test_stopping_after_a_failed_push_does_not_try_again(receiver, snapshot):
+    """A collector that failed the last push is not waited on once more while the agent stops."""
+    receiver.mode = "error"
+    latest = {"snapshot": snapshot}
+    config = resolve(settings(receiver.base_url, receiver.protocol, otlp_interval_s=3600.0, otlp_timeout_s=0.4), {})
+    pusher = open_pusher(config, lambda: latest["snapshot"], start_time=START - 60)
+    assert pusher.push(snapshot) is False
+    attempts = receiver.attempts
+    latest["snapshot"] = _newer(snapshot)
+    pusher.start()
+    pusher.stop(timeout=5.0)
+    assert receiver.attempts == attempts and pusher.stats.exports["failure"] == 1
+
+
+def test_stopping_does_not_push_a_snapshot_already_pushed(receiver, snapshot):
+    config = resolve(settings(receiver.base_url, receiver.protocol, otlp_interval_s=3600.0), {})
+    pusher = open_pusher(config, lambda: snapshot, start_time=START - 60)
+    assert pusher.push(snapshot)
+    pusher.start()
+    pusher.stop(timeout=5.0)
+    assert pusher.stats.exports["success"] == 1 and len(receiver.received) == 1

@@ -6,6 +6,8 @@ queues it (at most ``queue_size`` waiting; a full queue drops its oldest, counte
 so its schedule never depends on the network. The sender converts and exports one snapshot at a time
 with the SDK exporter's own deadline (``timeout_s``, its retries included); a push that fails is
 counted as ``export_failed`` and not retried later, since a newer snapshot is already on its way.
+Stopping pushes the latest snapshot once more (as the SDK's own reader does on shutdown) when the
+collector is answering and no push is in flight, within the stop's deadline.
 Collection and scrapes share nothing with these threads but the immutable snapshot and the counters
 in :class:`~exporters.otlp.self_metrics.PushStats`.
 """
@@ -51,6 +53,8 @@ class OtlpPusher:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._failing = False
+        self._sending = False  # a push is in flight on the sender thread
+        self._last_pushed: int | None = None  # the sequence of the snapshot last pushed, whatever the outcome
 
     # -- what /metrics adds while OTLP is on ----------------------------------------------------------
 
@@ -68,10 +72,24 @@ class OtlpPusher:
         log.info("pushing OTLP", extra={"otlp": self.describe})
 
     def stop(self, timeout: float = 1.0) -> None:
-        """Stop both threads; an export in flight is abandoned (its connection closed), never waited out."""
-        self._stop.set()
+        """Stop both threads, pushing the latest snapshot once more first when the collector is answering.
+
+        The final push is what the OpenTelemetry SDK's own reader does on shutdown: without it the last
+        interval before a SIGTERM (up to ``interval_s`` of counters) never reaches the collector. It is
+        made only when no push is in flight and the last one succeeded, and within ``timeout`` (its
+        retries included): a collector that is down or hanging costs stopping nothing. An export in
+        flight is abandoned (its connection closed), never waited out."""
         with self._cond:
+            self._stop.set()
+            flush = self._threads and not self._sending and not self._failing
             self._cond.notify_all()
+        if flush:
+            try:
+                snapshot = self.get_snapshot()
+                if snapshot is not None and snapshot.sequence != self._last_pushed:
+                    self.push(snapshot, timeout_s=min(timeout, self.timeout_s))
+            except Exception as exc:  # noqa: BLE001 - stopping must not fail on a last read
+                log.debug("OTLP final push", extra={"error": str(exc)})
         try:
             self.exporter.shutdown(timeout_millis=timeout * 1000)
         except Exception as exc:  # noqa: BLE001 - stopping must not fail on the exporter's account
@@ -113,7 +131,12 @@ class OtlpPusher:
                     return
                 snapshot = self._queue.popleft()
                 self.stats.set_queued(len(self._queue))
-            self.push(snapshot)
+                self._sending = True
+            try:
+                self.push(snapshot)
+            finally:
+                with self._cond:
+                    self._sending = False
 
     # -- one push -------------------------------------------------------------------------------------
 
@@ -125,14 +148,17 @@ class OtlpPusher:
             (self.stats.families(snapshot.node), now_ns),
         ])
 
-    def push(self, snapshot: NodeSnapshot) -> bool:
-        """Convert and export one snapshot within the deadline; True when the collector accepted it."""
+    def push(self, snapshot: NodeSnapshot, timeout_s: float | None = None) -> bool:
+        """Convert and export one snapshot within the deadline (``timeout_s``, else the configured one);
+        True when the collector accepted it."""
         started = self._monotonic()
         points, error = 0, None
+        self._last_pushed = snapshot.sequence
         try:
             data, points = self.build(snapshot)
             SDK_LOG.last = None
-            ok = self.exporter.export(data, timeout_millis=self.timeout_s * 1000) is MetricExportResult.SUCCESS
+            deadline_s = self.timeout_s if timeout_s is None else timeout_s
+            ok = self.exporter.export(data, timeout_millis=deadline_s * 1000) is MetricExportResult.SUCCESS
             if not ok:
                 error = SDK_LOG.last or "the exporter gave up"
         except Exception as exc:  # noqa: BLE001 - an exporter or conversion bug is a failed push, not a dead thread
