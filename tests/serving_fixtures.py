@@ -18,6 +18,7 @@ from agent.classifier.serving import serving_view
 from agent.classifier.thresholds import Thresholds
 from agent.model import NodeSnapshot, ServingReport, ServingView, WorkloadReport
 from exporters.prometheus import ExpositionCache
+from tests.agent_process import SLOW_MACHINE_SAMPLE_TIMEOUT_S
 
 HOSTILE = '<script>alert("x")</script> vllm'
 
@@ -62,7 +63,7 @@ def serving_snapshot(snapshot: NodeSnapshot, servers: dict[str, WorkloadReport] 
 
 def demo_snapshot() -> NodeSnapshot:
     """One collection of the virtual demo node, as the agent would publish it."""
-    settings = Settings(backend="virtual")
+    settings = Settings(backend="virtual", sample_timeout_s=SLOW_MACHINE_SAMPLE_TIMEOUT_S)
     collector = make_collector(settings, open_backend_or_fail(settings))
     try:
         collector.collect_once()

@@ -19,6 +19,7 @@ from agent.app.assemble import make_collector, open_backend_or_fail
 from agent.app.config import Settings
 from exporters.encoding import encode_exposition
 from exporters.prometheus import SnapshotCollector
+from tests.agent_process import SLOW_MACHINE_SAMPLE_TIMEOUT_S
 
 ACCEPTS = (
     "",
@@ -95,7 +96,7 @@ def test_unusual_families_fall_back_to_the_library():
 
 @pytest.fixture(scope="module")
 def agent_collector():
-    settings_ = Settings(backend="virtual")
+    settings_ = Settings(backend="virtual", sample_timeout_s=SLOW_MACHINE_SAMPLE_TIMEOUT_S)
     collector = make_collector(settings_, open_backend_or_fail(settings_))
     snapshot = collector.collect_once()
     collector.stop()

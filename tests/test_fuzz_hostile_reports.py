@@ -26,6 +26,7 @@ from agent.model import GpuSample
 from agent.model.specs import spec_by_key
 from agent.views.status_page import status_page
 from exporters.snapshot_json import snapshot_to_dict
+from tests.agent_process import SLOW_MACHINE_SAMPLE_TIMEOUT_S
 from tests.hostile_fuzzing import FUZZ, any_text, bounded, numbers
 
 T0 = 1_800_000_000.0
@@ -47,7 +48,7 @@ def accept(store: ReportStore, body: bytes) -> tuple[int, str]:
 
 @pytest.fixture(scope="module")
 def page_data() -> dict[str, Any]:
-    settings = Settings(backend="virtual")
+    settings = Settings(backend="virtual", sample_timeout_s=SLOW_MACHINE_SAMPLE_TIMEOUT_S)
     collector = make_collector(settings, open_backend_or_fail(settings))
     collector.collect_once()
     data = snapshot_to_dict(collector.snapshot)

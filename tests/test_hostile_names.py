@@ -26,7 +26,7 @@ from agent.views.status_page import status_page
 from agent.views.top_render import TopState, render_frame
 from agent.views.top_source import parse_exposition
 from exporters.snapshot_json import snapshot_to_dict
-from tests.agent_process import clean_env, roofwatch_cmd
+from tests.agent_process import SLOW_MACHINE_SAMPLE_TIMEOUT_S, clean_env, roofwatch_cmd
 from tests.test_attribution import write_proc
 
 HOSTILE = {
@@ -117,7 +117,7 @@ def test_top_error_line_from_a_server_is_printable():
 
 @pytest.fixture(scope="module")
 def data():
-    settings = Settings(backend="virtual")
+    settings = Settings(backend="virtual", sample_timeout_s=SLOW_MACHINE_SAMPLE_TIMEOUT_S)
     collector = make_collector(settings, open_backend_or_fail(settings))
     collector.collect_once()
     yield snapshot_to_dict(collector.snapshot)

@@ -11,7 +11,7 @@ import pytest
 from agent.app.assemble import make_collector, open_backend_or_fail
 from agent.app.config import Settings
 from exporters.http import AgentHTTPServer
-from tests.agent_process import poll, serving
+from tests.agent_process import SLOW_MACHINE_SAMPLE_TIMEOUT_S, poll, serving
 
 
 def _served(port: int) -> http.client.HTTPConnection:
@@ -37,7 +37,7 @@ def test_at_the_connection_cap_the_oldest_idle_one_makes_room_and_threads_stay_f
     """Past max_connections the oldest connection with no request in progress is closed for the newcomer
     (a connection costs no thread, so the thread count does not move); when every one is busy, the
     newcomer is closed on arrival instead."""
-    settings = Settings(backend="virtual")
+    settings = Settings(backend="virtual", sample_timeout_s=SLOW_MACHINE_SAMPLE_TIMEOUT_S)
     collector = make_collector(settings, open_backend_or_fail(settings))
     collector.collect_once()
     server = AgentHTTPServer(("127.0.0.1", 0), lambda: collector.snapshot, stale_after_s=60.0,
@@ -65,7 +65,7 @@ def test_at_the_connection_cap_the_oldest_idle_one_makes_room_and_threads_stay_f
 def test_a_burst_of_connections_waits_in_the_backlog_while_the_agent_is_busy():
     """50 scrapers arriving while the accept loop is not running (a pause, a busy moment) are all
     queued by the kernel and answered once it runs: none waits out SYN retries, as with 5."""
-    settings = Settings(backend="virtual")
+    settings = Settings(backend="virtual", sample_timeout_s=SLOW_MACHINE_SAMPLE_TIMEOUT_S)
     collector = make_collector(settings, open_backend_or_fail(settings))
     collector.collect_once()
     server = AgentHTTPServer(("127.0.0.1", 0), lambda: collector.snapshot, stale_after_s=60.0)
@@ -88,7 +88,7 @@ def test_a_request_arriving_while_the_agent_drains_is_told_it_is_stopping():
     """Stopping, the agent holds every request slot until the answers in flight finish. A request
     that arrives on an open keep-alive connection meanwhile gets a whole 503 saying so, and the
     connection closes: not "too many concurrent requests", and never half an answer."""
-    settings = Settings(backend="virtual")
+    settings = Settings(backend="virtual", sample_timeout_s=SLOW_MACHINE_SAMPLE_TIMEOUT_S)
     collector = make_collector(settings, open_backend_or_fail(settings))
     collector.collect_once()
     server = AgentHTTPServer(("127.0.0.1", 0), lambda: collector.snapshot, stale_after_s=60.0, max_concurrent=2)

@@ -21,12 +21,12 @@ from agent.app.config import Settings
 from agent.views.html_parts import script_hash
 from agent.views.status_page import CONTENT_SECURITY_POLICY, REFRESH_SCRIPT, status_page
 from exporters.snapshot_json import snapshot_to_dict
-from tests.agent_process import serving_collector
+from tests.agent_process import SLOW_MACHINE_SAMPLE_TIMEOUT_S, serving_collector
 
 
 @pytest.fixture(scope="module")
 def collector():
-    settings = Settings(backend="virtual")
+    settings = Settings(backend="virtual", sample_timeout_s=SLOW_MACHINE_SAMPLE_TIMEOUT_S)
     collector = make_collector(settings, open_backend_or_fail(settings))
     collector.collect_once()
     yield collector
@@ -197,7 +197,7 @@ def test_attention_lists_wasted_down_and_throttled_gpus_first(data):
 
 def test_gpus_without_a_flop_counter_are_placed_from_their_jobs_reports():
     """The AMD demo: amdsmi has no tensor counter, so only GPUs whose job reports are on the chart."""
-    settings = Settings(backend="amd-virtual")
+    settings = Settings(backend="amd-virtual", sample_timeout_s=SLOW_MACHINE_SAMPLE_TIMEOUT_S)
     amd = make_collector(settings, open_backend_or_fail(settings))
     try:
         data = snapshot_to_dict(amd.collect_once())
@@ -206,7 +206,7 @@ def test_gpus_without_a_flop_counter_are_placed_from_their_jobs_reports():
     html = status_page(data)
     hollow = {g.get("data-gpu") for g in svg_of(html).iter("g") if g.find("circle").get("class") == "point reported"}
     reporting = {v["gpu"] for v in data["verdicts"] if v["mfu_workload"] is not None and v["roofline"]["achieved_bytes_per_s"]}
-    assert hollow == reporting and reporting, "every GPU whose job reports, and only those"
+    assert hollow == reporting and reporting, f"every GPU whose job reports, and only those: {hollow} vs {reporting}"
     assert all(v["roofline"]["achieved_flops"] is None for v in data["verdicts"])
     unplotted = re.search(r'id="unplotted">(.*?)</p>', html).group(1)
     assert all(f"GPU {v['gpu']} (" in unplotted for v in data["verdicts"] if v["gpu"] not in reporting)
