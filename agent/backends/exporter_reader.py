@@ -163,6 +163,11 @@ class ExporterReader:
             except Exception:  # a bug here must not end the thread for good
                 self.log.exception("%s read failed", self.source)
 
+    def get(self, url: str) -> bytes:
+        """GET another path of the same exporter (AMD's ``/gpumetrics``) with this reader's fetch, deadline and size
+        cap; raises on any failure. Blocking: only from set-up or a background thread, never a collection cycle."""
+        return self._fetch(url, self.timeout_s, self.max_bytes)
+
     def read_once(self, now: float | None = None) -> str | None:
         """Read the exporter once; returns the error, or None when the read was good."""
         try:

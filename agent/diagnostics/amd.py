@@ -14,7 +14,7 @@ from typing import Any, Iterable
 
 from agent.backends.amd.bindings import MINIMUM, NEWEST_TESTED
 from agent.backends.exporter_reader import listed
-from agent.diagnostics.amd_exporter import partition_findings
+from agent.diagnostics.amd_exporter import match_findings, partition_findings
 from agent.diagnostics.findings import Finding, package_version
 from agent.diagnostics.spec_advice import spec_finding
 
@@ -158,16 +158,7 @@ def exporter_join_findings(backend: Any, now: float | None = None) -> list[Findi
             out.append(Finding(JOIN, "warn", state.problem, "the exporter's profiler counters for this device",
                                "the exporter must run on this node and list the device with the board serial "
                                "amdsmi reports (serial_number, gpu_partition_id)", gpu=gpu))
-    matched_by = backend.matched_by()
-    if matched_by == "serial+gpu_id":
-        out.append(Finding(JOIN, "info", "board serials shared by several exporter devices (an MI250X's GCDs may read "
-                           "one board FRU): those are told apart by gpu_id, amdsmi's enumeration order",
-                           "a GCD's profiler counters may be its sibling's if the exporter enumerates differently"))
-    if matched_by == "gpu_id":
-        out.append(Finding(JOIN, "warn", "board serials are missing (amdsmi product_serial or the exporter's "
-                           "serial_number label): devices are matched by gpu_id, amdsmi's enumeration order",
-                           "a device's profiler counters may be another device's if the exporter enumerates "
-                           "differently", "make the board serial readable (amdsmi_get_gpu_board_info)"))
+    out.extend(match_findings(backend))
     out.extend(partition_findings(backend.reader.records()))  # DME issue #495: partitions it does not list
     unmatched = backend.unmatched()
     if unmatched:

@@ -22,6 +22,7 @@ from agent.diagnostics.findings import Finding
 from agent.diagnostics.spec_advice import IMPACT
 
 PARTITIONS = "amd-exporter partitions"
+JOIN = "amd-exporter join"
 
 
 def specs_snippet(card_model: str) -> str:
@@ -105,6 +106,42 @@ def partition_findings(records: Mapping[str, Any]) -> list[Finding]:
             "compare with `amd-smi list` and upgrade the exporter; the amdsmi backend names partitions by KFD's "
             "partition id itself"))
     return out
+
+
+def match_findings(backend: Any) -> list[Finding]:
+    """How amdsmi devices were matched to DME's (agent.backends.amd_exporter.join): a line unless all by serial."""
+    matched_by = backend.matched_by()
+    if matched_by == "serial+gpu_id":
+        return [Finding(JOIN, "info", "board serials shared by several exporter devices (an MI250X's GCDs may read "
+                        "one board FRU): those are told apart by gpu_id, amdsmi's enumeration order",
+                        "a GCD's profiler counters may be its sibling's if the exporter enumerates differently")]
+    if matched_by == "serial":
+        return []
+    found, error, _ = backend.bdf.state()
+    url = backend.bdf.url
+    missing = "board serials are missing (amdsmi product_serial or the exporter's serial_number label)"
+    if matched_by == "bdf":
+        return [Finding(JOIN, "info", f"{missing}: devices are matched by PCI address (BDF): amdsmi's against "
+                        f"{url} ({len(found.bdfs) if found else 0} gpu_id(s) with a PCIeBusId)")]
+    rules = backend.fallback_rules()
+    by_index = sorted((g for g, rule in rules.items() if rule == "gpu_id"), key=_gpu_order)
+    if matched_by == "bdf+gpu_id":
+        return [Finding(JOIN, "warn", f"{missing}: devices are matched by PCI address through {url}, but it does "
+                        f"not list the address of {len(by_index)} device(s), matched by gpu_id (amdsmi's enumeration "
+                        f"order) instead: GPU(s) {_first(by_index, 8)}", "those devices' profiler counters may be "
+                        "another device's "
+                        "if the exporter enumerates differently", "make the board serial readable "
+                        "(amdsmi_get_gpu_board_info)")]
+    why = f"{url}: {error}" if error else f"{url} lists none of these devices' PCI addresses"
+    return [Finding(JOIN, "warn", f"{missing}: devices are matched by gpu_id, amdsmi's enumeration order "
+                    f"(no PCI address to match: {why})", "a device's profiler counters may be another device's "
+                    "if the exporter enumerates differently", "make the board serial readable "
+                    "(amdsmi_get_gpu_board_info), or run Device Metrics Exporter 1.4.0 or later, whose /gpumetrics "
+                    "gives each gpu_id's PCI address")]
+
+
+def _gpu_order(gpu: str) -> tuple[int, ...]:
+    return tuple(int(p) if p.isdigit() else -1 for p in gpu.split("/"))
 
 
 def _first(items: Iterable[str], n: int = 4) -> str:

@@ -15,7 +15,14 @@ own), so the amdsmi backend and this exporter describe the same GPUs at the same
   occupancy = ``tensor_active``/``sm_active``/``sm_occupancy`` over ``gr_active`` (DME's are shares of GPU-active
   cycles); TOTAL_16_OPS = ``tensor_active`` x the device's BF16 peak x the window; FETCH/WRITE_SIZE = ``dram_active``
   x the device's bandwidth x the window, in KiB (a fifth written);
-* the whole GPU's activity, power and clock on partition 0 only, as DME prints them (metricslist.md:77-95).
+* the whole GPU's activity, power and clock on partition 0 only, as DME prints them (metricslist.md:77-95);
+* ``/gpumetrics`` (DME 1.4.0+): gpuagent's ``GPUGetResponse`` as Go's ``encoding/json`` writes it (field names of the
+  ``json`` tags, zero values left out, enums as numbers; :mod:`agent.backends.amd_exporter.gpumetrics` cites the
+  sources), one entry per processor with ``Status.Index`` = its ``gpu_id`` and ``Status.PCIeStatus.PCIeBusId`` = the
+  fake library's BDF in gpuagent's upper case (each partition its own function).
+
+:attr:`VirtualDme.order` (tests) makes this exporter enumerate otherwise than amdsmi: ``gpu_id`` = the position of
+the device's amdsmi ordinal in that list, on both endpoints, as a gpuagent that enumerated differently would.
 
 It is a simulation of the format, not of DME's sampling: every value is the latest sample's, not one 1 ms window
 every 10 s. Optional (``amd: {device_metrics_exporter: true}`` in a scenario), so the default demo stays amdsmi alone.
@@ -23,9 +30,12 @@ every 10 s. Optional (``amd: {device_metrics_exporter: true}`` in a scenario), s
 
 from __future__ import annotations
 
+import base64
+import json
 import threading
+import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Sequence
 
 from agent.virtual.fake_amdsmi.api_identity import board_serial
 
@@ -44,14 +54,21 @@ def _labels(labels: dict[str, str]) -> str:
     return ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
 
 
-def device_labels(library: Any, dev: Any) -> dict[str, str]:
+def gpu_id(library: Any, dev: Any, order: Sequence[int] | None = None) -> int:
+    """DME's ``gpu_id`` (gpuagent's ``Status.Index``) of a fake amdsmi processor: its ordinal in amdsmi's processor
+    list, or with ``order`` (amdsmi ordinals in this exporter's enumeration order) its position there."""
+    ordinal = library._ordinal(dev)
+    return order.index(ordinal) if order is not None else ordinal
+
+
+def device_labels(library: Any, dev: Any, order: Sequence[int] | None = None) -> dict[str, str]:
     """DME 1.5's mandatory GPU labels for one fake amdsmi processor."""
     profile = library.profile
     model = library.node.model
     partitioned = len(library._socket_of(dev).devices) > 1
     return {"card_model": PARTS.get(model, ""), "container": "", "deployment_mode": "baremetal",
             "gpu_compute_partition_type": profile.compute_partition.lower() if model != "mi250x" else "none",
-            "gpu_id": str(library._ordinal(dev)),
+            "gpu_id": str(gpu_id(library, dev, order)),
             "gpu_memory_partition_type": profile.memory_partition.lower() if model != "mi250x" else "none",
             "gpu_partition_id": str(dev.partition if partitioned else 0), "hostname": library.backend.node,
             "job_id": "", "job_partition": "", "job_user": "", "namespace": "", "pod": "",
@@ -79,7 +96,7 @@ def _profiler(sample: Any, spec: Any) -> dict[str, float]:
     return out
 
 
-def render(library: Any) -> str:
+def render(library: Any, order: Sequence[int] | None = None) -> str:
     """The ``/metrics`` body DME would serve for the fake library's node, from each processor's latest sample."""
     families: dict[str, list[str]] = {}
 
@@ -87,7 +104,7 @@ def render(library: Any) -> str:
         families.setdefault(name, []).append(f"{name}{{{_labels(labels)}}} {_g(value)}")
 
     for dev in library.devices:
-        labels = device_labels(library, dev)
+        labels = device_labels(library, dev, order)
         info = dev.info
         if info.memory_total_bytes:
             add("gpu_total_vram", labels, info.memory_total_bytes // MIB)
@@ -120,6 +137,43 @@ def render(library: Any) -> str:
     return "\n".join(lines) + "\n"
 
 
+COMPUTE_PARTITION_TYPES = {"spx": 1, "dpx": 2, "tpx": 3, "qpx": 4, "cpx": 5}
+"""amdgpu.GPUComputePartitionType (v1.5.1:pkg/amdgpu/gen/amdgpu/gpu.pb.go:251-261); NONE (0) is left out."""
+
+
+def _omit_zero(fields: dict[str, Any]) -> dict[str, Any]:
+    """Go's ``omitempty``: zero numbers, empty strings and lists, absent messages are not written."""
+    return {k: v for k, v in fields.items() if v not in (0, "", None, [], {})}
+
+
+def _uuid_bytes(text: str | None) -> str:
+    """``Spec.Id``: gpuagent's 16-byte key, base64 as ``encoding/json`` writes a ``[]byte``."""
+    try:
+        return base64.b64encode(uuid.UUID(text or "").bytes).decode()
+    except ValueError:
+        return ""
+
+
+def render_gpumetrics(library: Any, order: Sequence[int] | None = None) -> str:
+    """The ``/gpumetrics`` body DME would serve: one ``GPU`` (Spec, Status) per fake amdsmi processor, in
+    ``gpu_id`` order. Only the identity fields are filled; a real answer also carries ``Stats`` and much more."""
+    entries = []
+    for dev in sorted(library.devices, key=lambda d: gpu_id(library, d, order)):
+        labels = device_labels(library, dev, order)
+        partitioned = len(library._socket_of(dev).devices) > 1
+        bdf = (dev.info.pci_bus_id or "").upper()
+        spec = _omit_zero({"Id": _uuid_bytes(dev.info.uuid),
+                           "ComputePartitionType": COMPUTE_PARTITION_TYPES.get(labels["gpu_compute_partition_type"], 0)})
+        status = _omit_zero({
+            "Index": gpu_id(library, dev, order), "SerialNum": labels["serial_number"],
+            "CardSeries": dev.info.model, "CardModel": labels["card_model"], "CardVendor": "Advanced Micro Devices, Inc.",
+            "OperStatus": 1, "PCIeStatus": _omit_zero({"SlotType": 2, "Version": 5, "PCIeBusId": bdf, "Width": 16,
+                                                       "MaxWidth": 16, "Speed": 32, "MaxSpeed": 32}),
+            "PartitionId": dev.partition if partitioned else 0})
+        entries.append({"Spec": spec, "Status": status})
+    return json.dumps(_omit_zero({"Response": entries})) + "\n"
+
+
 class VirtualDme:
     """DME's ``/metrics`` for one fake libamd_smi, on 127.0.0.1 and a free port, until :meth:`close`."""
 
@@ -128,12 +182,16 @@ class VirtualDme:
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:  # noqa: N802 - the http.server name
-                if self.path.split("?")[0] != "/metrics":
+                path = self.path.split("?")[0]
+                if path == "/metrics":
+                    body, kind = render(owner.library, owner.order).encode(), "text/plain; version=0.0.4; charset=utf-8"
+                elif path == "/gpumetrics" and owner.gpumetrics:
+                    body, kind = render_gpumetrics(owner.library, owner.order).encode(), "application/json"
+                else:
                     self.send_error(404)
                     return
-                body = render(owner.library).encode()
                 self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+                self.send_header("Content-Type", kind)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
@@ -142,6 +200,10 @@ class VirtualDme:
                 return
 
         self.library = library
+        self.order: list[int] | None = None
+        """amdsmi ordinals in this exporter's ``gpu_id`` order (None: amdsmi's own order)."""
+        self.gpumetrics = True
+        """False: ``/gpumetrics`` answers 404, as before DME 1.4.0."""
         self._server = ThreadingHTTPServer((host, port), Handler)
         self._server.daemon_threads = True
         self.url = f"http://{host}:{self._server.server_address[1]}/metrics"

@@ -20,8 +20,11 @@ gives as ``amdsmi_get_gpu_board_info()["product_serial"]``, and ``gpu_partition_
 backend names partitions ``"<gpu>/<partition id>"`` from KFD's partition id, the same number. So a
 device matches the DME record with its board serial and, on a partitioned GPU, its partition id. Only
 where serials are missing (amdsmi answers "N/A", or the exposition has no ``serial_number``) does the
-match fall back to DME's ``gpu_id`` = the device's position in amdsmi's processor list (gpuagent's
-index), which ``doctor`` says, with every DME device that matched no amdsmi device.
+match fall back: to the PCI address where DME's ``/gpumetrics`` (1.4.0+) gives each ``gpu_id``'s BDF
+(:mod:`agent.backends.amd_exporter.gpumetrics`, read at set-up and in the background, never on a cycle),
+matched to amdsmi's ``amdsmi_get_gpu_device_bdf`` (each partition has its own); else to ``gpu_id`` = the
+device's position in amdsmi's processor list (gpuagent's index), right only while both enumerate alike.
+``doctor`` says which rule matched, with every DME device that matched no amdsmi device.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from typing import Any, Mapping, Sequence
 
 from agent.backends.amd_exporter.backend import SOURCE, profiler_advice
 from agent.backends.amd_exporter.exposition import AmdRecord
+from agent.backends.amd_exporter.gpumetrics import REFRESH_S, BdfWatch, normalise_bdf
 from agent.backends.amd_exporter.mapping import DEFAULT_WINDOW_US, profiled, profiler_values
 from agent.backends.exporter_join import ExporterJoin
 from agent.backends.exporter_reader import ExporterReader
@@ -57,10 +61,14 @@ class DmeKey:
     """KFD partition id on a partitioned GPU; None for a whole GPU."""
     index: int | None
     """Position in ``amdsmi_get_processor_handles()`` (DME's ``gpu_id``), for the fallback."""
+    bdf: str | None = None
+    """amdsmi's PCI address of the device (a partition's own function), for the fallback through ``/gpumetrics``."""
 
     def __str__(self) -> str:
         part = f" partition {self.partition}" if self.partition is not None else ""
-        return f"serial {self.serial}{part}" if self.serial else f"gpu_id {self.index}"
+        if self.serial:
+            return f"serial {self.serial}{part}"
+        return f"gpu_id {self.index}" + (f" / bdf {self.bdf}" if self.bdf else "")
 
 
 def _partition(record: AmdRecord) -> int | None:
@@ -72,18 +80,36 @@ def by_serial(records: Mapping[str, AmdRecord]) -> bool:
     return bool(records) and all(r.serial for r in records.values())
 
 
-def select(records: Mapping[str, AmdRecord], key: DmeKey) -> AmdRecord | None:
-    """The DME record for ``key``: by serial and partition, or by ``gpu_id`` where serials are missing. Where one
-    serial and partition name several records (an MI250X's two GCDs reading one board FRU, or a DME release that
-    repeats a partition id: issue #495), ``gpu_id`` picks among them; none matches when it names none of them."""
+def fallback(key: DmeKey, bdfs: Mapping[str, str] | None) -> tuple[str | None, str]:
+    """The ``gpu_id`` a device without a usable serial matches, and by which rule: ``bdf`` where ``/gpumetrics``
+    gives the device's PCI address to one ``gpu_id``, else ``gpu_id`` = its enumeration index, unless
+    ``/gpumetrics`` gives that ``gpu_id`` to another address (then none)."""
+    if bdfs and key.bdf:
+        owner = next((gpu_id for gpu_id, bdf in bdfs.items() if bdf == key.bdf), None)
+        if owner is not None:
+            return owner, "bdf"
+    if key.index is None:
+        return None, "gpu_id"
+    gpu_id = str(key.index)
+    if bdfs and key.bdf and bdfs.get(gpu_id, key.bdf) != key.bdf:
+        return None, "gpu_id"
+    return gpu_id, "gpu_id"
+
+
+def select(records: Mapping[str, AmdRecord], key: DmeKey, bdfs: Mapping[str, str] | None = None) -> AmdRecord | None:
+    """The DME record for ``key``: by serial and partition, or where serials are missing by PCI address (``bdfs``:
+    ``gpu_id`` -> BDF from ``/gpumetrics``) else ``gpu_id`` (:func:`fallback`). Where one serial and partition name
+    several records (an MI250X's two GCDs reading one board FRU, or a DME release that repeats a partition id:
+    issue #495), ``gpu_id`` picks among them; none matches when it names none of them."""
     if key.serial and by_serial(records):
         same = [r for r in records.values() if r.serial == key.serial and _partition(r) == key.partition]
         if len(same) <= 1:
             return same[0] if same else None
         return next((r for r in same if key.index is not None and r.gpu_id == str(key.index)), None)
-    if key.index is None:
+    gpu_id, _ = fallback(key, bdfs)
+    if gpu_id is None:
         return None
-    return next((r for r in records.values() if r.gpu_id == str(key.index)), None)
+    return next((r for r in records.values() if r.gpu_id == gpu_id), None)
 
 
 def shared_serials(records: Mapping[str, AmdRecord]) -> list[str]:
@@ -108,9 +134,24 @@ class AmdExporterJoin(ExporterJoin):
     fields = OWN_FIELDS
     no_key = "amdsmi gave neither a board serial nor an enumeration index to match"
 
-    def __init__(self, inner: Any, reader: ExporterReader, *, window_us: float = DEFAULT_WINDOW_US) -> None:
+    def __init__(self, inner: Any, reader: ExporterReader, *, window_us: float = DEFAULT_WINDOW_US,
+                 bdf_refresh_s: float = REFRESH_S) -> None:
         super().__init__(inner, reader)
         self.window_us = window_us
+        self.bdf = BdfWatch(reader, refresh_s=bdf_refresh_s)
+        """``gpu_id`` -> PCI address from DME's ``/gpumetrics``, read only while some device falls back."""
+
+    def discover(self) -> Sequence[DeviceInfo]:
+        infos = super().discover()
+        if self.needs_fallback():  # once at set-up, bounded by the reader's timeout; later reads on the watch's thread
+            self.bdf.read_once()
+        self.bdf.start(self.needs_fallback)
+        return infos
+
+    def needs_fallback(self) -> bool:
+        """Whether some device is matched without a serial (amdsmi gave none, or the exposition has none)."""
+        keys = [k for k in self.join_keys().values() if k is not None]
+        return any(not k.serial for k in keys) or not by_serial(self.reader.records())
 
     def match_keys(self, infos: Sequence[DeviceInfo]) -> dict[str, DmeKey | None]:
         amdsmi = self.inner.amdsmi
@@ -128,11 +169,13 @@ class AmdExporterJoin(ExporterJoin):
                 continue
             handle = _handle_id(device.handle)
             keys[info.gpu] = DmeKey(serial=self._serial(device), index=order.index(handle) if handle in order else None,
-                                    partition=device.partition if device.partitions > 1 else None)
+                                    partition=device.partition if device.partitions > 1 else None,
+                                    bdf=normalise_bdf(device.info.pci_bus_id))
         missing = [gpu for gpu, key in keys.items() if key is not None and key.serial is None]
         if missing:
-            log.warning("amdsmi gives no board serial for GPU(s) %s: matched to the Device Metrics Exporter by "
-                        "gpu_id (amdsmi's enumeration order) instead", ", ".join(missing))
+            log.warning("amdsmi gives no board serial for GPU(s) %s: matched to the Device Metrics Exporter by PCI "
+                        "address where its /gpumetrics gives one, else by gpu_id (amdsmi's enumeration order)",
+                        ", ".join(missing))
         return keys
 
     def _serial(self, device: Any) -> str | None:
@@ -146,7 +189,8 @@ class AmdExporterJoin(ExporterJoin):
         return serial.strip() if isinstance(serial, str) and serial.strip() not in ("", "N/A") else None
 
     def lookup(self, key: Any, now: float) -> tuple[Any | None, str | None]:
-        return self.reader.find(lambda records: select(records, key), str(key), now)
+        bdfs = self.bdf.bdfs()
+        return self.reader.find(lambda records: select(records, key, bdfs), str(key), now)
 
     def updates(self, gpu: str, sample: GpuSample, record: Any, now: float) -> dict[str, Any]:
         """DME's profiler fields, over amdsmi's own spec for the device: those amdsmi left unknown, and the HBM
@@ -160,22 +204,36 @@ class AmdExporterJoin(ExporterJoin):
         return {name: value for name, value in theirs.items()
                 if name in PROFILER_FIELDS and (getattr(sample, name) is None or name == "dram_active")}
 
+    def fallback_rules(self) -> dict[str, str]:
+        """GPU -> ``bdf`` or ``gpu_id``: the rule each device matched without a serial takes now (doctor)."""
+        records, bdfs = self.reader.records(), self.bdf.bdfs()
+        serials = by_serial(records)
+        return {gpu: fallback(key, bdfs)[1] for gpu, key in self.join_keys().items()
+                if key is not None and not (key.serial and serials)}
+
     def matched_by(self) -> str:
-        """``serial``, ``serial+gpu_id`` (serials shared by several records, told apart by ``gpu_id``) or ``gpu_id``:
-        how the latest exposition is matched (doctor)."""
+        """How the latest exposition is matched (doctor): ``serial``, ``serial+gpu_id`` (serials shared by several
+        records, told apart by ``gpu_id``); where serials are missing ``bdf`` (every such device by its PCI address,
+        through ``/gpumetrics``), ``bdf+gpu_id`` (some by address, the rest by enumeration) or ``gpu_id``."""
         keys = [k for k in self.join_keys().values() if k is not None]
         records = self.reader.records()
         if not (keys and all(k.serial for k in keys) and by_serial(records)):
-            return "gpu_id"
+            rules = set(self.fallback_rules().values())
+            return "bdf" if rules == {"bdf"} else "bdf+gpu_id" if "bdf" in rules else "gpu_id"
         return "serial+gpu_id" if shared_serials(records) else "serial"
 
     def unmatched(self) -> list[str]:
         """DME devices that no amdsmi device matches (``gpu_id`` and serial): a join warning in doctor."""
-        records = self.reader.records()
-        matched = {id(r) for k in self.join_keys().values() if k is not None and (r := select(records, k)) is not None}
+        records, bdfs = self.reader.records(), self.bdf.bdfs()
+        matched = {id(r) for k in self.join_keys().values()
+                   if k is not None and (r := select(records, k, bdfs)) is not None}
         return [f"gpu_id {r.gpu_id}" + (f" (serial {r.serial})" if r.serial else "")
                 for r in records.values() if id(r) not in matched]
 
     def profiler_state(self) -> str:
         """One line for doctor: whether DME's exposition has the profiler series the join uses."""
         return profiler_advice(self.reader.records(), self.window_us)
+
+    def close(self) -> None:
+        self.bdf.close()
+        super().close()
