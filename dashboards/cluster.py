@@ -219,8 +219,7 @@ def build() -> Dashboard:
                 "Failed or timed-out GPU reads per second, by node. Persistent errors mean a failing GPU "
                 "or driver: the GPU is marked down and its panels go blank.",
                 "reqps", w=12, h=7).min(0)
-            .with_target(prom(f"sum by (node) (rate(roofwatch_gpu_sample_errors_total{{{C}}}[$__rate_interval]))",
-                              "{{node}}")))
+            .with_target(prom(f"sum by (node) (roofwatch_node:gpu_sample_errors:sum_rate5m{{{C}}})", "{{node}}")))
     )
 
 
