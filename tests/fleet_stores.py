@@ -31,16 +31,23 @@ def fleet_end() -> int:
     return (int(time.time()) // 3600) * 3600 - 3600
 
 
-def prometheus_store(workdir: Path, end: int) -> PrometheusServer:
+def backfilled_prometheus(workdir: Path, sources: dict[str, str]) -> PrometheusServer:
+    """A real Prometheus over the TSDB blocks ``promtool tsdb create-blocks-from openmetrics`` writes
+    from each OpenMetrics text of ``sources`` (name -> text, timestamps in seconds, ``# EOF`` last)."""
     promtool = shutil.which("promtool")
     assert promtool, "promtool is required (Debian package 'prometheus')"
-    for name, text in (("fleet", fleet_fixture.openmetrics(end)), ("dcgm", fleet_fixture.dcgm_openmetrics(end))):
+    for name, text in sources.items():
         source = workdir / f"{name}.om"
         source.write_text(text)
         done = subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", str(source), str(workdir / "data")],
-                              capture_output=True, text=True, timeout=120)
+                              capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stderr[-2000:]
     return PrometheusServer(workdir, targets=[])
+
+
+def prometheus_store(workdir: Path, end: int) -> PrometheusServer:
+    return backfilled_prometheus(workdir, {"fleet": fleet_fixture.openmetrics(end),
+                                           "dcgm": fleet_fixture.dcgm_openmetrics(end)})
 
 
 def victoria_store(workdir: Path, end: int):  # -> tests.victoriametrics.VictoriaMetrics

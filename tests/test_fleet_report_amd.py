@@ -9,16 +9,13 @@ numbers."""
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from tests import amd_exporter_fixtures as amd
 from tests import fleet_fixture as fx
-from tests.fleet_stores import fleet_end, run_report
-from tests.prometheus_server import PrometheusServer
+from tests.fleet_stores import backfilled_prometheus, fleet_end, run_report
 
 pytestmark = pytest.mark.slow
 
@@ -57,16 +54,9 @@ def dme_openmetrics(end: int) -> str:
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
-    promtool = shutil.which("promtool")
-    assert promtool, "promtool is required (Debian package 'prometheus')"
     end = fleet_end()
     work: Path = tmp_path_factory.mktemp("amd-prometheus")
-    source = work / "dme.om"
-    source.write_text(dme_openmetrics(end))
-    done = subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", str(source), str(work / "data")],
-                          capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
-    server = PrometheusServer(work, targets=[])
+    server = backfilled_prometheus(work, {"dme": dme_openmetrics(end)})
     yield server.base, end, work
     server.stop()
 

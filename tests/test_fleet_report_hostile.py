@@ -19,6 +19,7 @@ import subprocess
 import threading
 import time
 import urllib.parse
+from collections import defaultdict
 from pathlib import Path
 from typing import Any, Callable
 
@@ -100,6 +101,7 @@ def _scenario(kind: str) -> Callable[[Any, str, str], None]:
         "error": lambda sock, q, e: _send(sock, b'{"status":"error","errorType":"bad_data","error":"1:5: parse error: '
                                           b'unexpected <by>"}', "400 Bad Request"),
         "dcgm-nan": _dcgm_nan,
+        "drip": _drip,
     }[kind]
 
 
@@ -115,6 +117,26 @@ def _dcgm_nan(sock, query: str, endpoint: str) -> None:
                             "matrix"))
     else:
         _ok(sock, query, endpoint)
+
+
+AMD_OBJECT = {"cluster": "", "hostname": "h", "gpu_id": "0", "gpu_partition_id": "0", "card_model": "102-G30211-0C"}
+LISTINGS = ("max by (cluster, UUID", "max by (cluster, hostname, gpu_id, gpu_partition_id")
+"""The start of the dcgm and the amd source's listing query."""
+SEEN: dict[str, list[tuple[str, str]]] = defaultdict(list)
+"""Per base path (``/drip/<test>``): (query, the API's ``timeout`` parameter) of every request, in order."""
+
+
+def _drip(sock, query: str, endpoint: str) -> None:
+    """A store that answers at once what lets a report go on (``vector(1)``; one GPU in each exporter
+    source's listing) and drips every other answer a byte a second."""
+    if query == "vector(1)":
+        _ok(sock, query, endpoint)
+    elif query.startswith(LISTINGS[0]):
+        _send(sock, _answer([{"metric": DCGM_GPU, "value": [AT, "1"]}]))
+    elif query.startswith(LISTINGS[1]):
+        _send(sock, _answer([{"metric": AMD_OBJECT, "value": [AT, "1"]}]))
+    else:
+        _trickle(sock, 1.0)
 
 
 class StandIn(socketserver.BaseRequestHandler):
@@ -135,7 +157,9 @@ class StandIn(socketserver.BaseRequestHandler):
             if not chunk:
                 return
             body += chunk
-        query = urllib.parse.parse_qs(body.decode()).get("query", [""])[0]
+        form = urllib.parse.parse_qs(body.decode())
+        query = form.get("query", [""])[0]
+        SEEN[path.split("/api/")[0]].append((query, form.get("timeout", [""])[0]))
         try:
             _scenario(path.split("/")[1])(sock, query, path.rsplit("/", 1)[1])
         except OSError:  # the client gave up: that is the point
@@ -259,6 +283,66 @@ def test_each_query_gives_up_at_its_deadline_and_the_rest_is_reported(server, tm
     assert data["queries"] >= 15, "the queries after the late ones still ran"
 
 
+# -- 2b. the whole command has a deadline ------------------------------------------------------------
+
+MARGIN_S = 6.0
+"""Past the deadline: the interpreter's start, classifying what was answered, writing the page."""
+
+
+def _dripped(seen: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    return [(q, t) for q, t in seen if q != "vector(1)" and not q.startswith(LISTINGS)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("source", ["roofwatch", "dcgm", "amd"])
+def test_the_deadline_bounds_the_whole_command_and_names_what_was_not_answered(server, tmp_path: Path,
+                                                                                source: str) -> None:
+    """Every answer after the first drips: with --timeout 3 each query gives up at 8 s, and 17 of them
+    once took the command 113 s at --timeout 2. With --deadline 10 the first gives up at its own 8 s,
+    the second is sent with the 2 s left (and tells the server so), none is sent after that, and the
+    page lists every query the store did not answer, with its PromQL."""
+    started = time.monotonic()
+    done = fleet_report(f"{server}/drip/{source}", tmp_path, "--source", source, "--timeout", "3", "--deadline", "10",
+                        timeout=60)
+    took = time.monotonic() - started
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert took < 10 + MARGIN_S, f"{took:.1f} s"
+    data = strict_json((tmp_path / "f.json").read_text())
+    seen = SEEN[f"/drip/{source}"]
+    assert data["queries"] == len(seen), "no query was sent that the report does not count"
+    problems = data["problems"]
+    late = [p for p in problems if p["error"] == "not run: the command's --deadline of 10 s had passed"]
+    cut = [p for p in problems if p["error"].startswith("no whole answer within")]
+    assert len(late) == data["not_run"] > 0 and all(p["query"] for p in late)
+    assert len(late) + len(cut) == len(problems), "every dripped query and every one not run is listed, nothing else"
+    dripped = _dripped(seen)
+    assert [p["query"] for p in cut] == [q for q, _ in dripped], "each query the store was sent and dripped is named"
+    assert len(cut) == 2, [p["error"] for p in cut]
+    assert cut[0]["error"].startswith("no whole answer within 8 s (--timeout") and dripped[0][1] == "3s"
+    assert "the time left before the command's --deadline of 10 s" in cut[1]["error"]
+    left = re.fullmatch(r"(\d+)ms", dripped[1][1])
+    assert left and 0 < int(left.group(1)) < 2100, dripped[1]
+    assert done.stdout.strip().endswith(f"the --deadline of 10 s passed before {len(late)} more queries could run")
+    page = (tmp_path / "f.html").read_text()
+    assert embedded(page) == data and 'id="problems"' in page and "had passed" in page
+
+
+@pytest.mark.slow
+def test_the_default_deadline_is_five_query_deadlines(server, tmp_path: Path) -> None:
+    """Without --deadline: 5 x (--timeout + 5 s), 30 s at --timeout 1, where every query dripping to its
+    own 6 s deadline once took 16 x 6 s and more."""
+    started = time.monotonic()
+    done = fleet_report(f"{server}/drip/default", tmp_path, "--timeout", "1", timeout=30 + MARGIN_S)
+    took = time.monotonic() - started
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert took < 30 + MARGIN_S
+    data = strict_json((tmp_path / "f.json").read_text())
+    assert data["deadline_s"] == 30 and data["not_run"] > 0
+    sent = len(_dripped(SEEN["/drip/default"]))
+    assert 4 <= sent <= 5 and len(data["problems"]) == sent + data["not_run"]
+    assert {p["section"] for p in data["problems"]} >= {"GPU-hours by class", "Energy", "Trend (previous period)"}
+
+
 # -- 3. non-finite samples are skipped, counted and never reach the JSON ----------------------------
 
 
@@ -306,24 +390,14 @@ def test_a_nan_series_in_a_real_prometheus(tmp_path: Path) -> None:
     """The synthetic fleet backfilled into a real Prometheus, with one GPU's ``idle`` class series
     NaN throughout (a 0/0 in a recording rule): Prometheus sums the NaN into east's idle GPU-hours
     and answers "NaN" for that row; the report leaves that row out, says so, and stays valid JSON."""
-    import shutil
-
     from tests import fleet_fixture as fx
-    from tests.fleet_stores import fleet_end
-    from tests.prometheus_server import PrometheusServer
+    from tests.fleet_stores import backfilled_prometheus, fleet_end
 
-    promtool = shutil.which("promtool")
-    assert promtool, "promtool is required (Debian package 'prometheus')"
     end = fleet_end()
     poisoned = 'roofwatch_gpu_workload_class{cluster="east",gpu="0",node="e1",uuid="GPU-east-e1-0000",class="idle"}'
     lines = [f"{s} {'NaN' if s == poisoned else v} {t}\n" for s, v, t in fx.samples(end)]
     assert sum(line.startswith(poisoned + " NaN") for line in lines) > 100, "the NaN series is in the backfill"
-    source = tmp_path / "fleet.om"
-    source.write_text("".join(lines) + "# EOF\n")
-    made = subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", str(source), str(tmp_path / "data")],
-                          capture_output=True, text=True, timeout=120)
-    assert made.returncode == 0, made.stderr[-2000:]
-    prometheus = PrometheusServer(tmp_path, targets=[])
+    prometheus = backfilled_prometheus(tmp_path, {"fleet": "".join(lines) + "# EOF\n"})
     try:
         done = subprocess.run(roofwatch_cmd("fleet-report", "--prometheus", prometheus.base, "--range", "2h",
                                             "--end", str(end), "--out", str(tmp_path / "f.html"),

@@ -3,6 +3,7 @@ window and step, prices, percentiles and the PromQL quoting."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from agent.views.fleet_report.data import Prices, percentile, share_below
+from agent.views.fleet_report.promql import any_of, string
 from agent.views.fleet_report.queries import Queries
 from agent.views.fleet_report.window import MAX_POINTS, Window, parse_duration, parse_time
 from tests.prometheus_server import free_port
@@ -31,6 +33,8 @@ def fleet_report(*args: str, tmp: Path) -> subprocess.CompletedProcess[str]:
     (["--prometheus", "http://127.0.0.1:9090", "--end", "yesterday"], "--end", 2),
     (["--prometheus", "http://127.0.0.1:9090", "--cost-per-gpu-hour", "h100=cheap"], "--cost-per-gpu-hour", 2),
     (["--prometheus", "http://127.0.0.1:9090", "--header", "no colon"], "--header", 2),
+    (["--prometheus", "http://127.0.0.1:9090", "--deadline", "0"], "--deadline", 2),
+    (["--prometheus", "http://127.0.0.1:9090", "--deadline", "nan"], "--deadline", 2),
     (["--prometheus", "http://127.0.0.1:9090", "--bearer-token-file", "/nonexistent/token"], "--bearer-token-file", 2),
 ])
 def test_bad_input_names_the_flag(args: list[str], flag: str, code: int, tmp_path: Path) -> None:
@@ -89,3 +93,22 @@ def test_names_from_the_command_line_are_quoted_into_promql() -> None:
     assert 'cluster="a\\"b\\\\c"' in q.class_hours_fleet()
     jobs = q.class_hours_of_jobs(["job.1", 'x"|y'])
     assert 'job_id=~"job\\\\.1|x\\"\\\\|y"' in jobs
+
+
+def test_promql_strings_escape_everything_go_would_misread() -> None:
+    """Backslash, quote and newline break a query (or let a label pick its filter); other control
+    characters go as ``\\uXXXX`` so a query is one printable line; unicode stays as it is."""
+    assert string('a"b\\c\nd\re\tf\x00\x1b\x7f\x85') == '"a\\"b\\\\c\\nd\\re\\tf\\u0000\\u001b\\u007f\\u0085"'
+    assert string("ünï ☃ 😀 ²") == '"ünï ☃ 😀 ²"'
+    assert any_of("gpu_id", ['0"', ".*", "a\\b"]) == 'gpu_id=~"0\\"|\\\\.\\\\*|a\\\\\\\\b"'
+
+
+def test_every_label_value_enters_promql_through_the_one_helper() -> None:
+    """Issue 42: amd.py wrote ``gpu_id=~"{...}"`` itself, unescaped. In the modules that build queries,
+    a quote opened right before an interpolation is a matcher written by hand; they use
+    agent/views/fleet_report/promql.py instead (the render modules write HTML, escaped by ``esc``)."""
+    package = REPO / "agent" / "views" / "fleet_report"
+    by_hand = [f"{path.name}:{number}: {line.strip()}" for path in sorted(package.glob("*.py"))
+               if path.name != "promql.py" and not path.name.startswith("render")
+               for number, line in enumerate(path.read_text().splitlines(), 1) if re.search(r'[=~]"\{', line)]
+    assert by_hand == []

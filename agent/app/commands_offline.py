@@ -195,6 +195,9 @@ def _register_fleet_report(sub: argparse._SubParsersAction) -> None:
     fleet.add_argument("--basic-auth-file", metavar="FILE", help="send user:password from FILE as basic auth")
     fleet.add_argument("--timeout", dest="timeout_s", type=float, default=60.0, metavar="SECONDS",
                        help="per-query timeout, passed to the server too (default 60)")
+    fleet.add_argument("--deadline", dest="deadline_s", type=float, default=None, metavar="SECONDS",
+                       help="for the whole command: queries not answered by then are listed as not computed "
+                            "(default 5 x (--timeout + 5 s): 325)")
     fleet.add_argument("--top", type=int, default=25, metavar="N", help="rows of the worst-jobs and incident tables (default 25)")
     fleet.add_argument("--max-gpus", type=int, default=64, metavar="N", help="--source dcgm/amd: GPUs read at most (default 64)")
     fleet.add_argument("--amd-profiler-window-us", dest="amd_window_us", type=float, default=1000.0, metavar="US",
@@ -207,7 +210,7 @@ def _register_fleet_report(sub: argparse._SubParsersAction) -> None:
 def cmd_fleet_report(args: argparse.Namespace) -> int:
     from agent.app.output_files import OutputRefused, check_target, write_whole
     from agent.views.fleet_report.render import build_page
-    from agent.views.fleet_report.run import OptionError, Options, build, terminal_progress
+    from agent.views.fleet_report.run import OptionError, Options, build, outcome, terminal_progress
 
     for flag, target in (("--out", args.out), ("--json", args.json)):
         try:
@@ -218,7 +221,7 @@ def cmd_fleet_report(args: argparse.Namespace) -> int:
     settings = settings_from(argparse.Namespace(config=args.config))
     opts = Options(prometheus=args.prometheus, range=args.range, end=args.end, cluster=args.cluster, source=args.source,
                    costs=args.costs, headers=args.headers, bearer_token_file=args.bearer_token_file,
-                   basic_auth_file=args.basic_auth_file, timeout_s=args.timeout_s, top=args.top,
+                   basic_auth_file=args.basic_auth_file, timeout_s=args.timeout_s, deadline_s=args.deadline_s, top=args.top,
                    max_gpus=args.max_gpus, amd_window_us=args.amd_window_us, title=args.title)
     progress = terminal_progress()
     try:
@@ -238,6 +241,5 @@ def cmd_fleet_report(args: argparse.Namespace) -> int:
             raise CliError(f"{'--out' if target == args.out else '--json'}: {exc}", EXIT_USAGE) from None
         except OSError as exc:
             raise CliError(f"cannot write {target}: {exc.strerror or exc}") from None
-    missing = f", {len(report.problems)} sections incomplete (listed on the page)" if report.problems else ""
-    print(f"wrote {args.out}: {report.queries} queries{missing}")
+    print(outcome(report, args.out))
     return EXIT_OK

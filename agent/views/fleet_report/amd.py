@@ -37,9 +37,9 @@ from agent.classifier.engine import classify_samples
 from agent.classifier.thresholds import Thresholds
 from agent.model import WORKLOAD_CLASSES, GpuSample
 from agent.views.fleet_report.data import Prices, Problem, group_rows, skipped_text
-from agent.views.fleet_report.dcgm import Progress, dcgm_slices, dcgm_step, listed, ranged
+from agent.views.fleet_report.dcgm import Progress, dcgm_slices, dcgm_step, gpu_order, index_of, listed, ranged
 from agent.views.fleet_report.promapi import PromClient
-from agent.views.fleet_report.queries import _alternatives, _quote
+from agent.views.fleet_report.promql import any_of, equals, string
 from agent.views.fleet_report.window import Window
 
 SERIES: dict[str, str] = {
@@ -64,15 +64,15 @@ def collect_amd(client: PromClient, window: Window, *, cluster: str | None, thre
                 progress: Progress = lambda _: None) -> tuple[dict[str, Any], list, list[Problem]]:
     """(the amd section's data, fleet groups by cluster, problems)."""
     step = dcgm_step(window.range_s)
-    match = f'cluster="{_quote(cluster)}",' if cluster is not None else ""
+    match = equals("cluster", cluster) + "," if cluster is not None else ""
     listing = (f"max by ({', '.join(IDENTITY)}) (last_over_time("
-               f'{{__name__=~"{LISTED}",{match}gpu_id!=""}}[{window.range_s}s]))')
+               f'{{__name__=~{string(LISTED)},{match}gpu_id!=""}}[{window.range_s}s]))')
     progress("amd: listing GPUs")
     found, problems = listed(client, listing, window.end, "amd GPUs", f"no {LISTED.replace('|', ' or ')} series in the period")
     if found is None:
         return {"gpus": [], "step_s": step}, [], problems
     objects: dict[Key, dict[str, str]] = {}
-    for s in sorted(found, key=lambda s: (s.labels.get("hostname", ""), _order(s.labels.get("gpu_id", "")))):
+    for s in sorted(found, key=lambda s: (s.labels.get("hostname", ""), gpu_order(s.labels.get("gpu_id", "")))):
         objects.setdefault(_key(s.labels), s.labels)
     keys = list(objects)[:max_gpus]
     by_host: dict[tuple[str, str], list[str]] = defaultdict(list)
@@ -88,11 +88,10 @@ def collect_amd(client: PromClient, window: Window, *, cluster: str | None, thre
         extra = ',clock_type=~"system|GPU_CLOCK_TYPE_SYSTEM"' if index == "clock_index" else ""
         by = "cluster, hostname, gpu_id" + (f", clock_type, {index}" if index == "clock_index" else f", {index}" if index else "")
         for (c, host), gpus in by_host.items():
-            scope = (f'cluster="{_quote(c)}",' if c else match) + f'hostname="{_quote(host)}",'
+            scope = f'{equals("cluster", c)},{equals("hostname", host)},'  # cluster="": series without one
             for first in range(0, len(gpus), batch):
                 chunk = gpus[first:first + batch]
-                expr = (f'max by ({by}) (avg_over_time({name}{{{scope}gpu_id=~"{_alternatives(chunk)}"{extra}}}'
-                        f"[{step}s]))")
+                expr = f"max by ({by}) (avg_over_time({name}{{{scope}{any_of('gpu_id', chunk)}{extra}}}[{step}s]))"
                 answered, left_out = ranged(client, expr, slices, step, f"amd {name}", problems, lambda _: progress(
                     f"amd: {name} ({host}, {first + len(chunk)}/{len(gpus)} GPUs)"))
                 skipped += left_out
@@ -167,10 +166,6 @@ def _key(labels: dict[str, str]) -> Key:
     return labels.get("cluster", ""), labels.get("hostname", ""), labels.get("gpu_id", "")
 
 
-def _order(gpu: str) -> tuple[int, str]:
-    return (int(gpu), "") if gpu.isdigit() else (10**6, gpu)
-
-
 def _text(labels: dict[str, str], name: str) -> str | None:
     value = labels.get(name)
     return value if value and value != "N/A" else None
@@ -181,7 +176,7 @@ def _record(labels: dict[str, str], values: dict[str, float], indexed: dict[str,
     part = labels.get("gpu_partition_id", "")
     ptype = _text(labels, "gpu_compute_partition_type")
     gpu = labels.get("gpu_id", "")
-    return AmdRecord(key=gpu, gpu_id=gpu, partition=int(part) if part.isdigit() else None,
+    return AmdRecord(key=gpu, gpu_id=gpu, partition=index_of(part),
                      partitions=partition_count(ptype), partition_type=ptype,
                      memory_partition_type=_text(labels, "gpu_memory_partition_type"),
                      serial=_text(labels, "serial_number"), model=_text(labels, "card_model"),

@@ -52,6 +52,10 @@ class FleetReport:
     amd: dict[str, object] | None = None
     problems: list[Problem] = field(default_factory=list)
     queries: int = 0
+    deadline_s: float | None = None
+    """The command's ``--deadline`` (None: not run by the command)."""
+    not_run: int = 0
+    """Queries not sent because that deadline had passed (each is also a problem)."""
     generated: float = field(default_factory=time.time)
 
     def totals(self) -> dict[str, object]:
@@ -64,6 +68,7 @@ class FleetReport:
         return finite({
             "window": {"start": w.start, "end": w.end, "range_s": w.range_s, "step_s": w.step_s},
             "cluster": self.cluster, "source": self.source, "generated": self.generated, "queries": self.queries,
+            "deadline_s": self.deadline_s, "not_run": self.not_run,
             "prices": {"rates": self.prices.rates, "default": self.prices.default,
                        "default_configured": self.prices.default_configured},
             "totals": self.totals(), "previous": self.previous,

@@ -28,7 +28,7 @@ from agent.classifier.thresholds import Thresholds
 from agent.model import WORKLOAD_CLASSES, GpuSample
 from agent.views.fleet_report.data import Prices, Problem, group_rows, skipped_text
 from agent.views.fleet_report.promapi import Answer, PromClient, PromError
-from agent.views.fleet_report.queries import _alternatives, _quote
+from agent.views.fleet_report.promql import any_of, equals
 from agent.views.fleet_report.window import Window
 
 FIELDS: dict[str, tuple[str, float]] = {
@@ -114,7 +114,7 @@ def collect_dcgm(client: PromClient, window: Window, *, cluster: str | None, thr
                  max_gpus: int = 64, batch: int = 16, progress: Progress = lambda _: None) -> tuple[dict[str, Any], list, list[Problem]]:
     """(the dcgm section's data, fleet groups by cluster, problems)."""
     step = dcgm_step(window.range_s)
-    match = f'cluster="{_quote(cluster)}",' if cluster is not None else ""
+    match = equals("cluster", cluster) + "," if cluster is not None else ""
     listing = (f"max by (cluster, UUID, gpu, Hostname, modelName, namespace, pod) (last_over_time("
                f'{{__name__=~"DCGM_FI_PROF_GR_ENGINE_ACTIVE|DCGM_FI_DEV_GPU_UTIL",{match}UUID!=""}}[{window.range_s}s]))')
     progress("dcgm: listing GPUs")
@@ -123,7 +123,7 @@ def collect_dcgm(client: PromClient, window: Window, *, cluster: str | None, thr
     if found is None:
         return {"gpus": [], "step_s": step}, [], problems
     gpus: dict[str, dict[str, str]] = {}
-    for s in sorted(found, key=lambda s: (s.labels.get("Hostname", ""), _gpu_order(s.labels.get("gpu", "")))):
+    for s in sorted(found, key=lambda s: (s.labels.get("Hostname", ""), gpu_order(s.labels.get("gpu", "")))):
         gpus.setdefault(s.labels.get("UUID", ""), s.labels)
     uuids = list(gpus)[:max_gpus]
     values: dict[str, dict[float, dict[str, float]]] = defaultdict(lambda: defaultdict(dict))
@@ -133,7 +133,7 @@ def collect_dcgm(client: PromClient, window: Window, *, cluster: str | None, thr
         seen, skipped, expr = False, 0, ""
         for first in range(0, len(uuids), batch):
             chunk = uuids[first:first + batch]
-            expr = f'max by (UUID) (avg_over_time({name}{{{match}UUID=~"{_quote(_alternatives(chunk))}"}}[{step}s]))'
+            expr = f"max by (UUID) (avg_over_time({name}{{{match}{any_of('UUID', chunk)}}}[{step}s]))"
             answered, left_out = ranged(client, expr, slices, step, f"dcgm {name}", problems, lambda part: progress(
                 f"dcgm: {name} ({first + len(chunk)}/{len(uuids)} GPUs"
                 + (f", part {part + 1}/{len(slices)})" if len(slices) > 1 else ")")))
@@ -188,8 +188,16 @@ def _sample(labels: dict[str, str], ts: float, fields: dict[str, float], step: i
                      interval_s=float(step), **fields)
 
 
-def _gpu_order(gpu: str) -> tuple[int, str]:
-    return (int(gpu), "") if gpu.isdigit() else (10**6, gpu)
+def index_of(label: str) -> int | None:
+    """A GPU or partition index label as a number, or None: ASCII digits only and at most 6 of them
+    (a store's label is anyone's text: ``int("²")`` raises, and so does a 10,000-digit string)."""
+    return int(label) if label.isascii() and label.isdigit() and len(label) <= 6 else None
+
+
+def gpu_order(gpu: str) -> tuple[int, str]:
+    """Sort key of a GPU index label: numbers in order, anything else after them."""
+    index = index_of(gpu)
+    return (index, "") if index is not None else (10**7, gpu)
 
 
 def dcgm_report(client: PromClient, window: Window, *, cluster: str | None, prices: Prices, thresholds: Thresholds,

@@ -5,7 +5,9 @@ only it. Queries go as form-encoded POSTs (long regexes of job ids or GPU UUIDs 
 limits), each with the API's own ``timeout`` parameter so the server gives up on an expensive
 query instead of us waiting on it, through the agent's one bounded request
 (agent.context.neighbour_http): one deadline from connect to the last byte, a little longer than
-that ``timeout``, so a server that trickles its answer cannot hold the report.
+that ``timeout``, so a server that trickles its answer cannot hold the report. Over all queries
+there is the command's :class:`Deadline`: past it no query is sent, and one sent when it is near
+waits (and asks the server to work) only for the time left.
 
 The server may be broken or hostile, so an answer is bounded before it is believed: in bytes, in
 series and in points (the caps below, sized from the queries the report sends), in nesting, and in
@@ -19,6 +21,7 @@ from __future__ import annotations
 import base64
 import json
 import math
+import time
 import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any
@@ -79,6 +82,24 @@ class Answer(list):  # type: ignore[type-arg]
     skipped: int = 0
 
 
+@dataclass(frozen=True)
+class Deadline:
+    """The whole command's deadline (``--deadline``): a per-query deadline bounds one query, not how
+    many of them a slow server answers slowly (17 queries at ``--timeout 2`` once took 113 s). Past
+    ``at`` no query starts; a query started before it waits at most the time left."""
+
+    total_s: float
+    at: float
+    """``time.monotonic()`` when it passes."""
+
+    @staticmethod
+    def starting_now(total_s: float) -> Deadline:
+        return Deadline(total_s, time.monotonic() + total_s)
+
+    def left(self) -> float:
+        return self.at - time.monotonic()
+
+
 @dataclass
 class PromClient:
     """The API at ``base_url`` (``http://prometheus:9090``, ``http://vm:8428``, a Thanos query
@@ -87,8 +108,12 @@ class PromClient:
     base_url: str
     timeout_s: float = 60.0
     headers: dict[str, str] = field(default_factory=dict)
+    deadline: Deadline | None = None
+    """The command's deadline over all queries; None: only each query's own."""
     queries: int = 0
     """How many queries this client sent (the report prints it in its footer)."""
+    not_run: int = 0
+    """How many queries were not sent because ``deadline`` had passed."""
 
     @staticmethod
     def auth_headers(bearer_token: str | None = None, basic_auth: str | None = None) -> dict[str, str]:
@@ -114,25 +139,36 @@ class PromClient:
                                           "step": f"{step_s:g}"}, "matrix")
 
     def _call(self, endpoint: str, params: dict[str, str], want: str) -> Answer:
+        wait, server_wait = self.deadline_s, self.timeout_s
+        if self.deadline is not None:
+            left = self.deadline.left()
+            if left <= 0:
+                self.not_run += 1
+                raise PromError(f"not run: the command's --deadline of {self.deadline.total_s:g} s had passed")
+            wait, server_wait = min(wait, left), min(server_wait, left)
         self.queries += 1
-        params = {**params, "timeout": f"{self.timeout_s:g}s"}
+        params = {**params, "timeout": _duration(server_wait)}
         url = f"{self.base_url.rstrip('/')}/api/v1/{endpoint}"
         try:  # a store is usually elsewhere: the user's proxy settings apply
-            reply = fetch(url, timeout_s=self.deadline_s, deadline_s=self.deadline_s, max_bytes=MAX_ANSWER_BYTES,
+            reply = fetch(url, timeout_s=wait, deadline_s=wait, max_bytes=MAX_ANSWER_BYTES,
                           method="POST", data=urllib.parse.urlencode(params).encode(), use_proxy=True,
                           headers={**self.headers, "Content-Type": "application/x-www-form-urlencoded",
                                    "Accept": "application/json"})
         except FetchFailed as exc:
-            raise _failed(exc, self.base_url, self.deadline_s) from None
+            raise _failed(exc, self.base_url, wait, None if wait >= self.deadline_s else self.deadline) from None
         if not 200 <= reply.status < 300:
             raise PromError(f"HTTP {reply.status}: {_server_error(reply)}")
         return _parse(reply.body, want)
 
 
-def _failed(exc: FetchFailed, base_url: str, deadline_s: float) -> PromError:
+def _failed(exc: FetchFailed, base_url: str, deadline_s: float, cut: Deadline | None) -> PromError:
+    """The query's one-line error; ``cut``: the command's deadline, when it (not ``--timeout``) bounded the wait."""
     if exc.kind == "too_large":
         return PromError(f"answer refused: larger than {MAX_ANSWER_BYTES // 2**20} MiB, more than a report "
                          "query can need (docs/fleet-report.md)")
+    if exc.kind in ("deadline", "timeout") and cut is not None:
+        return PromError(f"no whole answer within {deadline_s:.3g} s, the time left before the command's --deadline "
+                         f"of {cut.total_s:g} s: the query gave up")
     if exc.kind in ("deadline", "timeout"):
         return PromError(f"no whole answer within {deadline_s:g} s (--timeout and {SERVER_MARGIN_S:g} s more for the "
                          "answer to arrive): the query gave up")
@@ -206,6 +242,14 @@ def _server_error(reply: Reply) -> str:
     except (ValueError, AttributeError, RecursionError):
         error = None
     return _line(error if isinstance(error, str) and error else reply.reason)
+
+
+def _duration(seconds: float) -> str:
+    """The API's ``timeout``: whole seconds as ``60s``, else milliseconds (``1500ms``): Prometheus (and
+    Thanos, Mimir) read Prometheus durations, integers with a unit, so ``1.5s`` would fail the query."""
+    if seconds == int(seconds):
+        return f"{int(seconds)}s"
+    return f"{max(1, round(seconds * 1000))}ms"
 
 
 def _ts(value: float) -> str:

@@ -13,8 +13,7 @@ namespaces) or by ``topk`` on the server (jobs, stragglers), never one series pe
 
 from __future__ import annotations
 
-import re
-
+from agent.views.fleet_report.promql import equals, regex_of, string
 from agent.views.fleet_report.window import Window
 
 KEY = "cluster, node, gpu, uuid"
@@ -39,7 +38,7 @@ class Queries:
         """``metric{cluster="C", name="value", name=~"regex"}``; a value starting with ``~`` is a regex."""
         items = [("cluster", self.cluster)] if self.cluster is not None else []
         items += list(matchers.items())
-        parts = [f'{k}=~"{_quote(v[1:])}"' if v.startswith("~") else f'{k}="{_quote(v)}"' for k, v in items]
+        parts = [f"{k}=~{string(v[1:])}" if v.startswith("~") else equals(k, v) for k, v in items]
         return metric + ("{" + ",".join(parts) + "}" if parts else "")
 
     # -- joins ----------------------------------------------------------------------------------
@@ -47,7 +46,7 @@ class Queries:
         return f"{ON} group_left (model, spec) max by ({KEY}, model, spec) ({self.sel('roofwatch_gpu_info')})"
 
     def _job(self, jobs: list[str] | None = None) -> str:
-        info = self.sel("roofwatch_gpu_job_info", **({"job_id": "~" + _alternatives(jobs)} if jobs else {}))
+        info = self.sel("roofwatch_gpu_job_info", **({"job_id": "~" + regex_of(jobs)} if jobs else {}))
         return f"{ON} group_left (job_id, user) max by ({KEY}, job_id, user) ({info})"
 
     def _namespace(self) -> str:
@@ -142,11 +141,3 @@ class Queries:
         """Energy by cluster over the window, from the agents' energy counters."""
         return (f"sum by (cluster) (increase({self.sel('roofwatch_gpu_energy_joules_total')}"
                 f"[{self.w.range_s}s])) / 3.6e6")
-
-
-def _quote(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
-def _alternatives(values: list[str]) -> str:
-    return "|".join(re.escape(v) for v in values)

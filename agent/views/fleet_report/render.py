@@ -180,7 +180,9 @@ def _problems_banner(report: FleetReport) -> str:
     if not report.problems:
         return ""
     sections = sorted({p.section for p in report.problems})
-    return f'<div class="banner">Incomplete: {esc(", ".join(sections))} (see the last section).</div>'
+    late = (f" The --deadline of {report.deadline_s:g} s passed before {report.not_run} more queries could run."
+            if report.not_run and report.deadline_s is not None else "")
+    return f'<div class="banner">Incomplete: {esc(", ".join(sections))} (see the last section).{esc(late)}</div>'
 
 
 def _problems(report: FleetReport) -> str:

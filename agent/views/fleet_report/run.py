@@ -13,8 +13,16 @@ from typing import Callable, TextIO
 from agent.classifier.thresholds import Thresholds
 from agent.views.fleet_report.collect import FleetReport, collect
 from agent.views.fleet_report.data import Prices
-from agent.views.fleet_report.promapi import PromClient, PromError
+from agent.views.fleet_report.promapi import Deadline, PromClient, PromError
 from agent.views.fleet_report.window import Window, parse_duration, parse_time
+
+
+DEADLINE_QUERIES = 5
+"""The default ``--deadline`` is this many per-query deadlines (``--timeout`` + 5 s each: 325 s at the
+default 60 s). A healthy store answers the report's queries in seconds all told; a store on which five
+of them would run into their own deadline is not healthy, and the page of what it did answer by then
+is worth more than waiting on every remaining query in turn."""
+MAX_DEADLINE_S = 86400.0
 
 
 class OptionError(Exception):
@@ -37,6 +45,8 @@ class Options:
     bearer_token_file: str | None = None
     basic_auth_file: str | None = None
     timeout_s: float = 60.0
+    deadline_s: float | None = None
+    """The whole command's deadline; None: :data:`DEADLINE_QUERIES` per-query deadlines."""
     top: int = 25
     max_gpus: int = 64
     amd_window_us: float = 1000.0
@@ -49,6 +59,8 @@ def client_for(opts: Options) -> PromClient:
         raise OptionError(f"--prometheus: {opts.prometheus!r} is not an http(s) URL such as http://prometheus:9090")
     if not 0 < opts.timeout_s <= 3600:
         raise OptionError(f"--timeout: {opts.timeout_s:g} must be between 0 and 3600 seconds")
+    if opts.deadline_s is not None and not 1 <= opts.deadline_s <= MAX_DEADLINE_S:
+        raise OptionError(f"--deadline: {opts.deadline_s:g} must be between 1 and {MAX_DEADLINE_S:g} seconds")
     headers: dict[str, str] = {}
     for item in opts.headers:
         name, sep, value = item.partition(":")
@@ -60,7 +72,14 @@ def client_for(opts: Options) -> PromClient:
     if basic is not None and ":" not in basic:
         raise OptionError("--basic-auth-file: the file must hold user:password")
     headers.update(PromClient.auth_headers(token, basic))
-    return PromClient(opts.prometheus, timeout_s=opts.timeout_s, headers=headers)
+    client = PromClient(opts.prometheus, timeout_s=opts.timeout_s, headers=headers)
+    client.deadline = Deadline.starting_now(deadline_for(opts, client))
+    return client
+
+
+def deadline_for(opts: Options, client: PromClient) -> float:
+    """``--deadline``, or :data:`DEADLINE_QUERIES` times the client's per-query deadline."""
+    return opts.deadline_s if opts.deadline_s is not None else DEADLINE_QUERIES * client.deadline_s
 
 
 def _read_secret(path: str | None, flag: str) -> str | None:
@@ -85,7 +104,8 @@ def window_for(opts: Options) -> Window:
 
 
 def build(opts: Options, thresholds: Thresholds, progress: Callable[[str], None]) -> FleetReport:
-    """Check the options, make sure the server answers, and run every section."""
+    """Check the options, make sure the server answers, and run every section; past the command's
+    deadline the queries left are listed as not run and the report holds what was answered."""
     try:
         prices = Prices.parse(opts.costs)
     except ValueError as exc:
@@ -96,6 +116,14 @@ def build(opts: Options, thresholds: Thresholds, progress: Callable[[str], None]
         raise OptionError(f"--amd-profiler-window-us: {opts.amd_window_us:g} must be between 1 and 10000000 microseconds")
     window = window_for(opts)
     client = client_for(opts)
+    report = _sections(opts, thresholds, progress, window, prices, client)
+    report.deadline_s = client.deadline.total_s if client.deadline else None
+    report.not_run, report.queries = client.not_run, client.queries
+    return report
+
+
+def _sections(opts: Options, thresholds: Thresholds, progress: Callable[[str], None], window: Window, prices: Prices,
+              client: PromClient) -> FleetReport:
     try:  # one cheap query first: a wrong URL or an unreachable server is one clear error, not ten
         client.query("vector(1)", window.end)
     except PromError as exc:
@@ -114,6 +142,14 @@ def build(opts: Options, thresholds: Thresholds, progress: Callable[[str], None]
                           window_us=opts.amd_window_us, progress=progress,
                           thresholds=dcgm_thresholds(thresholds, dcgm_step(window.range_s)))
     return collect(client, window, cluster=opts.cluster, prices=prices, top=opts.top, progress=progress)
+
+
+def outcome(report: FleetReport, out: str) -> str:
+    """The command's last line: what it wrote, how many queries, and what is missing and why."""
+    missing = f", {len(report.problems)} sections incomplete (listed on the page)" if report.problems else ""
+    late = (f"; the --deadline of {report.deadline_s:g} s passed before {report.not_run} more "
+            f"quer{'y' if report.not_run == 1 else 'ies'} could run" if report.not_run else "")
+    return f"wrote {out}: {report.queries} queries{missing}{late}"
 
 
 def terminal_progress(stream: TextIO = sys.stderr) -> Callable[[str], None]:
