@@ -303,6 +303,17 @@ def replace_serials(body: str, serials: dict[str, str]) -> str:
     return re.sub(r'(gpu_id="(\d+)"[^}]*serial_number=")([^"]*)"', swap, body)
 
 
+def set_value(body: str, name: str, gpu_id: int, value: str, **labels: str) -> str:
+    """``body`` with the value of series ``name`` for ``gpu_id`` (and the given index labels, such as
+    ``link_index="1"``) replaced by ``value``, as printed: one line, or the test is wrong."""
+    wanted = [f'gpu_id="{gpu_id}"', *(f'{k}="{v}"' for k, v in labels.items())]
+    lines = body.splitlines(keepends=True)
+    hits = [i for i, line in enumerate(lines) if line.startswith(name + "{") and all(w in line for w in wanted)]
+    assert len(hits) == 1, f"{name} {wanted}: {len(hits)} lines"
+    lines[hits[0]] = lines[hits[0]].rsplit(" ", 1)[0] + f" {value}\n"
+    return "".join(lines)
+
+
 def write() -> None:
     FIXTURES.mkdir(parents=True, exist_ok=True)
     for name, make in FILES.items():

@@ -101,11 +101,16 @@ def test_entries_without_a_gpu_id_or_bdf_or_sharing_one_are_skipped_and_the_rest
     assert parse_gpumetrics("{}").bdfs == {}, "no GPUs: omitempty leaves Response out"
 
 
-def test_a_huge_list_is_read_up_to_max_gpus():
-    body = json.dumps({"Response": [entry(i, f"{i >> 8:04x}:{i & 0xFF:02x}:00.0") for i in range(5000)]})
-    parsed = parse_gpumetrics(body, max_gpus=1024)
-    assert len(parsed.bdfs) == 1024 and parsed.bdfs["1023"] == "0003:ff:00.0"
-    assert parsed.first_skip == "entries past 1024 not read"
+def test_a_list_longer_than_max_devices_is_refused_and_one_within_it_read_whole():
+    def body(count):
+        return json.dumps({"Response": [entry(i, f"{i >> 8:04x}:{i & 0xFF:02x}:00.0") for i in range(count)]})
+
+    with pytest.raises(GpuMetricsError, match=r"more than 128 GPU entries \(max_devices\)"):
+        parse_gpumetrics(body(5000))
+    parsed = parse_gpumetrics(body(128))
+    assert len(parsed.bdfs) == 128 and parsed.bdfs["127"] == "0000:7f:00.0" and parsed.skipped == 0
+    with pytest.raises(GpuMetricsError, match="more than 8 GPU entries"):
+        parse_gpumetrics(body(9), max_entries=8)
 
 
 def test_a_read_says_why_it_failed_in_one_line():
@@ -327,7 +332,7 @@ def test_a_gpumetrics_body_over_the_size_cap_is_refused_by_the_readers_fetch():
         small = amd_exporter_reader(exporter.url, max_bytes=64 * 1024)
         found, error = read_gpumetrics(small.get, exporter.url, small.timeout_s)
         assert found is None and "larger than 65536 bytes" in error, error
-        found, error = read_gpumetrics(amd_exporter_reader(exporter.url).get, exporter.url, 2.0)
-        assert error is None and len(found.bdfs) == 1024, "under the cap: read up to max_gpus"
+        found, error = read_gpumetrics(amd_exporter_reader(exporter.url).get, exporter.url, 2.0, max_entries=5000)
+        assert error is None and len(found.bdfs) == 5000, "under the cap and the bound: read whole"
         found, error = read_gpumetrics(small.get, gpumetrics_url(exporter.url), small.timeout_s)
         assert found is None and error.startswith("HTTP 404"), "FakeExporter has no /gpumetrics"

@@ -11,6 +11,10 @@ whole body, at most ``max_bytes``, proxies ignored: the inference scraper's fetc
 latest records. Backends ask it from memory (:meth:`ExporterReader.lookup`), so a collection
 cycle never waits on the exporter.
 
+Lines the dialect's parser skips (unreadable, an index label that is no index, a value that cannot be
+converted) are counted, the first named, in :meth:`ExporterReader.status` (``doctor`` shows both) and
+logged once when an episode of them starts, not once per read.
+
 **When the values stop counting** (the rule, documented in docs/nvidia.md). A GPU's record is
 refused, with the reason, when:
 
@@ -163,10 +167,11 @@ class ExporterReader:
             except Exception:  # a bug here must not end the thread for good
                 self.log.exception("%s read failed", self.source)
 
-    def get(self, url: str) -> bytes:
-        """GET another path of the same exporter (AMD's ``/gpumetrics``) with this reader's fetch, deadline and size
-        cap; raises on any failure. Blocking: only from set-up or a background thread, never a collection cycle."""
-        return self._fetch(url, self.timeout_s, self.max_bytes)
+    def get(self, url: str, max_bytes: int | None = None) -> bytes:
+        """GET another path of the same exporter (AMD's ``/gpumetrics``) with this reader's fetch and deadline, and
+        its size cap or the smaller ``max_bytes`` (what that path needs); raises on any failure. Blocking: only from
+        set-up or a background thread, never a collection cycle."""
+        return self._fetch(url, self.timeout_s, min(self.max_bytes, max_bytes or self.max_bytes))
 
     def read_once(self, now: float | None = None) -> str | None:
         """Read the exporter once; returns the error, or None when the read was good."""
@@ -184,6 +189,7 @@ class ExporterReader:
             return self._failed(describe_error(exc, self.timeout_s))
         with self._lock:
             state = self._state
+            skipped_before = state.skipped
             if state.error is not None and state.reads:
                 self.log.info("%s %s answers again (%d GPUs)", self.source, self.url, len(records))
             for key, record in records.items():
@@ -197,6 +203,9 @@ class ExporterReader:
             state.skipped, state.first_bad, state.refused = parsed.skipped, parsed.first_bad, parsed.refused
             state.units, state.notes = parsed.units, parsed.notes
             state.reads += 1
+        if parsed.skipped and not skipped_before:  # once per episode of unreadable lines, not once per read
+            self.log.warning("%s %s: %d unreadable line(s) skipped, the rest read; first %s", self.source, self.url,
+                             parsed.skipped, parsed.first_bad)
         return None
 
     def _failed(self, error: str) -> str:

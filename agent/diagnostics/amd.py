@@ -14,7 +14,7 @@ from typing import Any, Iterable
 
 from agent.backends.amd.bindings import MINIMUM, NEWEST_TESTED
 from agent.backends.exporter_reader import listed
-from agent.diagnostics.amd_exporter import match_findings, partition_findings
+from agent.diagnostics.amd_exporter import match_findings, partition_findings, skipped_findings
 from agent.diagnostics.findings import Finding, package_version
 from agent.diagnostics.spec_advice import spec_finding
 
@@ -142,6 +142,7 @@ def exporter_join_findings(backend: Any, now: float | None = None) -> list[Findi
         return [Finding(JOIN, "fail", f"{status.url}: {status.error}", "tensor (MFMA), VALU and HBM counters",
                         "check that the Device Metrics Exporter runs on this node and that amd_exporter_url reaches it")]
     out = [Finding(JOIN, "ok", f"{status.url}: {len(status.gpus)} GPU(s) or partition(s) listed")]
+    out.extend(skipped_findings(backend.reader))
     for gpu in backend.devices:
         try:
             backend.sample(gpu, now)

@@ -140,6 +140,17 @@ def match_findings(backend: Any) -> list[Finding]:
                     "gives each gpu_id's PCI address")]
 
 
+def skipped_findings(reader: Any) -> list[Finding]:
+    """The lines of the latest exposition the parser skipped (unreadable, an id label that is no index, a value
+    that cannot be converted: ``gpu_total_vram 1e308``), counted, with the first and why: one info line."""
+    status = reader.status()
+    if not status.skipped_lines:
+        return []
+    return [Finding("amd-exporter", "info", f"{status.skipped_lines} line(s) of {status.url} skipped (unreadable, "
+                    f"an index label that is no index, or a value that cannot be converted), the rest read; first "
+                    f"{status.first_bad_line}", "the readings on the lines skipped")]
+
+
 def _gpu_order(gpu: str) -> tuple[int, ...]:
     return tuple(int(p) if p.isdigit() else -1 for p in gpu.split("/"))
 
@@ -154,6 +165,7 @@ def standalone_findings(backend: Any) -> tuple[list[Finding], int]:
     infos = backend.devices
     records = backend.reader.records()
     out = [Finding("amd-exporter backend", "ok", f"{len(infos)} GPU(s)")]
+    out.extend(skipped_findings(backend.reader))
     out.extend(board_findings(records, infos))
     out.extend(partition_findings(records))
     return out, len(infos)

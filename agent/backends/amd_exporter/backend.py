@@ -27,6 +27,7 @@ from agent.backends.amd_exporter.mapping import (
     profiled,
     sample_values,
 )
+from agent.backends.amd_exporter.units import MIB
 from agent.backends.exporter_backend import ExporterBackend
 from agent.backends.exporter_reader import DEFAULT_MAX_BYTES, Dialect, ExporterReader, Fetch
 from agent.model import DeviceInfo, GpuSpec
@@ -75,7 +76,7 @@ def device_uuid(record: AmdRecord, records: Mapping[str, AmdRecord]) -> str:
 def device_spec(record: AmdRecord) -> GpuSpec | None:
     """The whole GPU's peaks (a ``specs:`` entry for the printed ``card_model`` first), then the partition's share."""
     total = record.values.get("gpu_total_vram")
-    memory = int(total * 1024 * 1024 * record.partitions) if total else None
+    memory = int(total * MIB * record.partitions) if total else None  # finite: the parser skips what is not (units.py)
     spec = None
     for name in (record.model, record.series, device_model(record)):
         if name and spec is None:

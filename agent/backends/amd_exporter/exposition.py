@@ -9,6 +9,12 @@ the partition-0 sibling), ``serial_number``/``card_model`` (the card's, shared b
 ``gpuagent_gpu_metrics.go:40-55, 2000-2142``). Per-index series add ``clock_index``+``clock_type``,
 ``xcc_index``, ``link_index``, ``hbm_index``: those are kept per index (:attr:`AmdRecord.indexed`).
 
+A line is skipped and counted (the exposition's skipped lines, which ``doctor`` shows with the first) when one of
+those id labels, ``gpu_id`` or ``gpu_partition_id`` is present but no index (:mod:`agent.context.indexes`:
+``link_index="²"`` raised ``ValueError`` and stopped the agent), or when its value cannot be converted into its
+sample field (:mod:`agent.backends.amd_exporter.units`: ``gpu_total_vram 1e308`` is ``inf`` bytes). The GPU's other
+lines are kept.
+
 Devices are named as the amdsmi backend names them (:mod:`agent.backends.amd.discovery`): a GPU in
 SPX is ``"<gpu>"``, a partition ``"<gpu>/<partition id>"``, ``<gpu>`` counting physical GPUs in
 ``gpu_id`` order. A physical GPU starts at each partition 0 (or unpartitioned object) in ``gpu_id``
@@ -18,18 +24,22 @@ order, or where the serial number changes.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 from typing import Mapping
 
 from agent.backends.amd.values import partition_count
 from agent.backends.amd_exporter.names import clock_type, release_hints, split
+from agent.backends.amd_exporter.units import unconvertible
 from agent.backends.exposition_text import MAX_SERIES, Exposition, Series, Tally, iter_series
+from agent.context.indexes import index_value, is_index
 from agent.model import Attribution
 
 MAX_GPUS = 1024
-_ID = re.compile(r"0|[1-9][0-9]{0,4}")
 INDEX_LABELS = ("xcc_index", "link_index", "hbm_index", "clock_index")
+ID_LABELS = ("gpu_id", *INDEX_LABELS)
+"""Labels that must be an index wherever they appear; ``gpu_partition_id`` too, unless it says "no partition"."""
+NO_PARTITION = frozenset({"NA", "N/A", ""})
+"""``gpu_partition_id`` of an unpartitioned GPU object (``"NA"`` from 1.4.0)."""
 SENTINELS = frozenset(float(x) for x in (0xFFFF, 0x7FFFFFFF, 0xFFFFFFFF, 0xFFFFFFFFFFFFFFFF))
 """gpuagent's "not applicable" values (``utils.IsValueApplicable``, v1.5.1 ``pkg/exporter/utils/utils.go:179-191``;
 0xFF is left out: no exported field can be 255 by accident except one that DME already drops)."""
@@ -93,7 +103,7 @@ class _Grouper:
             if label in labels and len(self.label_values.setdefault(label, set())) < 16:
                 self.label_values[label].add(labels[label])
         gpu = labels.get("gpu_id")
-        if gpu is None or not _ID.fullmatch(gpu):
+        if not is_index(gpu):
             return
         entry = self.grouped.get(gpu)
         if entry is None:
@@ -120,7 +130,7 @@ class _Grouper:
             e = self.grouped[gpu]
             labels = e["labels"]
             part = labels.get("gpu_partition_id")
-            pid = int(part) if part is not None and _ID.fullmatch(part) else None
+            pid = index_value(part)
             ptype = _text(labels, "gpu_compute_partition_type")
             count = partition_count(ptype)
             this_serial = _text(labels, "serial_number")
@@ -151,12 +161,30 @@ def _own(series: Series) -> bool:
     return split(series.name) is not None
 
 
+def unusable(series: Series) -> str | None:
+    """Why a DME line that parsed is still skipped: an id label that is no index, or a value that cannot be
+    converted (:func:`agent.backends.amd_exporter.units.unconvertible`); None for a usable line or another's."""
+    named = split(series.name)
+    if named is None:
+        return None
+    labels = series.labels
+    for label in ID_LABELS:
+        value = labels.get(label)
+        if value is not None and not is_index(value):
+            return f" ({label} {ascii(value[:16])} is no index)"
+    part = labels.get("gpu_partition_id")
+    if part is not None and part not in NO_PARTITION and not is_index(part):
+        return f" (gpu_partition_id {ascii(part[:16])} is no index)"
+    why = unconvertible(named[1], series.value)
+    return f" ({why})" if why else None
+
+
 def read_records(text: str, *, max_series: int = MAX_SERIES, max_gpus: int = MAX_GPUS) -> Exposition:
     """One pass over a DME body: its records by device key, what it skipped, and notes for doctor.
     ExporterFormatError when no line is DME's."""
     tally = Tally(family="Device Metrics Exporter (gpu_*)", exporter="an AMD Device Metrics Exporter's")
     grouper = _Grouper(max_gpus)
-    for s in iter_series(text, tally, max_series, own=_own):
+    for s in iter_series(text, tally, max_series, own=_own, bad=unusable):
         named = split(s.name)
         if named is not None:
             grouper.add(s, named)

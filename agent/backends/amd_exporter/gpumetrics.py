@@ -24,7 +24,12 @@ the names are the Go fields' ``json`` tags (``v1.5.1:pkg/amdgpu/gen/amdgpu/gpu.p
 :func:`parse_gpumetrics` turns a body into ``gpu_id -> BDF`` (``"0000:0c:00.0"``, lower case, with domain);
 an entry without a usable ``Index`` or ``PCIeBusId`` is skipped, and a ``gpu_id`` or BDF listed twice is dropped
 (it cannot say which is which). :class:`BdfWatch` reads it for the join at set-up and then on its own daemon
-thread (never on a collection cycle), with the ``/metrics`` reader's fetch, deadline and size cap.
+thread (never on a collection cycle), with the ``/metrics`` reader's fetch and deadline.
+
+All the agent needs from the document is an index and an address per device, so it is read within caps sized for
+that, not for ``/metrics``: at most :data:`MAX_BYTES` of body, decoded one entry at a time (each from at most
+:data:`MAX_ENTRY_BYTES`), and at most ``max_devices`` GPU objects; a body past any of them is refused whole, in
+one line naming why. Parsed whole, 15 MiB of ``{"Response": [{}, {}, ...]}`` took the agent from 62 to 443 MiB.
 """
 
 from __future__ import annotations
@@ -39,7 +44,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 from urllib.parse import urlsplit, urlunsplit
 
-from agent.backends.exporter_reader import MAX_GPUS, ExporterReader
+from agent.backends.exporter_backend import MAX_DEVICES
+from agent.backends.exporter_reader import ExporterReader
 from agent.context.workload.inference.fetch import HttpStatus, ResponseTooLarge, describe_error
 
 log = logging.getLogger("roofwatch.amd_exporter")
@@ -49,6 +55,14 @@ REFRESH_S = 300.0
 """A good map is re-read this often, and whenever the ``gpu_id`` set of ``/metrics`` changes."""
 _BDF = re.compile(r"^(?:([0-9a-f]{1,8}):)?([0-9a-f]{1,2}):([0-9a-f]{1,2})\.([0-7])$")
 _MAX_UINT32 = 2**32 - 1
+MAX_BYTES = 4 * 1024 * 1024
+"""A ``/gpumetrics`` body read at most. gpuagent answers one object per GPU and partition, a few KiB each (an
+8 x MI300X node in CPX: 72 of them, well under 1 MiB); the ``/metrics`` cap (16 MiB) let 15 MiB of
+``{"Response": [{}, {}, ...]}`` take the agent from 62 to 443 MiB, all of it to learn a few PCI addresses."""
+MAX_ENTRY_BYTES = 256 * 1024
+"""One entry (or other member) of the body decoded at most: each is decoded on its own from this much text."""
+_DECODER = json.JSONDecoder()
+_SPACE = re.compile(r"[ \t\n\r]*")
 
 
 class GpuMetricsError(ValueError):
@@ -95,55 +109,159 @@ def _index(status: dict[str, Any]) -> int | None:
     return value
 
 
-def parse_gpumetrics(text: str, max_gpus: int = MAX_GPUS) -> GpuMetrics:
-    """``gpu_id`` -> BDF from a ``/gpumetrics`` body; raises :class:`GpuMetricsError` on a body that is not one."""
+class _Cursor:
+    """A position in the body and the next JSON value from it, each value decoded on its own and from at most
+    :data:`MAX_ENTRY_BYTES` of text: what a value costs is bounded by its cap, never by the body."""
+
+    def __init__(self, text: str) -> None:
+        self.text, self.pos = text, 0
+
+    def where(self) -> str:
+        line = self.text.count("\n", 0, self.pos) + 1
+        column = self.pos - self.text.rfind("\n", 0, self.pos)
+        return f"line {line}, column {column}"
+
+    def broken(self) -> GpuMetricsError:
+        return GpuMetricsError(f"not JSON ({self.where()}): not DME's /gpumetrics")
+
+    def next_char(self) -> str:
+        """The next character that is not white space (the position left on it); "" at the end."""
+        self.pos = _SPACE.match(self.text, self.pos).end()
+        return self.text[self.pos:self.pos + 1]
+
+    def take(self, char: str) -> None:
+        if self.next_char() != char:
+            raise self.broken()
+        self.pos += 1
+
+    def value(self, what: str) -> Any:
+        self.next_char()
+        window = self.text[self.pos:self.pos + MAX_ENTRY_BYTES]
+        try:
+            value, end = _DECODER.raw_decode(window)
+        except (ValueError, RecursionError):
+            if len(window) == MAX_ENTRY_BYTES:
+                raise GpuMetricsError(f"{what} is over {MAX_ENTRY_BYTES // 1024} KiB or not JSON ({self.where()}): "
+                                      "not DME's /gpumetrics (an entry is a few KiB)") from None
+            raise self.broken() from None
+        self.pos += end
+        return value
+
+
+def _not_an_object(text: str) -> GpuMetricsError:
+    """Why a body whose first value is no JSON object is refused (a small one is named by its type)."""
+    if len(text) > MAX_ENTRY_BYTES:
+        return GpuMetricsError("not a JSON object: not gpuagent's GPUGetResponse")
     try:
         doc = json.loads(text)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         where = f" (line {exc.lineno}, column {exc.colno})" if isinstance(exc, json.JSONDecodeError) else ""
-        raise GpuMetricsError(f"not JSON{where}: not DME's /gpumetrics") from None
-    if not isinstance(doc, dict):
-        raise GpuMetricsError(f"a JSON {type(doc).__name__}, not gpuagent's GPUGetResponse object")
-    entries = doc.get("Response", [])  # omitempty: no GPUs, no key
-    if not isinstance(entries, list):
-        raise GpuMetricsError("Response is not a list: not gpuagent's GPUGetResponse")
-    if not entries and doc.get("ApiStatus"):
-        raise GpuMetricsError(f"gpuagent answered ApiStatus {doc.get('ApiStatus')} and no GPU")
-    found: list[tuple[str, str]] = []
-    skips: list[str] = []
-    listed = 0
-    for n, entry in enumerate(entries):
-        if listed >= max_gpus:
-            skips.append(f"entries past {max_gpus} not read")
-            break
+        return GpuMetricsError(f"not JSON{where}: not DME's /gpumetrics")
+    return GpuMetricsError(f"a JSON {type(doc).__name__}, not gpuagent's GPUGetResponse object")
+
+
+class _Entries:
+    """The ``Response`` entries as they are decoded: ``gpu_id`` -> BDF pairs, skips, and the bound on entries."""
+
+    def __init__(self, max_entries: int) -> None:
+        self.max_entries = max_entries
+        self.found: list[tuple[str, str]] = []
+        self.skips: list[str] = []
+        self.listed = self.parents = 0
+
+    def add(self, n: int, entry: Any) -> None:
         status = entry.get("Status") if isinstance(entry, dict) else None
-        if isinstance(status, dict) and status.get("GPUPartition"):
-            continue  # a partitioned GPU's parent object: its partitions are listed themselves
-        listed += 1
+        parent = isinstance(status, dict) and bool(status.get("GPUPartition"))
+        self.parents += parent  # a partitioned GPU's parent object: its partitions are listed themselves
+        self.listed += not parent
+        if max(self.listed, self.parents) > self.max_entries:
+            raise GpuMetricsError(f"more than {self.max_entries} GPU entries (max_devices): not one node's gpuagent")
+        if parent:
+            return
         if not isinstance(status, dict):
-            skips.append(f"entry {n}: no Status")
-            continue
+            self.skips.append(f"entry {n}: no Status")
+            return
         index = _index(status)
         pcie = status.get("PCIeStatus")
         bdf = normalise_bdf(pcie.get("PCIeBusId")) if isinstance(pcie, dict) else None
         if index is None or bdf is None:
-            skips.append(f"entry {n}: " + ("Index is not a gpu_id" if index is None else "no PCIeBusId"))
-            continue
-        found.append((str(index), bdf))
-    counts = Counter(g for g, _ in found) + Counter(b for _, b in found)  # a gpu_id never looks like a BDF
-    shared = sorted(key for key, n in counts.items() if n > 1)
-    if shared:
-        skips.append("a gpu_id or BDF listed twice: " + ", ".join(shared[:4]))
-    bdfs = {g: b for g, b in found if g not in shared and b not in shared}
-    return GpuMetrics(bdfs, listed - len(bdfs), skips[0] if skips else None)
+            self.skips.append(f"entry {n}: " + ("Index is not a gpu_id" if index is None else "no PCIeBusId"))
+            return
+        self.found.append((str(index), bdf))
+
+    def result(self) -> GpuMetrics:
+        counts = Counter(g for g, _ in self.found) + Counter(b for _, b in self.found)  # no gpu_id looks like a BDF
+        shared = sorted(key for key, n in counts.items() if n > 1)
+        if shared:
+            self.skips.append("a gpu_id or BDF listed twice: " + ", ".join(shared[:4]))
+        bdfs = {g: b for g, b in self.found if g not in shared and b not in shared}
+        return GpuMetrics(bdfs, self.listed - len(bdfs), self.skips[0] if self.skips else None)
+
+
+def _response(cursor: _Cursor, entries: _Entries) -> None:
+    """Decode the ``Response`` list one entry at a time (the cursor on its ``[``)."""
+    cursor.take("[")
+    if cursor.next_char() == "]":
+        cursor.pos += 1
+        return
+    n = 0
+    while True:
+        entries.add(n, cursor.value(f"entry {n}"))
+        n += 1
+        char = cursor.next_char()
+        cursor.pos += 1
+        if char == "]":
+            return
+        if char != ",":
+            raise cursor.broken()
+
+
+def parse_gpumetrics(text: str, max_entries: int = MAX_DEVICES) -> GpuMetrics:
+    """``gpu_id`` -> BDF from a ``/gpumetrics`` body; raises :class:`GpuMetricsError` on a body that is not one,
+    or that lists more than ``max_entries`` GPU objects (or parents of partitioned GPUs). Streamed: the top-level
+    object's members and the ``Response`` entries are decoded one at a time, each from at most
+    :data:`MAX_ENTRY_BYTES`, so the entries past the bound are never decoded and a body of tiny entries
+    (``{"Response": [{}, {}, ...]}``) costs no more than one of them."""
+    cursor = _Cursor(text)
+    if cursor.next_char() != "{":
+        raise _not_an_object(text)
+    cursor.pos += 1
+    entries, api_status, response = _Entries(max_entries), None, False
+    char = cursor.next_char()
+    while char != "}":
+        key = cursor.value("a member name")
+        if not isinstance(key, str):
+            raise cursor.broken()
+        cursor.take(":")
+        if key != "Response":
+            value = cursor.value(f"member {ascii(key[:32])}")
+            api_status = value if key == "ApiStatus" else api_status
+        elif response:
+            raise GpuMetricsError("Response listed twice: not gpuagent's GPUGetResponse")
+        elif cursor.next_char() != "[":
+            raise GpuMetricsError("Response is not a list: not gpuagent's GPUGetResponse")
+        else:
+            response = True
+            _response(cursor, entries)
+        char = cursor.next_char()
+        if char not in (",", "}"):
+            raise cursor.broken()
+        cursor.pos += char == ","
+    cursor.pos += 1
+    if cursor.next_char():
+        raise GpuMetricsError(f"not JSON ({cursor.where()}): extra data after the object: not DME's /gpumetrics")
+    if not entries.listed and api_status:  # omitempty: no GPUs, no Response key
+        raise GpuMetricsError(f"gpuagent answered ApiStatus {str(api_status)[:32]} and no GPU")
+    return entries.result()
 
 
 def read_gpumetrics(get: Callable[[str], bytes], url: str, timeout_s: float,
-                    max_gpus: int = MAX_GPUS) -> tuple[GpuMetrics | None, str | None]:
-    """(map, None), or (None, one line saying why not): GET ``url`` with ``get`` (bounded by its caller)."""
+                    max_entries: int = MAX_DEVICES) -> tuple[GpuMetrics | None, str | None]:
+    """(map, None), or (None, one line saying why not): GET ``url`` with ``get`` (bounded by its caller: deadline
+    and :data:`MAX_BYTES`)."""
     try:
         body = get(url)
-        return parse_gpumetrics(body.decode("utf-8", errors="replace"), max_gpus), None
+        return parse_gpumetrics(body.decode("utf-8", errors="replace"), max_entries), None
     except (GpuMetricsError, ResponseTooLarge) as exc:
         return None, str(exc)
     except HttpStatus as exc:
@@ -157,11 +275,14 @@ def read_gpumetrics(get: Callable[[str], bytes], url: str, timeout_s: float,
 class BdfWatch:
     """``gpu_id`` -> BDF from the exporter's ``/gpumetrics``, read only while ``needed()`` says the join falls back:
     once at set-up (:meth:`read_once`), then on a daemon thread whenever the ``gpu_id`` set of ``/metrics`` changes
-    or every ``refresh_s``. A failure keeps the previous map unless the ``gpu_id`` set changed since it was read."""
+    or every ``refresh_s``. A failure keeps the previous map unless the ``gpu_id`` set changed since it was read.
+    Each read takes at most :data:`MAX_BYTES` (the ``/metrics`` reader's deadline, its own cap) and ``max_entries``
+    GPU objects (the agent's ``max_devices``); a body past either is refused in one line, logged and in doctor."""
 
     def __init__(self, reader: ExporterReader, *, refresh_s: float = REFRESH_S,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, max_entries: int = MAX_DEVICES) -> None:
         self.reader = reader
+        self.max_entries = max_entries
         self.url = gpumetrics_url(reader.url)
         self.refresh_s = refresh_s
         self._clock = clock
@@ -194,7 +315,8 @@ class BdfWatch:
     def read_once(self) -> str | None:
         """Read ``/gpumetrics`` now (blocking: set-up or the watch's thread only); the error, or None."""
         ids = self._gpu_ids()
-        found, error = read_gpumetrics(self.reader.get, self.url, self.reader.timeout_s, self.reader.max_gpus)
+        found, error = read_gpumetrics(lambda url: self.reader.get(url, MAX_BYTES), self.url, self.reader.timeout_s,
+                                       self.max_entries)
         with self._lock:
             first = self._read_at is None
             changed = self._ids is not None and ids != self._ids

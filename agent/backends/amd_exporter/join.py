@@ -141,6 +141,14 @@ class AmdExporterJoin(ExporterJoin):
         self.bdf = BdfWatch(reader, refresh_s=bdf_refresh_s)
         """``gpu_id`` -> PCI address from DME's ``/gpumetrics``, read only while some device falls back."""
 
+    def limit_devices(self, max_devices: int) -> None:
+        """The ``max_devices`` setting (before :meth:`discover`): it bounds the GPU objects read from ``/gpumetrics``
+        too, and reaches the wrapped backend where that takes it."""
+        self.bdf.max_entries = max_devices
+        inner = getattr(self.inner, "limit_devices", None)
+        if inner is not None:
+            inner(max_devices)
+
     def discover(self) -> Sequence[DeviceInfo]:
         infos = super().discover()
         if self.needs_fallback():  # once at set-up, bounded by the reader's timeout; later reads on the watch's thread

@@ -18,14 +18,15 @@ duty is the mean of its XCCs' ``gpu_gfx_busy_instantaneous``; the profiler's val
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from agent.backends.amd_exporter.exposition import AmdRecord
+from agent.backends.amd_exporter.units import KIB, MIB
+from agent.context.indexes import index_value
 from agent.model import GpuSpec, LinkTraffic
 
-MIB = 1024 * 1024
-KIB = 1024
 DEFAULT_WINDOW_US = 1000.0
 """rocpctl's window from DME 1.4.1 on (and 1.5's ``ProfilerConfig.SamplingInterval`` default)."""
 SHORT_WINDOW_US = 10.0
@@ -66,7 +67,9 @@ class LinkRates:
                 self.rates[key] = 0.0
             return self.rates.get(key)
         if now > mark.at:
-            self.rates[key] = (value - mark.value) * KIB / (now - mark.at)
+            rate = (value - mark.value) * KIB / (now - mark.at)
+            if math.isfinite(rate):  # two convertible totals a microsecond apart can still overflow
+                self.rates[key] = rate
         self.marks[key] = _Mark(value, now)
         return self.rates.get(key)
 
@@ -77,7 +80,10 @@ def _percent(value: float | None) -> float | None:
 
 def _mean(values: Any) -> float | None:
     values = [v for v in values if v is not None]
-    return sum(values) / len(values) if values else None
+    if not values:
+        return None
+    total = sum(values)
+    return total / len(values) if math.isfinite(total) else sum(v / len(values) for v in values)  # 1e308 + 1e308
 
 
 def _of_type(indexed: Mapping[str, float], kind: str) -> list[float]:
@@ -103,8 +109,10 @@ def profiled(values: Mapping[str, float], window_us: float) -> Profiled | None:
     window_s = window_us * 1e-6
     flops = {bits: values[f"gpu_prof_total_{bits}_ops"] / window_s
              for bits in ("16", "32", "64") if values.get(f"gpu_prof_total_{bits}_ops", -1) >= 0}
+    flops = {bits: rate for bits, rate in flops.items() if math.isfinite(rate)}  # a window under the setting's 1 us
     fetch, write = values.get("gpu_prof_fetch_size"), values.get("gpu_prof_write_size")
     hbm = (fetch + (write or 0.0)) * KIB / window_s if fetch is not None and fetch >= 0 else None
+    hbm = hbm if hbm is None or math.isfinite(hbm) else None
     reading = Profiled(gui=_percent(values.get("gpu_prof_gui_util_percent")),
                        mfma=_percent(values.get("gpu_prof_tensor_active_percent")),
                        valu=_percent(values.get("gpu_prof_sm_active")),
@@ -193,15 +201,16 @@ def _links(record: AmdRecord, rates: LinkRates | None, now: float | None) -> dic
     if not rx and not tx:
         return {}
     traffic, totals = [], {"link_rx_bytes_per_s": None, "link_tx_bytes_per_s": None}
-    for link in sorted(set(rx) | set(tx), key=lambda k: int(k) if k.isdigit() else 0):
-        if not link.isdigit():
+    for link in sorted(set(rx) | set(tx), key=lambda k: index_value(k) or 0):
+        number = index_value(link)  # the parser skips a line whose link_index is no index; never int("²") here
+        if number is None:
             continue
         for series, target, table in (("rx", "link_rx_bytes_per_s", rx), ("tx", "link_tx_bytes_per_s", tx)):
             if link in table and rates is not None:
                 rate = rates.rate(series, link, table[link], now)
                 if rate is not None:
                     totals[target] = (totals[target] or 0.0) + rate
-        traffic.append(LinkTraffic(link=int(link), read_bytes=rx[link] * KIB if link in rx else None,
+        traffic.append(LinkTraffic(link=number, read_bytes=rx[link] * KIB if link in rx else None,
                                    write_bytes=tx[link] * KIB if link in tx else None))
     out: dict[str, Any] = {"links": tuple(traffic)}
     out.update({k: r for k, r in totals.items() if r is not None})

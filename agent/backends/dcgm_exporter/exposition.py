@@ -13,7 +13,8 @@ appear at all is the operator's counters CSV: the profiling ones are commented o
 
 So this parser takes each line on its own: a line it cannot read is skipped and counted, never
 fatal, unless nothing usable is left; so is a DCGM line whose ``gpu`` or ``GPU_I_ID`` is no index
-(``"²"`` is a digit to ``str.isdigit`` and none to ``int``). Sizes are capped (the caller caps the
+(``"²"`` is a digit to ``str.isdigit`` and none to ``int``: :mod:`agent.context.indexes`, the rule every
+source shares). Sizes are capped (the caller caps the
 body; here lines, series and GPUs kept), and the reader's :func:`read_records` groups the lines as it
 reads them, so a misdirected URL or a hostile body costs bounded memory and time. Every field is
 filed under one name and in one unit whichever release printed it (DCGM 4.6 names, lower-cased
@@ -23,7 +24,6 @@ re-exports, moved units: :mod:`agent.backends.dcgm_exporter.names`).
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
@@ -38,18 +38,16 @@ from agent.backends.exposition_text import (
     iter_series,
     parse_line,
 )
+from agent.context.indexes import MAX_INDEX_DIGITS, is_index
 from agent.model import Attribution
 
 __all__ = ["MAX_LINE_CHARS", "MAX_SERIES", "ExporterFormatError", "Exposition", "Series", "parse_line",
-           "GpuRecord", "gpu_records", "parse_exposition", "read_records", "is_blank", "is_index"]
+           "GpuRecord", "gpu_records", "parse_exposition", "read_records", "is_blank", "is_index", "MAX_INDEX_DIGITS"]
 
 MAX_GPUS = 1024
 """GPUs and MIG instances kept from one body, the first in the body's order; the rest are refused and
 counted. A node has at most 16 GPUs x 7 instances; this is the upper bound of the ``max_devices``
 setting, so it only bounds what a hostile or misdirected body costs in memory."""
-MAX_INDEX_DIGITS = 5
-"""A ``gpu`` or ``GPU_I_ID`` label is an index: ASCII digits, no leading zero, at most this many."""
-_INDEX = re.compile(r"0|[1-9][0-9]{0,%d}" % (MAX_INDEX_DIGITS - 1))
 
 # DCGM's "no value" sentinels (dcgm_structs.h): BLANK, NOT_FOUND, NOT_SUPPORTED, NOT_PERMISSIONED.
 _INT32_BLANKS = frozenset(float(0x7FFFFFF0 + i) for i in range(4))
@@ -61,12 +59,6 @@ def is_blank(value: float) -> bool:
     """A DCGM sentinel or a non-finite value: unknown, never a reading."""
     return (not math.isfinite(value) or value in _INT32_BLANKS or value >= _INT64_BLANK_MIN
             or value in _FP64_BLANKS)
-
-
-def is_index(value: str | None) -> bool:
-    """A GPU or GPU instance index as DCGM prints one. ``str.isdigit`` is not enough: ``"²"`` is a
-    digit to it and no number to ``int``, and 4,301 digits are more than ``int`` converts."""
-    return value is not None and _INDEX.fullmatch(value) is not None
 
 
 def _bad_index(series: Series) -> str | None:

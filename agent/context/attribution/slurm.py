@@ -24,8 +24,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-_SLURM_JOB_IN_PATH = re.compile(r"/job_(\d+)(?:/|$)")
-_SLURM_UID_IN_PATH = re.compile(r"/uid_(\d+)(?:/|$)")
+from agent.context.indexes import is_index
+
+_SLURM_JOB_IN_PATH = re.compile(r"/job_([0-9]{1,20})(?:/|$)")  # [0-9], never \d: \d matches "٣", which int() reads
+_SLURM_UID_IN_PATH = re.compile(r"/uid_([0-9]{1,10})(?:/|$)")
 _CONTAINER_IN_PATH = re.compile(r"kubepods|docker|containerd|crio|libpod")
 _JOB_KEYS = ("SLURM_JOB_ID", "SLURM_JOBID")
 _GLOBAL_INDEX_KEYS = ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS")
@@ -129,13 +131,13 @@ def job_gpus(env: dict[str, str], *, trust_indices: bool) -> tuple[str, ...]:
     refs: list[str] = []
     for key in _GLOBAL_INDEX_KEYS:
         if env.get(key):
-            refs += [f"index:{item}" for item in _device_list(env[key]) if item.isdigit()]
+            refs += [f"index:{item}" for item in _device_list(env[key]) if is_index(item)]
             break
     for key in _VISIBLE_KEYS:
         for item in _device_list(env.get(key, "")):
             if item.upper().startswith(("GPU-", "MIG-")):
                 refs.append(f"uuid:{item.upper()}")
-            elif item.isdigit() and trust_indices and not any(r.startswith("index:") for r in refs):
+            elif is_index(item) and trust_indices and not any(r.startswith("index:") for r in refs):
                 refs.append(f"index:{item}")
     return tuple(dict.fromkeys(refs))
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from agent.context.indexes import is_index
 from agent.context.workload.report_schema import ReportHints
 
 
@@ -84,5 +85,6 @@ def _compose(outer: list[str] | None, inner: list[str] | None) -> list[str] | No
 
 
 def _is_index(token: str) -> bool:
-    """ASCII digits only: ``str.isdigit`` alone accepts "²", which ``int()`` refuses (a 500 for one report)."""
-    return token.isascii() and token.isdigit()
+    """A device index as CUDA reads one (``01`` is 1): :func:`agent.context.indexes.is_index`, leading zeros allowed.
+    ``str.isdigit`` alone accepts "²", which ``int()`` refuses (a 500 for one report)."""
+    return is_index(token, leading_zeros=True)
