@@ -13,6 +13,7 @@ import pytest
 from agent.app.config import Settings
 from agent.diagnostics.inference import inference_findings
 from tests.agent_process import clean_env, roofwatch_cmd
+from tests.inference_bodies import long_names
 from tests.inference_server import server  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.slow
@@ -72,3 +73,22 @@ def test_the_cli_reports_endpoints_and_exits_degraded_on_a_warning(server, tmp_p
     report = json.loads(result.stdout)
     (endpoint,) = [f for f in report["findings"] if f["check"].startswith("inference endpoint")]
     assert endpoint["status"] == "warn" and result.returncode == 3, (result.returncode, endpoint)
+
+
+def test_model_names_are_clipped_as_every_view_clips_them(server, tmp_path):
+    """A vLLM whose one model is named by 204,000 characters made a doctor line as long, where every other view
+    cuts a name at 128 characters (exporters.metrics.clip_label); a server naming 20 models lists the 16 the
+    label bound keeps, each cut alike, and the refusal."""
+    config = tmp_path / "roofwatch.yaml"
+    config.write_text(json.dumps({"inference_endpoints": [{"url": server.gen("longnames-204000-1"), "gpus": ["0"]}]}))
+    result = subprocess.run(roofwatch_cmd("doctor", "--backend", "nvml-virtual", "--config", str(config)),
+                            capture_output=True, text=True, timeout=120, env=clean_env())
+    (name,) = long_names(204_000, 1)
+    (line,) = [line for line in result.stdout.splitlines() if "inference endpoint" in line]
+    assert f"model {name[:128]};" in line and name[:129] not in line
+    assert max(len(line) for line in result.stdout.splitlines()) < 1_000
+    (many,) = findings(inference_endpoints=[{"url": server.gen("longnames-20000-20"), "model_bytes": 16e9}])
+    names = long_names(20_000, 20)
+    assert many.detail.startswith(f"vllm, model {', '.join(name[:128] for name in names[:16])}; "), \
+        "the first 16 models (the label bound), each cut at 128 characters"
+    assert many.status == "warn" and "4 samples refused past the label bounds (model_name > 16 values)" in many.detail

@@ -7,6 +7,7 @@ oversize, not an exposition or too slow, gzip, the background thread, and endpoi
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 
@@ -86,11 +87,17 @@ def test_a_body_that_is_not_an_exposition_is_an_error(server):
 
 @pytest.mark.slow
 def test_gzip_responses_are_accepted(server):
-    plain = scraped(server.seq("vllm-1.prom", "vllm-2.prom"), gpus=["0"])
-    zipped = scraped(server.seq("vllm-1.prom", "vllm-2.prom", query="?gzip=1"), gpus=["0"])
+    plain_url, zipped_url = server.seq("vllm-1.prom", "vllm-2.prom"), server.seq("vllm-1.prom", "vllm-2.prom", query="?gzip=1")
+    plain, zipped = scraped(plain_url, gpus=["0"]), scraped(zipped_url, gpus=["0"])
     assert zipped.status()[0].up, zipped.status()[0].error
     ask = dict(gpu="0", uuid=None, pids=[], now=T0 + DT)
-    assert zipped.report_for(**ask) == plain.report_for(**ask) != None  # noqa: E711
+    unzipped, named = plain.report_for(**ask), zipped.report_for(**ask)
+    assert unzipped is not None
+    # Two paths on one host and port: two servers, named apart by the path (never by the query).
+    assert (unzipped.serving.server, named.serving.server) == (
+        "vllm " + plain_url.split("//")[1], "vllm " + zipped_url.split("//")[1].removesuffix("?gzip=1"))
+    assert dataclasses.replace(named, serving=dataclasses.replace(named.serving, server=unzipped.serving.server)) \
+        == unzipped
 
 
 @pytest.mark.slow

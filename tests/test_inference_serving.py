@@ -9,6 +9,8 @@ not with the code under test. Older metric names and counter resets are checked 
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from agent.classifier.serving import serving_view
@@ -84,7 +86,8 @@ def test_sglang_with_a_full_kv_cache_and_a_queue_is_kv_saturated(server):
     # No device timer: prefill forwards' share of the wall time.
     prefill = delta("sglang", "sglang:per_stage_req_latency_seconds_sum", stage="prefill_forward")
     assert s.prefill_share == pytest.approx(prefill / DT)
-    assert s.server == "sglang 127.0.0.1:%d" % server.port and s.gpus == 2
+    assert s.gpus == 2 and re.fullmatch(rf"sglang 127\.0\.0\.1:{server.port}/seq/\d+/sglang-serving-1\.prom,"
+                                        r"sglang-serving-2\.prom/metrics", s.server), s.server  # its path: not /metrics
     view = serving_view(report, H100, [], DEFAULT_THRESHOLDS)
     assert view.state == "kv_saturated" and view.advice_code == "scale_out"
     assert "scale out" in view.advice and "30 requests waiting" in view.advice

@@ -213,7 +213,7 @@ def test_top_shows_a_serving_line_per_server(view):
 
 def test_top_draws_names_as_text_and_cuts_them(view):
     text = rendered(render_serving(view.serving), 200)
-    assert '<script>alert("x")</script>…' in text  # text, not markup; cut at 28 cells
+    assert '<script>alert…</script> vllm' in text  # text, not markup; cut in its middle to 28 cells
     row = ServingRow(node="n", server="[bold]evil[/]\x1b]52;c;aGk=\x07", gpus=("0",), state="near_floor")
     text = rendered(render_serving([row]), 200)
     assert "[bold]evil[/]" in text and "\x1b]52" not in text and "\x07" not in text

@@ -15,6 +15,7 @@ from typing import Any
 from agent.context.workload.inference.fetch import describe_error, http_fetch
 from agent.context.workload.inference.parse import Exposition, ExpositionError, Totals, parse, recognise, totals
 from agent.diagnostics.findings import Finding
+from exporters.metrics.labels import clip_label
 
 MAX_BYTES = 4 * 1024 * 1024
 SIGNALS = (("running", "running requests"), ("waiting", "waiting requests"), ("kv_usage", "KV-cache usage"),
@@ -55,7 +56,7 @@ def _endpoint(i: int, ep: Any, models: dict[str, Any], timeout_s: float) -> Find
     check = f"inference endpoint {ep.url}"
     costs = "workload MFU/MBU and the serving view (decode floor, TPOT/floor, advice) of the GPUs it serves"
     try:
-        expo = parse(http_fetch(ep.url, timeout_s, MAX_BYTES).decode("utf-8", errors="replace"))
+        expo = parse(http_fetch(ep.url, timeout_s, MAX_BYTES))
         kind = recognise(expo, ep.kind)
         current = totals(expo, kind)
     except Exception as exc:
@@ -69,11 +70,18 @@ def _endpoint(i: int, ep: Any, models: dict[str, Any], timeout_s: float) -> Find
     model = ep.model or (current.models[0] if len(current.models) == 1 else None)
     facts = models.get(model) if model else None
     weights = ep.model_bytes if ep.model_bytes is not None else getattr(facts, "model_bytes", None)
-    detail = (f"{kind}, model {model or ', '.join(current.models) or 'not named'}; workload figures: "
+    names = ", ".join(clip_label(name) for name in ((model,) if model else current.models))
+    detail = (f"{kind}, model {names or 'not named'}; workload figures: "
               f"{_workload(current)}; serving signals: {', '.join(present) or 'none'}"
               + (f"; not exported: {', '.join(missing)}" if missing else "") + _skipped(expo))
+    refused = [note for note in (expo.refused_note, serving.rejected.note() if serving is not None else None) if note]
+    if refused:
+        return Finding(check, "warn", detail + "; " + "; ".join(refused), "the refused series' and values' share of "
+                       "the serving figures (the rest are kept)", "check that the URL is the inference server's own "
+                       "metrics (a server serves a handful of models and engines, and no latency of hours); "
+                       "docs/serving.md lists the bounds")
     if weights is None:
-        name = model or "<model name>"
+        name = clip_label(model) if model else "<model name>"  # as every view shows a name
         return Finding(check, "warn", detail + "; weight bytes unknown", "the decode floor, TPOT/floor and the serving "
                        "advice (the serving state stays unknown)", f"set inference_endpoints[{i}].model_bytes, or "
                        f"models: {{{name!r}: {{model_bytes: ...}}}} (parameters x bytes per parameter)")

@@ -131,8 +131,33 @@ def _gpus(row: ServingRow) -> str:
     return ",".join(row.gpus)
 
 
+def middle(text: str, width: int) -> str:
+    """``text`` cut in its middle to ``width`` cells: ``vllm 10.0.0.7…engine-b/metrics``. A server's name starts
+    with its kind and host and ends with its path, and two servers on one host and port differ only in the
+    path (agent.context.workload.inference.endpoint), so an ellipsis at the end would make them one."""
+    if cell_len(text) <= width:
+        return text
+    head = (width - 1) // 2
+    tail = width - 1 - head
+    while head + tail > 0:
+        cut = text[:head] + "…" + (text[len(text) - tail:] if tail else "")
+        if cell_len(cut) <= width:
+            return cut
+        head, tail = (head - 1, tail) if head >= tail else (head, tail - 1)
+    return "…"
+
+
+def apart(names: Sequence[str], least: int) -> int:
+    """The narrowest width, from ``least`` up, at which :func:`middle` keeps names that differ apart (two servers
+    at ``/gen/10/x/metrics`` and ``/gen/13/x/metrics`` of one host differ only in their middle)."""
+    distinct = set(names)
+    longest = max((cell_len(name) for name in distinct), default=least)
+    return next((width for width in range(least, longest + 1)
+                 if len({middle(name, width) for name in distinct}) == len(distinct)), max(least, longest))
+
+
 COLUMNS = (
-    ("SERVER", lambda r: Text(printable(r.server, MAX_NAME * 4))),
+    ("SERVER", lambda r: Text(printable(r.server))),
     ("MODEL", lambda r: Text(printable(r.model, MAX_NAME * 4) if r.model else EMPTY)),
     ("STATE", state_cell),
     ("TPOT", lambda r: Text(_ms(r.tpot_s))),
@@ -144,7 +169,7 @@ COLUMNS = (
     ("GPUS", lambda r: Text(printable(_gpus(r), MAX_NAME))),
 )
 CAPPED = ("NODE", "SERVER", "MODEL", "GPUS")
-"""Free-text columns, cut at MAX_NAME."""
+"""Free-text columns, cut at MAX_NAME (the server's name only as far as it still tells servers apart)."""
 DROP_ORDER = ("GPUS", "MODEL", "TPOT", "PREFILL", "WAITING")
 """Left out first on a narrow terminal: the state, the floor multiple, the batch and the KV cache
 (what says which knob to turn) stay."""
@@ -153,11 +178,12 @@ MIN_SERVER = 12
 """Narrowest the server's name is cut to before a column is dropped for it."""
 
 
-def fit(columns: dict[str, list[Text]], width: int) -> tuple[list[str], int]:
-    """(the columns that fit in ``width``, the width left for the server's name): the name gives way
-    down to MIN_SERVER first, then columns go by DROP_ORDER."""
+def fit(columns: dict[str, list[Text]], width: int, server_cap: int = MAX_NAME) -> tuple[list[str], int]:
+    """(the columns that fit in ``width``, the width left for the server's name, at most ``server_cap``): the
+    name gives way down to MIN_SERVER first, then columns go by DROP_ORDER."""
     widths = {name: max([cell_len(name)] + [c.cell_len for c in cells]) for name, cells in columns.items()}
-    widths.update({name: min(MAX_NAME, widths[name]) for name in CAPPED if name in widths})
+    widths.update({name: min(server_cap if name == "SERVER" else MAX_NAME, widths[name])
+                   for name in CAPPED if name in widths})
     shown = list(columns)
 
     def over() -> int:
@@ -177,7 +203,8 @@ def render_serving(rows: Sequence[ServingRow], width: int = 200) -> Table:
     columns = {name: [cell(r) for r in rows] for name, cell in node + COLUMNS}
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, expand=False, title="SERVING",
                   title_justify="left", title_style="bold")
-    shown, server_width = fit(columns, width)
+    shown, server_width = fit(columns, width, apart([cell.plain for cell in columns["SERVER"]], MAX_NAME))
+    columns["SERVER"] = [Text(middle(cell.plain, server_width)) for cell in columns["SERVER"]]
     for name in shown:
         cap = server_width if name == "SERVER" else MAX_NAME if name in CAPPED else None
         table.add_column(name, no_wrap=True, overflow="ellipsis", max_width=cap,

@@ -14,6 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from agent.model import Dtype
 
+DEFAULT_PATH = "/metrics"
+"""The path a URL without one gets, and the one a server's name leaves out."""
 
 
 def _got(value: object) -> str:
@@ -88,7 +90,7 @@ class InferenceEndpoint(BaseModel):
             raise ValueError(f"url port must be a number from 1 to 65535 (got {_got(value)})") from None
         if port == 0:
             raise ValueError(f"url port must be a number from 1 to 65535 (got {_got(value)})")
-        path = parts.path if parts.path not in ("", "/") else "/metrics"
+        path = parts.path if parts.path not in ("", "/") else DEFAULT_PATH
         return urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
 
     @field_validator("gpus", mode="before")
@@ -113,6 +115,15 @@ class InferenceEndpoint(BaseModel):
         if self.flops_per_token is not None:
             return self.flops_per_token
         return 2.0 * self.params if self.params is not None else None
+
+    def server_name(self, kind: str | None) -> str:
+        """How views and labels name this server: ``vllm 10.0.0.7:8000``, with the path when it is not the
+        default ``/metrics`` (``vllm 10.0.0.7:8000/engine-b/metrics``), so endpoints that share a host and
+        port are told apart, and a name never changes with the other endpoints configured. The query is never
+        shown: it may carry a token. ``job:`` names the server instead, when set (agent.context.workload.inference.scraper)."""
+        parts = urlsplit(self.url)
+        path = "" if parts.path == DEFAULT_PATH else parts.path
+        return f"{kind} {parts.netloc}{path}"
 
     @property
     def port(self) -> int:

@@ -31,18 +31,31 @@ counters: a queue or a full KV cache needs no token counter, and excerpts, old r
 often lack them. Sample names are normalised by dropping a trailing ``_total``, because exporters
 differ on whether a counter sample carries it (the Rust exporter's ``tgi_batch_inference_count``).
 
-The body is read one line at a time, as the dcgm-exporter reader does: a line that is no sample (a
-``curl`` or ``$ kubectl`` line pasted or proxied into the body, ``> `` quoting, a ``...`` elision)
-is skipped and counted, never fatal, unless no sample line is left at all.
+The body is read one line at a time (agent.context.workload.inference.lines), as the dcgm-exporter reader
+does: a line that is no sample (a ``curl`` or ``$ kubectl`` line pasted or proxied into the body, ``> ``
+quoting, a ``...`` elision) is skipped and counted, never fatal, unless no sample line is left at all. A
+sample the agent keeps is admitted by the label bounds first (agent.context.workload.inference.admission),
+and its figures are held to the serving bounds one replica at a time (agent.context.workload.inference.figures).
 """
 
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
-from typing import Iterator, Literal, Mapping
+from typing import Literal
 
+from agent.context.workload.inference.admission import MAX_SERIES, Admission
+from agent.context.workload.inference.figures import (
+    Rejected,
+    Rejections,
+    Series,
+    SeriesKey,
+    counter_rate,
+    finite_total,
+    fsum,
+)
+from agent.context.workload.inference.lines import Tally, labels_of
+from agent.context.workload.inference.lines import samples as samples_of
 from agent.context.workload.inference.serving_parse import (
     SERVING_WANTED,
     ServingRates,
@@ -55,12 +68,6 @@ from agent.context.workload.inference.serving_parse import (
 Kind = Literal["vllm", "sglang", "tgi"]
 KINDS: tuple[Kind, ...] = ("vllm", "sglang", "tgi")
 
-SeriesKey = frozenset[tuple[str, str]]
-Series = dict[SeriesKey, float]
-
-_RANK_LABELS = frozenset({"tp_rank", "pp_rank", "moe_ep_rank", "attn_tp_rank", "attn_cp_rank"})
-"""Labels that tell apart ranks of *one* model replica. Ranks of a replica report the same batches
-(SGLang's pass counter is kept by each pipeline stage), so they collapse by max, not by sum."""
 _MODEL_LABELS = ("model_name", "name")
 """Labels naming the served model: ``name`` is SGLang's up to 0.3 (sgl-project/sglang PR #1853's capture)."""
 
@@ -161,95 +168,50 @@ class Exposition:
     """Lines that were neither blank, comments nor readable samples."""
     first_bad: str | None = None
     """The first of those, as ``line N: '...'`` (80 characters at most, non-ASCII escaped)."""
+    refused: int = 0
+    """Samples of kept series refused by the label bounds (agent.context.workload.inference.admission)."""
+    refused_note: str | None = None
+    """How many, past which bounds, and the first, printable; None when none was refused."""
 
 
-_NAME = re.compile(r"[A-Za-z_:][A-Za-z0-9_:]*")
-_LABEL = re.compile(r'[ \t]*([A-Za-z_][A-Za-z0-9_]*)[ \t]*=[ \t]*"((?:[^"\\]|\\.)*)"[ \t]*(?:,|(?=[ \t]*\}))')
-_CLOSE = re.compile(r"[ \t]*\}")
-_ESCAPE = re.compile(r"\\(.)")
-
-
-def _unescape(value: str) -> str:
-    return _ESCAPE.sub(lambda m: "\n" if m.group(1) == "n" else m.group(1), value) if "\\" in value else value
-
-
-def _sample(line: str) -> tuple[str, dict[str, str], float] | None:
-    """(name, labels, value) of one text-format sample line, or None when the line is no sample."""
-    match = _NAME.match(line)
-    if match is None:
-        return None
-    name, pos, labels = match.group(0), match.end(), {}
-    brace = len(line) - len(line[pos:].lstrip(" \t"))  # blanks may stand before the labels
-    if line.startswith("{", brace):
-        pos = brace + 1
-        while (label := _LABEL.match(line, pos)) is not None:
-            labels[label.group(1)] = _unescape(label.group(2))
-            pos = label.end()
-        close = _CLOSE.match(line, pos)
-        if close is None:
-            return None
-        pos = close.end()
-    if pos >= len(line) or line[pos] not in " \t":
-        return None
-    parts = line[pos:].split()
-    if not 1 <= len(parts) <= 2:
-        return None
-    try:
-        value = float(parts[0])
-        if len(parts) == 2:
-            float(parts[1])  # a timestamp: must be a number, is not used
-    except ValueError:
-        return None
-    return name, labels, value
-
-
-@dataclass(slots=True)
-class _Tally:
-    """Bad lines and readable samples of one body, for the error message and doctor."""
-
-    samples: int = 0
-    skipped: int = 0
-    first_bad: str | None = None
-
-    def bad(self, number: int, line: str) -> None:
-        self.skipped += 1
-        if self.first_bad is None:
-            shown = line[:80].encode("ascii", "backslashreplace").decode()
-            self.first_bad = f"line {number}: {shown!r}"
-
-
-def _samples(text: str, tally: _Tally) -> Iterator[tuple[str, dict[str, str], float]]:
-    """The readable sample lines of ``text``, normalised names; other lines counted in ``tally``."""
-    for number, raw in enumerate(text.split("\n"), start=1):
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        sample = _sample(line)
-        if sample is None:
-            tally.bad(number, line)
-            continue
-        tally.samples += 1
-        yield _normalise(sample[0]), sample[1], sample[2]
-
-
-def parse(text: str) -> Exposition:
-    """Parse a text exposition, keeping only the series used here (a server exports hundreds). Lines that
-    are no sample are skipped and counted; :class:`ExpositionError` only when no sample line is left."""
+def parse(text: str | bytes) -> Exposition:
+    """Parse a text exposition (a body as it came, or decoded), keeping only the series used here (a server
+    exports hundreds), each admitted by the label bounds (agent.context.workload.inference.admission) before
+    it is stored. Lines that are no sample are skipped and counted; :class:`ExpositionError` only when no
+    sample line is left."""
     samples: dict[str, Series] = {}
     families: set[str] = set()
-    tally = _Tally()
-    for name, labels, value in _samples(text, tally):
-        if len(families) < MAX_FAMILIES and name.startswith(_PREFIXES):
+    tally = Tally()
+    admission = Admission()
+    known: dict[str | None, tuple[dict[str, str], SeriesKey]] = {}
+    """Label texts of admitted series (families repeat them), so a line's labels are taken apart once."""
+    for raw_name, text_labels, value in samples_of(text, tally):
+        name = _normalise(raw_name)
+        if name not in families and len(families) < MAX_FAMILIES and name.startswith(_PREFIXES):
             families.update((name, _family(name)))
-        if name in _WANTED and math.isfinite(value):
-            samples.setdefault(name, {})[frozenset((k, v) for k, v in labels.items() if k != "le")] = value
+        if name not in _WANTED or not math.isfinite(value):
+            continue
+        labels, key = known.get(text_labels) or (None, None)
+        if labels is None:
+            if admission.skimming:
+                admission.skip(name)
+                continue
+            labels = labels_of(text_labels)
+            labels.pop("le", None)
+            key = frozenset(labels.items())
+        series = samples.get(name)
+        if admission.admit(name, labels, series is None or key not in series):
+            (series if series is not None else samples.setdefault(name, {}))[key] = value
+            if len(known) < MAX_SERIES and text_labels not in known:
+                known[text_labels] = (labels, key)
     if not tally.samples:
         why = f"; first: {tally.first_bad}" if tally.first_bad else ""
         lines = "line" if tally.skipped == 1 else "lines"
         raise ExpositionError(f"not a Prometheus text exposition: no sample line ({tally.skipped} unreadable "
                               f"{lines}{why})")
     prefixes = frozenset(kind for kind in KINDS if any(f.startswith(NAMES[kind].prefix) for f in families))
-    return Exposition(samples, prefixes, frozenset(families), tally.skipped, tally.first_bad)
+    return Exposition(samples, prefixes, frozenset(families), tally.skipped, tally.first_bad, admission.refused,
+                      admission.note())
 
 
 def detect(expo: Exposition) -> Kind | None:
@@ -343,6 +305,8 @@ class Rates:
     bytes_per_gpu_per_s: float | None
     """The same for estimated bytes read + written."""
     serving: ServingRates | None = None
+    rejected: Rejected = Rejected()
+    """Rates of replicas outside the serving bounds, left out of their figures (agent.context.workload.inference.figures)."""
 
     @property
     def computed_tokens_per_s(self) -> float | None:
@@ -357,65 +321,53 @@ class CounterReset(Exception):
     """A counter went backwards (server restarted, or a series was reset): no rate for this interval."""
 
 
-def _deltas(prev: Series, cur: Series) -> dict[SeriesKey, float]:
-    """Per-series increase. A series new in ``cur`` started at zero (lazily created label set); one
-    gone from ``cur`` contributes nothing; any decrease is a reset."""
-    out = {}
-    for key, value in cur.items():
-        before = prev.get(key, 0.0)
-        if value < before:
-            raise CounterReset
-        out[key] = value - before
-    return out
-
-
-def _replicas(series: Series) -> Series:
-    """Collapse the ranks of one replica, which count the same work, by max (the leading rank);
-    keep replicas apart (vLLM engines, SGLang dp ranks, label values such as TGI's method)."""
-    out: Series = {}
-    for key, value in series.items():
-        replica = frozenset((k, v) for k, v in key if k not in _RANK_LABELS)
-        out[replica] = max(out.get(replica, 0.0), value)
-    return out
-
-
-def _increase(prev: Series, cur: Series) -> float:
-    """Total increase over replicas; any series going backwards is a reset."""
-    _deltas(prev, cur)
-    return math.fsum(_deltas(_replicas(prev), _replicas(cur)).values())
-
-
-def _mean(deltas: Mapping[SeriesKey, float]) -> float | None:
-    return math.fsum(deltas.values()) / len(deltas) if deltas else None
+def _forward(prev: Series, cur: Series) -> None:
+    """Raise :class:`CounterReset` when any series of ``cur`` is below its value in ``prev``. A series new in
+    ``cur`` started at zero (a lazily created label set); one gone from ``cur`` contributes nothing."""
+    if any(value < prev.get(key, 0.0) for key, value in cur.items()):
+        raise CounterReset
 
 
 def rates(prev: Totals, cur: Totals, dt_s: float) -> Rates:
-    """Rates over ``dt_s`` seconds; raises :class:`CounterReset` when they cannot be trusted."""
+    """Rates over ``dt_s`` seconds, each replica's within the serving bounds (one outside is left out, counted
+    and named in ``rejected``); raises :class:`CounterReset` when they cannot be trusted."""
     if dt_s <= 0 or prev.kind != cur.kind:
         raise CounterReset
     if prev.start_time is not None and cur.start_time is not None and prev.start_time != cur.start_time:
         raise CounterReset  # restarted: counters may have grown past their old values already
+    n, checks = NAMES[cur.kind], Rejections()
+    pairs = ((prev.prompt, cur.prompt), (prev.generated, cur.generated), (prev.cached, cur.cached),
+             (prev.steps, cur.steps), (prev.flops, cur.flops), (prev.read_bytes, cur.read_bytes),
+             (prev.write_bytes, cur.write_bytes))
+    for a, b in pairs:
+        if a is not None and b is not None:
+            _forward(a, b)
 
-    def rate(a: Series | None, b: Series | None) -> float | None:
-        return None if a is None or b is None else _increase(a, b) / dt_s
+    def rate(a: Series | None, b: Series | None, what: str, name: str | None) -> float | None:
+        return counter_rate(a, b, dt_s, what, name or what, checks)
 
-    def per_gpu(a: Series | None, b: Series | None) -> float | None:
+    def per_gpu(a: Series | None, b: Series | None, what: str, name: str | None) -> float | None:
+        """Mean over the series (each GPU's own estimate) of its rate, each finite and within bounds."""
         if a is None or b is None:
             return None
-        mean = _mean(_deltas(a, b))
-        return None if mean is None else mean / dt_s
+        kept = [(value - a.get(key, 0.0)) / dt_s for key, value in b.items()
+                if checks.admits((value - a.get(key, 0.0)) / dt_s, "total", what, name or what, key)]
+        return fsum(kept) / len(kept) if kept else None
 
-    flops = per_gpu(prev.flops, cur.flops)
-    read, write = per_gpu(prev.read_bytes, cur.read_bytes), per_gpu(prev.write_bytes, cur.write_bytes)
+    flops = per_gpu(prev.flops, cur.flops, "estimated FLOPs per second", n.flops)
+    read = per_gpu(prev.read_bytes, cur.read_bytes, "estimated bytes read per second", n.read_bytes)
+    write = per_gpu(prev.write_bytes, cur.write_bytes, "estimated bytes written per second", n.write_bytes)
     moved = None if read is None and write is None else (read or 0.0) + (write or 0.0)
+    serving = serving_rates(prev.serving, cur.serving, dt_s) if prev.serving and cur.serving else None
     return Rates(
         dt_s=dt_s,
-        prompt_per_s=rate(prev.prompt, cur.prompt),
-        generated_per_s=rate(prev.generated, cur.generated),
-        cached_per_s=rate(prev.cached, cur.cached),
-        steps_per_s=rate(prev.steps, cur.steps),
-        steps_total=math.fsum(_replicas(cur.steps).values()) if cur.steps is not None else None,
+        prompt_per_s=rate(prev.prompt, cur.prompt, "prompt tokens per second", n.prompt),
+        generated_per_s=rate(prev.generated, cur.generated, "generated tokens per second", n.generated),
+        cached_per_s=rate(prev.cached, cur.cached, "cached prompt tokens per second", n.cached),
+        steps_per_s=rate(prev.steps, cur.steps, "engine steps per second", n.steps[0]),
+        steps_total=finite_total(cur.steps, "engine steps", n.steps[0], checks),
         flops_per_gpu_per_s=flops,
         bytes_per_gpu_per_s=moved,
-        serving=serving_rates(prev.serving, cur.serving, dt_s) if prev.serving and cur.serving else None,
+        serving=serving,
+        rejected=checks.result() + (serving.rejected if serving is not None else Rejected()),
     )

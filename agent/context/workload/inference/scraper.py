@@ -17,10 +17,10 @@ import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Literal, Mapping, Sequence
-from urllib.parse import urlsplit
 
 from agent.context.workload.inference.endpoint import InferenceEndpoint, ModelFacts
 from agent.context.workload.inference.fetch import describe_error, http_fetch, server_pids
+from agent.context.workload.inference.figures import Rejected, bounded_bytes
 from agent.context.workload.inference.parse import (
     CounterReset,
     ExpositionError,
@@ -67,15 +67,46 @@ class EndpointStatus:
     """Lines of the last body read that were no sample (a pasted ``curl`` line, a proxy's banner)."""
     first_bad_line: str | None = None
     """The first of them, ``line N: '...'``, printable (agent.views.safe_text): the body is untrusted text."""
+    refused_samples: int = 0
+    """Samples of the last body refused by the label bounds (agent.context.workload.inference.admission)."""
+    refused_note: str | None = None
+    """How many, past which bounds, and the first, printable."""
+    rejected_values: int = 0
+    """Values of the last scrape outside the serving bounds (agent.context.workload.inference.figures)."""
+    rejected_note: str | None = None
+    """How many, and the first, named with its series, printable."""
+    refused_total: int = 0
+    """Samples refused by the label bounds since the agent started (for a counter)."""
+    rejected_total: int = 0
+    """Values rejected by the serving bounds since the agent started (for a counter)."""
 
     @property
     def skipped_note(self) -> str | None:
-        """``N unreadable lines skipped (first: line 3: '$ curl ...')``, or None when every line was read."""
-        if not self.skipped_lines:
-            return None
-        lines = "line" if self.skipped_lines == 1 else "lines"
-        first = f" (first: {self.first_bad_line})" if self.first_bad_line else ""
-        return f"{self.skipped_lines} unreadable {lines} skipped{first}"
+        """What of the last scrape was not used, or None when all of it was: ``N unreadable lines skipped
+        (first: line 3: '$ curl ...')``, the samples the label bounds refused, the values the serving bounds
+        rejected. The endpoint's state detail (``inference <url>``) and doctor show it."""
+        notes = []
+        if self.skipped_lines:
+            lines = "line" if self.skipped_lines == 1 else "lines"
+            first = f" (first: {self.first_bad_line})" if self.first_bad_line else ""
+            notes.append(f"{self.skipped_lines} unreadable {lines} skipped{first}")
+        notes += [note for note in (self.refused_note, self.rejected_note) if note]
+        return "; ".join(notes) or None
+
+
+@dataclass(slots=True)
+class Episode:
+    """A condition that is logged once when it begins, then at debug while it lasts: a server whose
+    counters go backwards on every scrape, or whose body is refused or rejected in part on every scrape,
+    must not write a line per scrape for ever. The episode ends at the first scrape without it."""
+
+    on: bool = False
+
+    def begins(self, happening: bool) -> bool:
+        """Record whether the condition holds in this scrape; True when it did not in the last one."""
+        started = happening and not self.on
+        self.on = happening
+        return started
 
 
 @dataclass(slots=True)
@@ -97,6 +128,15 @@ class _State:
     pids_checked: float | None = None
     skipped: int = 0
     first_bad: str | None = None
+    refused: int = 0
+    refused_note: str | None = None
+    rejected: int = 0
+    rejected_note: str | None = None
+    refused_total: int = 0
+    rejected_total: int = 0
+    resets: Episode = field(default_factory=Episode)
+    refusals: Episode = field(default_factory=Episode)
+    rejections: Episode = field(default_factory=Episode)
     seen: dict[str, float] = field(default_factory=dict)
     """GPU -> when report_for last matched it by PID: the default world size."""
 
@@ -171,7 +211,8 @@ class InferenceScraper:
             # Stamped when the body arrived, not after parsing: rates divide by the time between two
             # stamps, and parsing time under load would stretch one interval and shrink the next.
             arrived = now if now is not None else self._clock()
-            expo = parse(body.decode("utf-8", errors="replace"))
+            expo = parse(body)  # decoded a line at a time
+            del body
             kind = recognise(expo, ep.kind)
             current = totals(expo, kind)
         except Exception as exc:
@@ -187,20 +228,45 @@ class InferenceScraper:
                 new_rates = rates(prev, current, t - prev_ts)
             except CounterReset:
                 note = "counter reset or server restart: no rate for this interval"
-                log.info("inference endpoint %s: %s", ep.url, note)
+        rejected = (current.serving.rejected if current.serving is not None else Rejected()) + (
+            new_rates.rejected if new_rates is not None else Rejected())
         first_bad = printable(expo.first_bad, FIRST_BAD_CHARS) if expo.first_bad is not None else None
         with self._lock:
+            self._log_episodes(state, reset=note is not None, refused=expo.refused_note, rejected=rejected.note())
             if not state.up and state.scrapes:
                 log.info("inference endpoint %s is up again (%s)", ep.url, kind)
             if expo.skipped and (expo.skipped, first_bad) != (state.skipped, state.first_bad):
                 log.info("inference endpoint %s: %d unreadable lines skipped, first %s", ep.url, expo.skipped,
                          first_bad)
             state.skipped, state.first_bad = expo.skipped, first_bad
+            state.refused, state.refused_note = expo.refused, expo.refused_note
+            state.rejected, state.rejected_note = rejected.count, rejected.note()
+            state.refused_total += expo.refused
+            state.rejected_total += rejected.count
             state.prev, state.prev_ts, state.rates = current, t, new_rates
             state.rates_ts = t if new_rates is not None else None
             state.kind, state.models, state.up, state.error = kind, current.models, True, note
             state.last_success_ts = t
             state.scrapes += 1
+
+    @staticmethod
+    def _log_episodes(state: _State, *, reset: bool, refused: str | None, rejected: str | None) -> None:
+        """One line when a counter reset, a refusal by the label bounds or a rejection by the serving bounds
+        begins; debug while it lasts (a counter going backwards on every scrape used to log every scrape)."""
+        url = state.endpoint.url
+        if state.resets.begins(reset):
+            log.info("inference endpoint %s: counter reset or server restart: no rate for this interval; "
+                     "logged again once the counters have moved forward", url)
+        elif reset:
+            log.debug("inference endpoint %s: counters still going backwards", url)
+        if state.refusals.begins(refused is not None):
+            log.warning("inference endpoint %s: %s; logged again after a body within the bounds", url, refused)
+        elif refused is not None:
+            log.debug("inference endpoint %s: %s", url, refused)
+        if state.rejections.begins(rejected is not None):
+            log.warning("inference endpoint %s: %s; logged again after a scrape within the bounds", url, rejected)
+        elif rejected is not None:
+            log.debug("inference endpoint %s: %s", url, rejected)
 
     def _failed(self, state: _State, error: str) -> None:
         with self._lock:
@@ -296,11 +362,10 @@ class InferenceScraper:
         pool = ep.kv_cache_bytes or facts.kv_cache_bytes or (
             s.kv_cache_bytes_per_gpu * world if s.kv_cache_bytes_per_gpu is not None else None) or (
             s.kv_pool_tokens * per_token if s.kv_pool_tokens is not None and per_token else None)
-        parts = urlsplit(ep.url)
         return ServingReport(
-            server=ep.job or f"{state.kind} {parts.netloc}", model=self._model_name(state),
-            weight_bytes=weights, kv_cache_bytes=pool, kv_usage=s.kv_usage, running=s.running, waiting=s.waiting,
-            max_running=ep.max_running or facts.max_running or s.max_running,
+            server=ep.job or ep.server_name(state.kind), model=self._model_name(state),
+            weight_bytes=weights, kv_cache_bytes=bounded_bytes(pool), kv_usage=s.kv_usage, running=s.running,
+            waiting=s.waiting, max_running=ep.max_running or facts.max_running or s.max_running,
             preemptions_per_s=s.preemptions_per_s, tpot_s=s.tpot_s, ttft_s=s.ttft_s, prefill_share=s.prefill_share,
             generated_tokens_per_s=r.generated_per_s, gpus=world)
 
@@ -313,5 +378,7 @@ class InferenceScraper:
                 pid_error=s.pid_error if s.endpoint.gpus is None else None, has_rate=s.rates is not None,
                 flops_source=("server" if s.rates is not None and s.rates.flops_per_gpu_per_s is not None
                               else "config" if s.endpoint.effective_flops_per_token is not None else None),
-                skipped_lines=s.skipped, first_bad_line=s.first_bad,
+                skipped_lines=s.skipped, first_bad_line=s.first_bad, refused_samples=s.refused,
+                refused_note=s.refused_note, rejected_values=s.rejected, rejected_note=s.rejected_note,
+                refused_total=s.refused_total, rejected_total=s.rejected_total,
             ) for s in self._states)

@@ -49,13 +49,21 @@ Sample names are normalised as in parse (a trailing ``_total`` dropped).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping
 
-SeriesKey = frozenset[tuple[str, str]]
-Series = dict[SeriesKey, float]
-
-_RANK_LABELS = frozenset({"tp_rank", "pp_rank", "moe_ep_rank", "attn_tp_rank", "attn_cp_rank"})
+from agent.context.workload.inference.figures import (
+    Hist,
+    Rejected,
+    Rejections,
+    Series,
+    SeriesKey,
+    bounded_sum,
+    counter_rate,
+    finite_total,
+    histogram,
+    mean_between,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,15 +147,6 @@ SERVING_WANTED: frozenset[str] = frozenset().union(*(serving_sample_names(kind) 
 """Every sample name this module reads; parse keeps these besides its own."""
 
 
-def _replicas(series: Series) -> Series:
-    """Ranks of one replica report the same batch: keep the leading rank's value (max) per replica."""
-    out: Series = {}
-    for key, value in series.items():
-        replica = frozenset((k, v) for k, v in key if k not in _RANK_LABELS)
-        out[replica] = max(out.get(replica, 0.0), value)
-    return out
-
-
 def _first(samples: Mapping[str, Series], names: tuple[str, ...]) -> Series | None:
     return next((samples[n] for n in names if n in samples), None)
 
@@ -168,10 +167,11 @@ class ServingTotals:
     running: float | None
     waiting: float | None
     kv_usage: float | None
-    preemptions: float | None
-    itl: tuple[float, float] | None
-    """(sum of seconds, count) of the inter-token-latency histogram, replicas summed."""
-    ttft: tuple[float, float] | None
+    preemptions: Series | None
+    """The preemption (SGLang: retraction) counter per replica."""
+    itl: Hist | None
+    """(sum of seconds, count) of the inter-token-latency histogram per replica, each within the bounds."""
+    ttft: Hist | None
     prefill_s: float | None
     """Cumulative seconds attributed to prefill (per request, or per forward call)."""
     decode_s: float | None
@@ -182,6 +182,10 @@ class ServingTotals:
     """Tokens the KV-cache pool holds (all replicas): vLLM blocks x block size, SGLang, TGI gauges."""
     max_running: float | None = None
     """The server's cap on the running batch (all replicas), where it exports one (SGLang <= 0.3)."""
+    rejected: Rejected = Rejected()
+    """Values outside the serving bounds (agent.context.workload.inference.figures), left out of the figures."""
+    sources: Mapping[str, str] = field(default_factory=dict)
+    """Figure (``itl``, ``ttft``, ``preemptions``) -> the series it was read from, to name a rejected rate."""
 
     @property
     def any_figure(self) -> bool:
@@ -191,39 +195,28 @@ class ServingTotals:
             "kv_cache_bytes_per_gpu", "kv_pool_tokens", "max_running"))
 
 
-def _sum(series: Series | None) -> float | None:
-    return None if series is None else math.fsum(_replicas(series).values())
+def _base(samples: Mapping[str, Series], bases: tuple[str, ...]) -> str | None:
+    """The first histogram of ``bases`` whose ``_sum`` and ``_count`` are both in the body."""
+    return next((base for base in bases if base + "_sum" in samples and base + "_count" in samples), None)
 
 
-def _mean(series: Series | None) -> float | None:
-    if not series:
-        return None
-    values = list(_replicas(series).values())
-    return math.fsum(values) / len(values)
+def _hist(samples: Mapping[str, Series], base: str | None, what: str, rejections: Rejections) -> Hist | None:
+    return histogram(samples[base + "_sum"], samples[base + "_count"], what, base, rejections) if base else None
 
 
-def _hist(samples: Mapping[str, Series], bases: tuple[str, ...]) -> tuple[float, float] | None:
-    for base in bases:
-        total, count = _sum(samples.get(base + "_sum")), _sum(samples.get(base + "_count"))
-        if total is not None and count is not None:
-            return total, count
-    return None
-
-
-def _tgis(samples: Mapping[str, Series], base: str | None) -> tuple[tuple[float, float] | None,
-                                                                   tuple[float, float] | None]:
-    """TGIS's (time per output token, time to first token) histograms, as (sum, count); a plain
+def _tgis(samples: Mapping[str, Series], base: str | None, rejections: Rejections) -> tuple[Hist | None, Hist | None]:
+    """TGIS's (time per output token, time to first token) histograms, as (sum, count) per replica; a plain
     ``prefill`` counts as first-token time only beside a ``next_token`` series (HF TGI has none)."""
     if base is None:
         return None, None
 
-    def hist(values: frozenset[str]) -> tuple[float, float] | None:
-        total = _sum(_where(samples.get(base + "_sum"), "method", values) or None)
-        count = _sum(_where(samples.get(base + "_count"), "method", values) or None)
-        return (total, count) if total is not None and count is not None else None
+    def hist(values: frozenset[str], what: str) -> Hist | None:
+        return histogram(_where(samples.get(base + "_sum"), "method", values) or None,
+                         _where(samples.get(base + "_count"), "method", values) or None, what, base, rejections)
 
-    itl = hist(_TGIS_NEXT_TOKEN)
-    return itl, hist(frozenset({_TGIS_FIRST_TOKEN, "prefill"}) if itl else frozenset({_TGIS_FIRST_TOKEN}))
+    itl = hist(_TGIS_NEXT_TOKEN, "time per output token")
+    return itl, hist(frozenset({_TGIS_FIRST_TOKEN, "prefill"}) if itl else frozenset({_TGIS_FIRST_TOKEN}),
+                     "time to first token")
 
 
 def _label_number(labels: SeriesKey, name: str) -> float | None:
@@ -237,18 +230,22 @@ def _label_number(labels: SeriesKey, name: str) -> float | None:
     return None
 
 
-def _vllm_pool_tokens(series: Series | None) -> float | None:
-    """``num_gpu_blocks`` x ``block_size`` of each engine's ``cache_config_info``, engines summed."""
+def _vllm_pool_tokens(series: Series | None, checks: Rejections) -> float | None:
+    """``num_gpu_blocks`` x ``block_size`` of each engine's ``cache_config_info``, engines summed (an engine's
+    pool in tokens is held to the bytes bound: a token takes a byte of KV cache at the very least)."""
     total = 0.0
     for key in series or {}:
         blocks, size = _label_number(key, "num_gpu_blocks"), _label_number(key, "block_size")
         if blocks is None or size is None:
             return None
+        if not checks.admits(blocks * size, "bytes", "KV-cache pool in tokens (num_gpu_blocks x block_size)",
+                             "vllm:cache_config_info", key):
+            return None
         total += blocks * size
     return total or None
 
 
-def _kv_cache_bytes(series: Series | None) -> float | None:
+def _kv_cache_bytes(series: Series | None, checks: Rejections) -> float | None:
     """vLLM's ``kv_cache_memory_bytes`` label of ``cache_config_info``, when the user set it ("None" otherwise)."""
     for key in series or {}:
         for name, value in key:
@@ -257,48 +254,68 @@ def _kv_cache_bytes(series: Series | None) -> float | None:
                     number = float(value)
                 except ValueError:
                     continue
-                if math.isfinite(number) and number > 0:
+                if number > 0 and checks.admits(number, "bytes", "KV-cache memory", "vllm:cache_config_info", key):
                     return number
     return None
 
 
 def serving_totals(samples: Mapping[str, Series], kind: str) -> ServingTotals:
-    """The serving figures of ``kind`` in one parsed exposition (``None`` where the server lacks them)."""
+    """The serving figures of ``kind`` in one parsed exposition (``None`` where the server lacks them), each
+    replica's value within the serving bounds (agent.context.workload.inference.figures): one that is not
+    is left out of its figure, counted and named in ``rejected``, and the other replicas' figures stand."""
     n = SERVING_NAMES[kind]
-    kv_usage = _mean(_first(samples, n.kv_usage)) if n.kv_usage else None
+    checks = Rejections()
+
+    def gauge(names: tuple[str, ...], bound: str, what: str, *, mean: bool = False) -> float | None:
+        name = next((name for name in names if name in samples), None)
+        return bounded_sum(samples[name], bound, what, name, checks, mean=mean) if name else None
+
+    def seconds(series: Series | None, name: str, what: str) -> float | None:
+        return finite_total(series, what, name, checks)
+
+    kv_usage = gauge(n.kv_usage, "ratio", "KV-cache usage", mean=True)
     if kv_usage is None and n.kv_tokens_used and n.kv_tokens_total:
-        used, budget = _sum(samples.get(n.kv_tokens_used)), _sum(samples.get(n.kv_tokens_total))
-        kv_usage = min(1.0, used / budget) if used is not None and budget else None
+        used = seconds(samples.get(n.kv_tokens_used), n.kv_tokens_used, "KV tokens in use")
+        budget = seconds(samples.get(n.kv_tokens_total), n.kv_tokens_total, "KV-token budget")
+        kv_usage = used / budget if used is not None and budget else None
     prefill_s = decode_s = None
     per_request = False
     if n.device_time and n.device_time in samples:  # SGLang's device timer: GPU seconds by forward mode
-        device = samples[n.device_time]
-        prefill_s = _sum(_where(device, "category", contains="extend")) or 0.0
-        prefill_s += _sum(_where(device, "category", contains="prefill")) or 0.0
-        decode_s = _sum(_where(device, "category", contains="decode"))
+        device, name = samples[n.device_time], n.device_time
+        prefill_s = (seconds(_where(device, "category", contains="extend"), name, "extend seconds") or 0.0) + (
+            seconds(_where(device, "category", contains="prefill"), name, "prefill seconds") or 0.0)
+        decode_s = seconds(_where(device, "category", contains="decode"), name, "decode seconds")
     elif n.phase_time:  # TGI: each forward call's time, by phase
-        prefill_s = _sum(_where(samples.get(n.phase_time + "_sum"), "method", frozenset({"prefill"})))
-        decode_s = _sum(_where(samples.get(n.phase_time + "_sum"), "method", frozenset({"decode"})))
+        phases, name = samples.get(n.phase_time + "_sum"), n.phase_time + "_sum"
+        prefill_s = seconds(_where(phases, "method", frozenset({"prefill"})), name, "prefill seconds")
+        decode_s = seconds(_where(phases, "method", frozenset({"decode"})), name, "decode seconds")
     elif n.prefill_time and n.prefill_time + "_sum" in samples:
-        prefill = samples[n.prefill_time + "_sum"]
+        prefill, name = samples[n.prefill_time + "_sum"], n.prefill_time + "_sum"
         if kind == "sglang":
             prefill = _where(prefill, "stage", _SGLANG_PREFILL_STAGES) or {}
-        prefill_s = _sum(prefill) if prefill else None
-        decode_s = _sum(samples.get(n.decode_time + "_sum")) if n.decode_time else None
+        prefill_s = seconds(prefill, name, "prefill seconds") if prefill else None
+        if n.decode_time:
+            decode_s = seconds(samples.get(n.decode_time + "_sum"), n.decode_time + "_sum", "decode seconds")
         per_request = True
-    itl, ttft = _hist(samples, n.itl), _hist(samples, n.ttft)
+    sources = {"itl": _base(samples, n.itl), "ttft": _base(samples, n.ttft),
+               "preemptions": next((name for name in n.preemptions if name in samples), None)}
+    itl = _hist(samples, sources["itl"], "time per output token", checks)
+    ttft = _hist(samples, sources["ttft"], "time to first token", checks)
     if itl is None and ttft is None:
-        itl, ttft = _tgis(samples, n.tgis_latency)
+        itl, ttft = _tgis(samples, n.tgis_latency, checks)
+        sources.update(itl=n.tgis_latency, ttft=n.tgis_latency)
     return ServingTotals(
-        running=_sum(_first(samples, n.running)), waiting=_sum(_first(samples, n.waiting)),
-        kv_usage=None if kv_usage is None else min(1.0, max(0.0, kv_usage)),
-        preemptions=_sum(_first(samples, n.preemptions)) if n.preemptions else None,
+        running=gauge(n.running, "count", "running requests"), waiting=gauge(n.waiting, "count", "waiting requests"),
+        kv_usage=None if kv_usage is None else min(1.0, kv_usage),
+        preemptions=_first(samples, n.preemptions) if n.preemptions else None,
         itl=itl, ttft=ttft, prefill_s=prefill_s, decode_s=decode_s,
         decode_per_request=per_request,
-        kv_cache_bytes_per_gpu=_kv_cache_bytes(samples.get(n.cache_config)) if n.cache_config else None,
-        kv_pool_tokens=(_vllm_pool_tokens(samples.get(n.cache_config)) if n.cache_config
-                        else _sum(samples.get(n.pool_tokens)) if n.pool_tokens else None),
-        max_running=_sum(_first(samples, n.max_running)) or None if n.max_running else None,
+        kv_cache_bytes_per_gpu=_kv_cache_bytes(samples.get(n.cache_config), checks) if n.cache_config else None,
+        kv_pool_tokens=(_vllm_pool_tokens(samples.get(n.cache_config), checks) if n.cache_config
+                        else gauge((n.pool_tokens,), "bytes", "KV-cache pool in tokens (a byte each at least)")
+                        if n.pool_tokens else None),
+        max_running=gauge(n.max_running, "count", "running-batch cap") or None if n.max_running else None,
+        rejected=checks.result(), sources={figure: name for figure, name in sources.items() if name},
     )
 
 
@@ -316,18 +333,12 @@ class ServingRates:
     kv_cache_bytes_per_gpu: float | None
     kv_pool_tokens: float | None = None
     max_running: float | None = None
+    rejected: Rejected = Rejected()
+    """Interval figures of replicas outside the serving bounds, left out (the scrape's own are on its totals)."""
 
 
 def _increase(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None or b < a else b - a
-
-
-def _mean_between(a: tuple[float, float] | None, b: tuple[float, float] | None) -> float | None:
-    """Mean observation of a histogram between two scrapes (none observed: unknown, not zero)."""
-    if a is None or b is None:
-        return None
-    total, count = _increase(a[0], b[0]), _increase(a[1], b[1])
-    return total / count if total is not None and count else None
 
 
 def _prefill_share(prev: ServingTotals, cur: ServingTotals, dt_s: float) -> float | None:
@@ -346,12 +357,16 @@ def _prefill_share(prev: ServingTotals, cur: ServingTotals, dt_s: float) -> floa
 
 
 def serving_rates(prev: ServingTotals, cur: ServingTotals, dt_s: float) -> ServingRates:
-    """Rates and interval means over ``dt_s`` seconds; gauges are the latest scrape's."""
-    preempted = _increase(prev.preemptions, cur.preemptions)
+    """Rates and interval means over ``dt_s`` seconds, each replica's within the serving bounds (one outside
+    is left out and counted in ``rejected``); gauges are the latest scrape's."""
+    checks = Rejections()
+    name = cur.sources.get
     return ServingRates(
         running=cur.running, waiting=cur.waiting, kv_usage=cur.kv_usage,
-        preemptions_per_s=preempted / dt_s if preempted is not None and dt_s > 0 else None,
-        tpot_s=_mean_between(prev.itl, cur.itl), ttft_s=_mean_between(prev.ttft, cur.ttft),
+        preemptions_per_s=counter_rate(prev.preemptions, cur.preemptions, dt_s, "preemptions per second",
+                                       name("preemptions", "preemptions"), checks),
+        tpot_s=mean_between(prev.itl, cur.itl, "time per output token", name("itl", "itl"), checks),
+        ttft_s=mean_between(prev.ttft, cur.ttft, "time to first token", name("ttft", "ttft"), checks),
         prefill_share=_prefill_share(prev, cur, dt_s), kv_cache_bytes_per_gpu=cur.kv_cache_bytes_per_gpu,
-        kv_pool_tokens=cur.kv_pool_tokens, max_running=cur.max_running,
+        kv_pool_tokens=cur.kv_pool_tokens, max_running=cur.max_running, rejected=checks.result(),
     )
