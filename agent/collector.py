@@ -17,6 +17,10 @@ Isolation per device:
   many devices change in one cycle;
 * at most ``max_devices`` devices are taken from a backend (the first it lists); more is a
   misdirected or hostile source, refused with one warning.
+
+Every sample passes the physical bounds (agent/model/bounds.py) as it arrives, before the counters,
+the history, the classifier and the snapshot read it: a value no GPU can produce is dropped (unknown),
+counted by source and field in the snapshot, and logged once per episode.
 """
 
 from __future__ import annotations
@@ -33,18 +37,10 @@ import time
 from typing import Callable, Deque, Sequence
 
 from agent.backends.base import Backend, DeviceLostError
-from agent.model import (
-    CollectorHealth,
-    DeviceCounters,
-    DeviceInfo,
-    DeviceState,
-    GpuSample,
-    NicPort,
-    NodeSnapshot,
-    SourceState,
-    Verdict,
-    XidCount,
-)
+from agent.model import (CollectorHealth, DeviceCounters, DeviceInfo, DeviceState, GpuSample, NodeSnapshot, Verdict,
+                         XidCount)
+from agent.model.bounds import (Bound, Rejection, RejectionTally, bound_records, bound_sample, energy_since,
+                                energy_step_bound_for, energy_step_rejection)
 
 log = logging.getLogger("roofwatch.collector")
 
@@ -135,33 +131,34 @@ class _DeviceSlot:
     in_flight: cf.Future[GpuSample] | None = None
     counters: DeviceCounters = dataclasses.field(default_factory=DeviceCounters)
     history: Deque[GpuSample] = dataclasses.field(default_factory=collections.deque)
+    energy_since: float | None = None
+    """From when the energy counter's next step can have accrued (agent.model.bounds.energy_since)."""
+    xids_refused: tuple[XidCount, ...] = ()
 
     def state(self, xid_errors: tuple[XidCount, ...] = ()) -> DeviceState:
-        return DeviceState(
-            info=self.info,
-            up=self.up,
-            sample=self.sample,
-            last_success_ts=self.last_success_ts,
-            error=self.error,
-            consecutive_failures=self.consecutive_failures,
-            sample_errors_total=self.sample_errors_total,
-            counters=self.counters,
-            xid_errors=xid_errors,
-        )
+        return DeviceState(info=self.info, up=self.up, sample=self.sample, last_success_ts=self.last_success_ts,
+                           error=self.error, consecutive_failures=self.consecutive_failures,
+                           sample_errors_total=self.sample_errors_total, counters=self.counters, xid_errors=xid_errors)
 
 
-def accumulate_counters(counters: DeviceCounters, previous: GpuSample | None, sample: GpuSample) -> DeviceCounters:
+def accumulate_counters(counters: DeviceCounters, previous: GpuSample | None, sample: GpuSample, *,
+                        energy_bound: Bound | None = None) -> DeviceCounters:
     """Advance the monotonic per-device totals by one interval.
 
     Energy prefers the driver's own cumulative counter (exact, survives our sampling gaps) and
     falls back to power x interval. A counter that goes backwards (driver reload, wrap) adds
-    nothing for that interval rather than a negative or huge step.
+    nothing for that interval rather than a negative or huge step; so does a step ``energy_bound``
+    does not admit (more than the board can draw over the time the step covers: a reset or a unit
+    change in the source), which is counted in ``energy_steps_refused``.
     """
     dt = sample.interval_s or 0.0
     energy_step: float | None = None
+    refused = counters.energy_steps_refused
     if sample.energy_j is not None:
         delta = sample.energy_j - previous.energy_j if previous is not None and previous.energy_j is not None else 0.0
         energy_step = delta if delta >= 0 else 0.0
+        if delta > 0 and energy_bound is not None and not energy_bound.admits(delta):
+            energy_step, refused = 0.0, refused + 1
     elif sample.power_w is not None:
         energy_step = sample.power_w * dt
 
@@ -180,6 +177,7 @@ def accumulate_counters(counters: DeviceCounters, previous: GpuSample | None, sa
         net_tx_bytes=add(counters.net_tx_bytes, step(sample.net_tx_bytes_per_s)),
         net_rx_bytes=add(counters.net_rx_bytes, step(sample.net_rx_bytes_per_s)),
         driver_calls=counters.driver_calls + (sample.driver_calls or 0),
+        energy_steps_refused=refused,
     )
 
 
@@ -216,6 +214,7 @@ class Collector:
         self._thread: threading.Thread | None = None
         self._cycles = 0
         self._sequence = 0
+        self._rejected = RejectionTally()
 
         devices: Sequence[DeviceInfo] = backend.discover()
         self.refused_devices = tuple(d.gpu for d in devices[max_devices:])
@@ -329,14 +328,9 @@ class Collector:
 
         self._cycles += 1
         duration = self._monotonic() - started
-        health = CollectorHealth(
-            backend=self.backend.name,
-            cycles_total=self._cycles,
-            last_cycle_duration_s=duration,
-            last_cycle_success=all(slot.up for slot in self._slots.values()) and bool(self._slots),
-            last_cycle_ts=now,
-            interval_s=self.interval_s,
-        )
+        health = CollectorHealth(backend=self.backend.name, cycles_total=self._cycles, last_cycle_duration_s=duration,
+                                 last_cycle_success=all(slot.up for slot in self._slots.values()) and bool(self._slots),
+                                 last_cycle_ts=now, interval_s=self.interval_s)
         snapshot = self._build_snapshot(now, health)
         if self._analyzer is not None:
             try:
@@ -361,7 +355,15 @@ class Collector:
             current = getattr(self.backend, "device_info", None)
             if current is not None:
                 slot.info = current(slot.info.gpu)
-        slot.counters = accumulate_counters(slot.counters, slot.sample, sample)
+        sample, rejected = bound_sample(sample, slot.info.spec)  # before anything reads it (agent.model.bounds)
+        for rejection in rejected:
+            self._refused(slot.info.gpu, rejection.field.split(".")[0], rejection, sample.ts)
+        energy = energy_step_bound_for(sample, slot.energy_since, slot.info.spec)
+        counters = accumulate_counters(slot.counters, slot.sample, sample, energy_bound=energy)
+        if counters.energy_steps_refused > slot.counters.energy_steps_refused:
+            self._refused(slot.info.gpu, "energy_j", energy_step_rejection(slot.sample, sample, energy), sample.ts)
+        slot.energy_since = energy_since(slot.sample, sample, slot.energy_since)
+        slot.counters = counters
         slot.sample = sample
         slot.history.append(sample)
         slot.up = True
@@ -369,6 +371,17 @@ class Collector:
         slot.consecutive_failures = 0
         slot.last_success_ts = sample.ts
         slot.next_attempt_mono = 0.0
+
+    def _refused(self, gpu: str, field: str, rejection: Rejection, ts: float) -> None:
+        """Count a dropped reading under the source that gave ``field``; log the first of an episode."""
+        try:
+            source = getattr(self.backend, "counter_sources", lambda _: {})(gpu).get(field) or self.backend.name
+        except Exception:  # noqa: BLE001 - which source is an extra; the backend's name stands in
+            source = self.backend.name
+        if self._rejected.note(source, gpu, rejection, ts):
+            log.warning("reading outside its physical bounds dropped (unknown, not 0); logged once while it lasts",
+                        extra={"source": source, "gpu": gpu, "field": rejection.field,
+                               "value": f"{rejection.value:.6g}", "bound": rejection.bound})
 
     def _record_failure(self, slot: _DeviceSlot, error: BaseException, started: float,
                         went_down: list[tuple[str, str]]) -> None:
@@ -384,46 +397,34 @@ class Collector:
         slot.error = message
         slot.next_attempt_mono = started + self.backoff.delay(slot.consecutive_failures)
 
-    @staticmethod
-    def _events_of(events: Callable[[str], tuple[XidCount, ...]] | None, gpu: str) -> tuple[XidCount, ...]:
-        """The backend's event counts (XIDs) for one device: an in-memory read, so safe on this thread."""
-        if events is None:
-            return ()
+    def _extra(self, method: str, *args: object) -> tuple:
+        """``backend.<method>(*args)`` as a tuple, () where the backend has none or it fails: device events (XIDs),
+        NIC port totals, side sources' states; read from memory, and extras that must never cost the snapshot."""
+        call = getattr(self.backend, method, None)
         try:
-            return tuple(events(gpu))
-        except Exception:  # noqa: BLE001 - a broken event source must not stop the snapshot
-            log.warning("reading device events failed", exc_info=True)
+            return tuple(call(*args)) if call is not None else ()
+        except Exception:  # noqa: BLE001 - an extra; never lose the snapshot over it
+            log.warning("reading %s failed", method.replace("_", " "), exc_info=True)
             return ()
 
-    @staticmethod
-    def _nics_of(nic_ports: Callable[[], tuple[NicPort, ...]] | None) -> tuple[NicPort, ...]:
-        """The backend host's NIC port totals (in memory, refreshed by the GPUs' host reads)."""
-        if nic_ports is None:
-            return ()
-        try:
-            return tuple(nic_ports())
-        except Exception:  # noqa: BLE001 - NIC counters are extras; never lose the snapshot over them
-            log.warning("reading NIC ports failed", exc_info=True)
-            return ()
+    def _events_of(self, slot: _DeviceSlot, now: float) -> tuple[XidCount, ...]:
+        """The device's XID counts within the bounds; a refused entry is counted once, when it is new."""
+        kept, dropped = [], []
+        for entry in self._extra("device_events", slot.info.gpu):
+            ok, rejected = bound_records((entry,), "xid_errors")
+            (kept if ok else dropped).append(entry)
+            if not ok and entry not in slot.xids_refused:
+                self._refused(slot.info.gpu, "xid_errors", rejected[0], now)
+        slot.xids_refused = tuple(dropped)
+        return tuple(kept)
 
     def _build_snapshot(self, now: float, health: CollectorHealth) -> NodeSnapshot:
         self._sequence += 1
-        events = getattr(self.backend, "device_events", None)
-        states = tuple(slot.state(self._events_of(events, slot.info.gpu)) for slot in self._slots.values())
+        states = tuple(slot.state(self._events_of(slot, now)) for slot in self._slots.values())
         host = next((s.sample.host for s in states if s.sample is not None and s.sample.host), None)
-        nics = getattr(self.backend, "nic_ports", None)
-        return NodeSnapshot(nics=self._nics_of(nics), ts=now, node=self.node, devices=states, health=health,
+        return NodeSnapshot(nics=self._extra("nic_ports"), ts=now, node=self.node, devices=states, health=health,
                             expected_devices=self.expected_devices, host=host, sequence=self._sequence,
-                            sources=self._sources_of(now))
-
-    def _sources_of(self, now: float) -> tuple[SourceState, ...]:
-        """The backend's side sources (``source_states(now)``: from memory, never I/O)."""
-        try:
-            states = getattr(self.backend, "source_states", None)
-            return tuple(states(now)) if states is not None else ()
-        except Exception:  # noqa: BLE001 - a source's state is an extra; never lose the snapshot over it
-            log.warning("reading source states failed", exc_info=True)
-            return ()
+                            sources=self._extra("source_states", now), rejected=self._rejected.entries())
 
 
 def _log_changes(went_down: list[tuple[str, str]], came_up: list[tuple[str, int]]) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
 
-from agent.model import DeviceState
+from agent.model import DeviceState, RejectedValues
 from exporters import metrics as m
 
 
@@ -51,3 +51,12 @@ def add_known(family: GaugeMetricFamily, labels: list[str], value: float | None)
     """Unknown stays absent: a series with no sample, never a made-up zero."""
     if value is not None:
         family.add_metric(labels, value)
+
+
+def rejected_values(node: str, rejected: tuple[RejectedValues, ...]) -> CounterMetricFamily:
+    """``roofwatch_source_rejected_values_total``: readings dropped as physically impossible, by source and
+    field (a fixed set of field names, so the series stay few); no series until a first refusal."""
+    family = CounterMetricFamily(m.SOURCE_REJECTED.family_name, m.SOURCE_REJECTED.help, labels=m.SOURCE_REJECTED.labels)
+    for entry in rejected:
+        family.add_metric([node, entry.source, entry.field], entry.count)
+    return family

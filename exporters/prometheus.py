@@ -25,7 +25,7 @@ from agent import __version__
 from agent.model import CLOCK_EVENT_REASONS, WORKLOAD_CLASSES, DeviceState, NodeSnapshot
 from exporters import metrics as m
 from exporters.encoding import encode_exposition
-from exporters.families import Families, add_known
+from exporters.families import Families, add_known, rejected_values
 from exporters.nic_families import nic_families
 from exporters.process_families import ProcessFamilies
 from exporters.serving_families import serving_families
@@ -97,6 +97,7 @@ def families_for(snapshot: NodeSnapshot, *, max_processes_per_gpu: int = 16, gpu
     for source in snapshot.sources:
         sources.add_metric([node, source.name, source.state], 1.0 if source.state == "up" else 0.0)
     out.append(sources)
+    out.append(rejected_values(node, snapshot.rejected))
 
     host = snapshot.host
     node_gauge(m.HOST_IOWAIT, node_labels, host.cpu_iowait_ratio if host else None)

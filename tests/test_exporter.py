@@ -85,7 +85,9 @@ class FullBackend:
                         events={"port_xmit_wait": 1e6, "link_downed": 1.0, "symbol_error": 2.0, "rp_cnp_handled": 7.0}),)
 
     def device_events(self, gpu: str) -> tuple[XidCount, ...]:
-        return (XidCount(xid=79, count=1, last_ts=1_800_000_000.0),) if gpu == "1" else ()
+        # and a code no GPU has: dropped, so roofwatch_source_rejected_values_total gets its series
+        return (XidCount(xid=79, count=1, last_ts=1_800_000_000.0),
+                XidCount(xid=10**6, count=1, last_ts=1_800_000_000.0)) if gpu == "1" else ()
 
     def source_states(self, now: float) -> tuple[SourceState, ...]:
         return (SourceState("dcgm-exporter", "up"), SourceState("inference http://127.0.0.1:8000/metrics", "down", "refused"))

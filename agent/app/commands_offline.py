@@ -77,18 +77,29 @@ def read_traces(paths: Sequence[str], *, skip_bad_lines: bool = False, command: 
     """Every sample of every trace. A bad line stops with exit status 2 naming its file and line;
     with ``skip_bad_lines`` bad lines are skipped and one warning on stderr counts them. The traces
     together may name at most ``max_gpus`` distinct GPUs (default the reader's): the first sample of
-    one more stops with exit status 2 naming its file and line and the flag, skipping or not."""
+    one more stops with exit status 2 naming its file and line and the flag, skipping or not. Values no GPU
+    can produce (agent/model/bounds.py, the table the live collector applies) are dropped from their sample
+    (unknown, not 0) and one warning counts them and names the first."""
+    from agent.model.bounds import bound_sample
     from agent.trace import TraceFormatError, TraceReader
     from agent.trace.reader import DEFAULT_MAX_GPUS, TooManyGpus
 
     samples = []
-    skipped = read = 0
+    skipped = read = rejected = 0
     first: TraceFormatError | None = None
+    first_rejected: str | None = None
     gpus: set[tuple[str, str]] = set()  # one limit for all the traces replayed together
     for path in paths:
         try:
             reader = TraceReader(path, strict=not skip_bad_lines, max_gpus=max_gpus or DEFAULT_MAX_GPUS, gpus=gpus)
-            samples.extend(reader)
+            for sample in reader:
+                sample, dropped = bound_sample(sample)
+                samples.append(sample)
+                if dropped:
+                    rejected += len(dropped)
+                    first_rejected = first_rejected or (f"{path}, GPU {sample.gpu[:40]!r} at ts {sample.ts:g}: "
+                                                        f"{dropped[0].field} = {dropped[0].value:.6g}, outside "
+                                                        f"{dropped[0].bound}")
         except TooManyGpus as exc:
             raise CliError(f"{exc} (--max-gpus N raises the limit)", EXIT_USAGE) from None
         except TraceFormatError as exc:
@@ -99,6 +110,9 @@ def read_traces(paths: Sequence[str], *, skip_bad_lines: bool = False, command: 
         skipped += reader.error_count
         read += reader.lines_read
         first = first or (reader.errors[0] if reader.errors else None)
+    if rejected:  # dropped as the live agent drops them (agent/model/bounds.py); one line for them all
+        print(f"roofwatch {command}: dropped {rejected} reading{'s' if rejected != 1 else ''} outside their physical "
+              f"bounds (unknown, not 0); the first: {first_rejected}", file=sys.stderr)
     if skipped:
         print(f"roofwatch {command}: skipped {skipped} bad line{'s' if skipped != 1 else ''} of {read}; "
               f"the first: {first}", file=sys.stderr)

@@ -23,6 +23,7 @@ from agent.diagnostics.findings import Finding, Report, package_version
 from agent.diagnostics.inference import inference_findings
 from agent.diagnostics.nvidia import check_device_nodes, nvml_findings
 from agent.diagnostics.otlp import otlp_findings
+from agent.diagnostics.physical_bounds import bounds_findings
 from agent.diagnostics.verdict_basis import basis_findings
 
 
@@ -77,6 +78,7 @@ def run_doctor(settings: Any, *, root: Path = Path("/"), environ: dict[str, str]
                                         "activity, no counter MFU"))
             report.add(*findings)
             report.add(*basis_findings(backend, devices))
+            report.add(*bounds_findings(backend, devices))
             report.gpus += gpus
         finally:
             backend.close()

@@ -22,7 +22,7 @@ from agent.model.sample import (
     XidCount,
 )
 from agent.model.serving import SERVING_ADVICE, SERVING_STATES, ServingReport, ServingState, ServingView
-from agent.model.snapshot import SOURCE_STATES, CollectorHealth, NicPort, NodeSnapshot, SourceState
+from agent.model.snapshot import SOURCE_STATES, CollectorHealth, NicPort, NodeSnapshot, RejectedValues, SourceState
 from agent.model.terms import (
     CLOCK_EVENT_REASONS,
     DTYPES,
@@ -58,6 +58,7 @@ __all__ = [
     "NonNegative",
     "NonNegativeInt",
     "ProcessSample",
+    "RejectedValues",
     "Ratio",
     "RemappedRows",
     "Roofline",

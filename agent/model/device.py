@@ -81,6 +81,9 @@ class DeviceCounters:
     net_rx_bytes: float | None = None
     driver_calls: float = 0.0
     """Vendor-library calls made to read this device."""
+    energy_steps_refused: int = 0
+    """Energy-counter steps larger than the board can draw over the time they cover (a reset or a unit
+    change in the source, agent/model/bounds.py): never added to ``energy_j``."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -53,6 +53,24 @@ class SourceState:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class RejectedValues:
+    """Readings of one sample field from one source that the collector dropped as physically impossible
+    (agent/model/bounds.py) since the agent started, with the latest one: which GPU, the value, the bound."""
+
+    source: str
+    """The backend's name, or the source its ``counter_sources`` names for the field (``dcgm-exporter``)."""
+    field: str
+    """The sample field (``power_w``, ``processes.cpu_cores``), or ``energy_j_step`` for an energy-counter
+    step larger than the board can draw (a reset or a unit change, never added to the energy total)."""
+    count: int
+    gpu: str
+    value: float
+    bound: str
+    ts: float
+    """When the latest was refused."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class NodeSnapshot:
     """Everything a scrape needs, published atomically once per cycle and never mutated."""
 
@@ -70,6 +88,8 @@ class NodeSnapshot:
     """The node's InfiniBand/RoCE ports (empty where there are none, or on the virtual fleet)."""
     sources: tuple[SourceState, ...] = ()
     """The side sources' states (empty where the backend reads only the driver)."""
+    rejected: tuple[RejectedValues, ...] = ()
+    """Readings dropped as physically impossible, by source and field (empty while none was)."""
 
     @property
     def visible_devices(self) -> int:

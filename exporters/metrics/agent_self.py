@@ -45,6 +45,15 @@ SOURCE_UP = MetricDef(
     NODE_LABELS + ("source", "state"), nvidia="dcgm-exporter reader, DCGM join, inference scraper",
     amd="inference scraper", virtual="—",
 )
+SOURCE_REJECTED = MetricDef(
+    "roofwatch_source_rejected_values_total", "counter", "values",
+    "Readings dropped since the agent started as physically impossible (outside agent/model/bounds.py's table: "
+    "1e308 W, -1e308 degrees C, a 1e308 MHz clock), by the source that gave them and the sample field; the value is "
+    "then unknown, never 0. field=energy_j_step counts energy-counter steps larger than the board's power can "
+    "deliver over the time they cover (a reset or a unit change), never added to roofwatch_gpu_energy_joules_total. "
+    "Absent until a first refusal; doctor names the GPU, the value and the bound.",
+    NODE_LABELS + ("source", "field"), nvidia="collector", amd="collector", virtual="collector",
+)
 SNAPSHOT_TS = MetricDef(
     "roofwatch_snapshot_timestamp_seconds", "gauge", "seconds", "Unix time the served snapshot was taken.",
     NODE_LABELS, nvidia="collector", amd="collector", virtual="collector",
