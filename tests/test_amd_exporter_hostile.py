@@ -91,8 +91,8 @@ def test_the_backend_starts_and_samples_past_a_link_index_that_is_no_index():
 
 
 def test_one_rule_for_an_index_in_every_source():
-    """agent.context.indexes: ASCII digits, at most five, no leading zero; every source reads indexes through it."""
-    from agent.context.indexes import MAX_INDEX_DIGITS, index_value, is_index
+    """agent.model.indexes: ASCII digits, at most five, no leading zero; every source reads indexes through it."""
+    from agent.model.indexes import MAX_INDEX_DIGITS, index_value, is_index
 
     for good in ("0", "7", "99999"):
         assert is_index(good) and index_value(good) == int(good)

@@ -267,3 +267,33 @@ def test_the_reader_counts_gpus_by_node_and_shares_the_limit_between_traces():
     with pytest.raises(TooManyGpus, match=r":2: more than 1 distinct GPUs"):
         list(TraceReader(io.StringIO(first), max_gpus=1, strict=False))  # skipping does not skip the limit
     assert len(list(TraceReader(io.StringIO(first), max_gpus=None))) == 2
+
+
+# -- GPU names that look like digits ------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_gpu_names_that_are_digits_only_to_isdigit_are_ordered_not_a_crash(tmp_path):
+    """``"²"`` and ``"٣"`` are digits to ``str.isdigit`` and no number (or another number) to ``int``; the
+    report ordered GPUs with ``int(p) if p.isdigit()`` and ended in a ValueError traceback on ``"²"``."""
+    names = ["10", "²", "2", "٣", "3/1", "3"]
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("\n".join(busy(T0 + i, gpu) for i in range(60) for gpu in names) + "\n")
+    out = tmp_path / "r.html"
+    result = run("report", str(trace), "--out", str(out), timeout=120)
+    assert result.returncode == 0, result.stderr
+    page = out.read_text()
+    assert "Traceback" not in result.stderr
+    for name in names:
+        assert f">{name}<" in page or f"GPU {name}" in page, name
+
+
+def test_every_view_orders_gpus_by_the_one_rule():
+    from agent.model.indexes import gpu_order
+    from agent.views.top_render import gpu_id_key
+
+    names = ["10", "²", "2", "٣", "3/1", "3", "0", "3-1"]
+    ordered = sorted(names, key=gpu_order)
+    assert ordered[:6] == ["0", "2", "3", "3/1", "3-1", "10"], ordered
+    assert set(ordered[6:]) == {"²", "٣"}, "names that are no index come after the indexes"
+    assert gpu_id_key is gpu_order

@@ -156,4 +156,4 @@ def _dtype(value: Any) -> str:
 
 def _env_int(env: Mapping[str, str], key: str) -> int | None:
     text = env.get(key, "").strip()
-    return int(text) if text.isdigit() else None
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 9 else None  # "²" is a digit to isdigit()

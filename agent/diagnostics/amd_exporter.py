@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 from typing import Any, Iterable, Mapping
 
+from agent.model.indexes import gpu_order
 from agent.diagnostics.findings import Finding
 from agent.diagnostics.spec_advice import IMPACT
 
@@ -124,7 +125,7 @@ def match_findings(backend: Any) -> list[Finding]:
         return [Finding(JOIN, "info", f"{missing}: devices are matched by PCI address (BDF): amdsmi's against "
                         f"{url} ({len(found.bdfs) if found else 0} gpu_id(s) with a PCIeBusId)")]
     rules = backend.fallback_rules()
-    by_index = sorted((g for g, rule in rules.items() if rule == "gpu_id"), key=_gpu_order)
+    by_index = sorted((g for g, rule in rules.items() if rule == "gpu_id"), key=gpu_order)
     if matched_by == "bdf+gpu_id":
         return [Finding(JOIN, "warn", f"{missing}: devices are matched by PCI address through {url}, but it does "
                         f"not list the address of {len(by_index)} device(s), matched by gpu_id (amdsmi's enumeration "
@@ -149,10 +150,6 @@ def skipped_findings(reader: Any) -> list[Finding]:
     return [Finding("amd-exporter", "info", f"{status.skipped_lines} line(s) of {status.url} skipped (unreadable, "
                     f"an index label that is no index, or a value that cannot be converted), the rest read; first "
                     f"{status.first_bad_line}", "the readings on the lines skipped")]
-
-
-def _gpu_order(gpu: str) -> tuple[int, ...]:
-    return tuple(int(p) if p.isdigit() else -1 for p in gpu.split("/"))
 
 
 def _first(items: Iterable[str], n: int = 4) -> str:

@@ -16,6 +16,7 @@ from typing import Any, Iterable, Sequence
 from agent import __version__
 from agent.classifier.peaks import spec_for_sample
 from agent.model import WORKLOAD_CLASSES, GpuSample, Verdict
+from agent.model.indexes import gpu_order
 from agent.views.html_parts import class_badge, mfu_html, page, pct
 from agent.views.palette import CLASS_LABELS, MFU_POOR, MFU_TARGET, WASTED_CLASSES, class_colour, class_label
 from agent.views.report_serving import serving_section
@@ -104,11 +105,7 @@ def histories(samples: Iterable[GpuSample], verdicts: Iterable[Verdict]) -> list
         by_key.setdefault(key, GpuHistory(key, verdict.gpu, verdict.node)).verdicts.append(verdict)
     for h in by_key.values():
         h.verdicts.sort(key=lambda v: v.window_end)
-    return sorted(by_key.values(), key=lambda h: (h.node, _gpu_order(h.gpu)))
-
-
-def _gpu_order(gpu: str) -> tuple[int, ...]:
-    return tuple(int(p) if p.isdigit() else 10**6 for p in gpu.split("/"))
+    return sorted(by_key.values(), key=lambda h: (h.node, gpu_order(h.gpu)))
 
 
 def build_report(samples: Sequence[GpuSample], verdicts: Sequence[Verdict], *, title: str | None = None,

@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
+from agent.model.indexes import gpu_order
 from agent.views.palette import class_colour, class_label
 from agent.views.svg import LogScale, esc, line, num, polyline, si, text
 
@@ -202,7 +203,7 @@ def _label_clusters(points: list[ChartPoint], x: LogScale, y: LogScale, radius: 
 
 
 def _joined(labels: list[str], limit: int = 6) -> str:
-    shown = sorted(labels, key=lambda g: [int(p) if p.isdigit() else 0 for p in g.split("/")])
+    shown = sorted(labels, key=gpu_order)
     return ",".join(shown[:limit]) + ("…" if len(shown) > limit else "")
 
 

@@ -8,7 +8,6 @@ series are ``None`` and show as "—".
 from __future__ import annotations
 
 import collections
-import re
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
@@ -20,6 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from agent.model import WORKLOAD_CLASSES
+from agent.model.indexes import gpu_order
 from agent.views import palette
 from agent.views.safe_text import printable
 from agent.views.top_jitter import render_jitter
@@ -46,9 +46,8 @@ def next_sort(order: str) -> str:
     return SORT_ORDERS[(SORT_ORDERS.index(order) + 1) % len(SORT_ORDERS)]
 
 
-def gpu_id_key(gpu: str) -> tuple[tuple[int, int, str], ...]:
-    """Numeric order of GPU ids ("2" < "10", "3" < "3/1" < "4"): string order would put 10 before 2."""
-    return tuple((0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"[/.:-]", gpu))
+gpu_id_key = gpu_order
+"""Numeric order of GPU ids ("2" < "10", "3" < "3/1" < "4"): string order would put 10 before 2."""
 
 
 def _live_mfu(row: GpuRow) -> float | None:

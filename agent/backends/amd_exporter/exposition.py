@@ -10,7 +10,7 @@ the partition-0 sibling), ``serial_number``/``card_model`` (the card's, shared b
 ``xcc_index``, ``link_index``, ``hbm_index``: those are kept per index (:attr:`AmdRecord.indexed`).
 
 A line is skipped and counted (the exposition's skipped lines, which ``doctor`` shows with the first) when one of
-those id labels, ``gpu_id`` or ``gpu_partition_id`` is present but no index (:mod:`agent.context.indexes`:
+those id labels, ``gpu_id`` or ``gpu_partition_id`` is present but no index (:mod:`agent.model.indexes`:
 ``link_index="²"`` raised ``ValueError`` and stopped the agent), or when its value cannot be converted into its
 sample field (:mod:`agent.backends.amd_exporter.units`: ``gpu_total_vram 1e308`` is ``inf`` bytes). The GPU's other
 lines are kept.
@@ -31,7 +31,7 @@ from agent.backends.amd.values import partition_count
 from agent.backends.amd_exporter.names import clock_type, release_hints, split
 from agent.backends.amd_exporter.units import unconvertible
 from agent.backends.exposition_text import MAX_SERIES, Exposition, Series, Tally, iter_series
-from agent.context.indexes import index_value, is_index
+from agent.model.indexes import index_value, is_index
 from agent.model import Attribution
 
 MAX_GPUS = 1024

@@ -24,7 +24,7 @@ from typing import Any, Mapping
 
 from agent.backends.amd_exporter.exposition import AmdRecord
 from agent.backends.amd_exporter.units import KIB, MIB
-from agent.context.indexes import index_value
+from agent.model.indexes import index_value
 from agent.model import GpuSpec, LinkTraffic
 
 DEFAULT_WINDOW_US = 1000.0

@@ -13,7 +13,7 @@ appear at all is the operator's counters CSV: the profiling ones are commented o
 
 So this parser takes each line on its own: a line it cannot read is skipped and counted, never
 fatal, unless nothing usable is left; so is a DCGM line whose ``gpu`` or ``GPU_I_ID`` is no index
-(``"²"`` is a digit to ``str.isdigit`` and none to ``int``: :mod:`agent.context.indexes`, the rule every
+(``"²"`` is a digit to ``str.isdigit`` and none to ``int``: :mod:`agent.model.indexes`, the rule every
 source shares). Sizes are capped (the caller caps the
 body; here lines, series and GPUs kept), and the reader's :func:`read_records` groups the lines as it
 reads them, so a misdirected URL or a hostile body costs bounded memory and time. Every field is
@@ -38,7 +38,7 @@ from agent.backends.exposition_text import (
     iter_series,
     parse_line,
 )
-from agent.context.indexes import MAX_INDEX_DIGITS, is_index
+from agent.model.indexes import MAX_INDEX_DIGITS, is_index
 from agent.model import Attribution
 
 __all__ = ["MAX_LINE_CHARS", "MAX_SERIES", "ExporterFormatError", "Exposition", "Series", "parse_line",

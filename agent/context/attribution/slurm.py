@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent.context.indexes import is_index
+from agent.model.indexes import is_index
 
 _SLURM_JOB_IN_PATH = re.compile(r"/job_([0-9]{1,20})(?:/|$)")  # [0-9], never \d: \d matches "٣", which int() reads
 _SLURM_UID_IN_PATH = re.compile(r"/uid_([0-9]{1,10})(?:/|$)")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agent.context.indexes import is_index
+from agent.model.indexes import is_index
 from agent.context.workload.report_schema import ReportHints
 
 
@@ -85,6 +85,6 @@ def _compose(outer: list[str] | None, inner: list[str] | None) -> list[str] | No
 
 
 def _is_index(token: str) -> bool:
-    """A device index as CUDA reads one (``01`` is 1): :func:`agent.context.indexes.is_index`, leading zeros allowed.
+    """A device index as CUDA reads one (``01`` is 1): :func:`agent.model.indexes.is_index`, leading zeros allowed.
     ``str.isdigit`` alone accepts "²", which ``int()`` refuses (a 500 for one report)."""
     return is_index(token, leading_zeros=True)

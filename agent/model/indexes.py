@@ -9,7 +9,8 @@ such label failed a whole read, kept the agent from starting and, once running, 
 than ``int()`` converts. So an index is ASCII digits, at most :data:`MAX_INDEX_DIGITS` of them, and without a
 leading zero where the writer prints none (the exporters: ``"07"`` would be a second name for GPU 7).
 
-Both the agent (backends, attribution, report intake) and context code import this; it imports nothing of ours.
+Backends, attribution, report intake and the views (ordering GPUs) import this; it imports nothing of ours, so it sits in the model,
+below all of them.
 """
 
 from __future__ import annotations
@@ -33,3 +34,11 @@ def is_index(text: object, *, leading_zeros: bool = False) -> bool:
 def index_value(text: object, *, leading_zeros: bool = False) -> int | None:
     """``int(text)`` when :func:`is_index` holds, else None: the one way a label becomes a number."""
     return int(text) if is_index(text, leading_zeros=leading_zeros) else None  # type: ignore[arg-type]
+
+
+def gpu_order(gpu: str) -> tuple[tuple[int, int, str], ...]:
+    """The order every view lists GPUs in: numeric where a part is an index ("2" < "10", "3" < "3/1" < "4"),
+    after the indexes and by text where it is not (a GPU named ``"²"`` by a trace or an exporter sorts, it
+    does not crash a view). Parts are split at ``/`` (MIG instance, AMD partition), ``.``, ``:`` and ``-``."""
+    return tuple((0, number, "") if (number := index_value(part)) is not None else (1, 0, part)
+                 for part in re.split(r"[/.:-]", gpu))
