@@ -37,7 +37,8 @@ from agent.classifier.engine import classify_samples
 from agent.classifier.thresholds import Thresholds
 from agent.model import WORKLOAD_CLASSES, GpuSample
 from agent.views.fleet_report.data import Prices, Problem, group_rows, skipped_text
-from agent.views.fleet_report.dcgm import Progress, dcgm_slices, dcgm_step, gpu_order, index_of, listed, ranged
+from agent.model.indexes import gpu_order, index_value
+from agent.views.fleet_report.dcgm import Progress, dcgm_slices, dcgm_step, listed, ranged
 from agent.views.fleet_report.promapi import PromClient
 from agent.views.fleet_report.promql import any_of, equals, string
 from agent.views.fleet_report.window import Window
@@ -176,7 +177,7 @@ def _record(labels: dict[str, str], values: dict[str, float], indexed: dict[str,
     part = labels.get("gpu_partition_id", "")
     ptype = _text(labels, "gpu_compute_partition_type")
     gpu = labels.get("gpu_id", "")
-    return AmdRecord(key=gpu, gpu_id=gpu, partition=index_of(part),
+    return AmdRecord(key=gpu, gpu_id=gpu, partition=index_value(part),
                      partitions=partition_count(ptype), partition_type=ptype,
                      memory_partition_type=_text(labels, "gpu_memory_partition_type"),
                      serial=_text(labels, "serial_number"), model=_text(labels, "card_model"),

@@ -26,6 +26,7 @@ from typing import Any, Callable
 from agent.classifier.engine import classify_samples
 from agent.classifier.thresholds import Thresholds
 from agent.model import WORKLOAD_CLASSES, GpuSample
+from agent.model.indexes import gpu_order
 from agent.views.fleet_report.data import Prices, Problem, group_rows, skipped_text
 from agent.views.fleet_report.promapi import Answer, PromClient, PromError
 from agent.views.fleet_report.promql import any_of, equals
@@ -186,18 +187,6 @@ def _sample(labels: dict[str, str], ts: float, fields: dict[str, float], step: i
     return GpuSample(ts=ts, gpu=labels.get("gpu", "") or labels.get("UUID", ""), node=labels.get("Hostname", "") or "unknown",
                      uuid=labels.get("UUID") or None, vendor="nvidia", model=labels.get("modelName") or None,
                      interval_s=float(step), **fields)
-
-
-def index_of(label: str) -> int | None:
-    """A GPU or partition index label as a number, or None: ASCII digits only and at most 6 of them
-    (a store's label is anyone's text: ``int("²")`` raises, and so does a 10,000-digit string)."""
-    return int(label) if label.isascii() and label.isdigit() and len(label) <= 6 else None
-
-
-def gpu_order(gpu: str) -> tuple[int, str]:
-    """Sort key of a GPU index label: numbers in order, anything else after them."""
-    index = index_of(gpu)
-    return (index, "") if index is not None else (10**7, gpu)
 
 
 def dcgm_report(client: PromClient, window: Window, *, cluster: str | None, prices: Prices, thresholds: Thresholds,
