@@ -3,7 +3,11 @@ server with opentelemetry-proto's MetricsService, both decoding with opentelemet
 
 Neither Debian's Prometheus (2.42) nor its VictoriaMetrics (1.79.5) ingests OTLP, so the tests push into
 this instead and read back what arrived. A receiver can be told to answer ``ok``, ``error`` (HTTP 500,
-gRPC UNAVAILABLE) or ``hang`` (hold the request until the test ends it).
+gRPC UNAVAILABLE), ``hang`` (hold the request until the test ends it), ``partial`` (accept, with the
+``partial_success`` of :attr:`_Common.partial`: rejected points and a message) or, over gRPC, ``huge``
+(an answer of :attr:`_Common.huge_bytes`). The HTTP receiver speaks TLS when given a server certificate,
+and asks for a client certificate when given a CA for clients. Collectors that mean harm (an endless
+body, redirects, dripping answers) are in tests/hostile_collectors.py.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import socket
+import ssl
 import threading
 import zlib
 from concurrent import futures
@@ -37,6 +42,17 @@ class _Common:
         self.attempts = 0
         self.release = threading.Event()
         self.cond = threading.Condition()
+        self.partial: tuple[int, str] = (0, "")
+        self.huge_bytes = 1 << 20
+
+    def response(self) -> Any:
+        """The ``ExportMetricsServiceResponse`` this receiver answers an accepted push with."""
+        answer = metrics_service_pb2.ExportMetricsServiceResponse()
+        if self.mode == "partial":
+            answer.partial_success.rejected_data_points, answer.partial_success.error_message = self.partial
+        elif self.mode == "huge":
+            answer.partial_success.error_message = "x" * self.huge_bytes
+        return answer
 
     def record(self, received: Received) -> None:
         with self.cond:
@@ -55,9 +71,10 @@ class _Common:
 
 
 class HttpReceiver(_Common):
-    """``POST /v1/metrics`` on 127.0.0.1, any free port."""
+    """``POST /v1/metrics`` on 127.0.0.1, any free port; over TLS with ``cert``/``key`` (and mTLS with
+    ``client_ca``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, cert: str | None = None, key: str | None = None, client_ca: str | None = None) -> None:
         super().__init__()
         receiver = self
 
@@ -86,7 +103,7 @@ class HttpReceiver(_Common):
                 request = metrics_service_pb2.ExportMetricsServiceRequest()
                 request.ParseFromString(body)
                 receiver.record(Received({k.lower(): v for k, v in self.headers.items()}, request, encoding))
-                answer = metrics_service_pb2.ExportMetricsServiceResponse().SerializeToString()
+                answer = receiver.response().SerializeToString()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/x-protobuf")
                 self.send_header("Content-Length", str(len(answer)))
@@ -97,6 +114,14 @@ class HttpReceiver(_Common):
         self.server.daemon_threads = True
         self.port = self.server.server_address[1]
         self.base_url = f"http://127.0.0.1:{self.port}"
+        if cert is not None:
+            context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            context.load_cert_chain(cert, key)
+            if client_ca is not None:
+                context.verify_mode = ssl.CERT_REQUIRED
+                context.load_verify_locations(client_ca)
+            self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
+            self.base_url = f"https://127.0.0.1:{self.port}"
         self._thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         self._thread.start()
 
@@ -123,7 +148,7 @@ class GrpcReceiver(_Common):
                     context.abort(grpc.StatusCode.UNAVAILABLE, "told to fail")
                 metadata = {k.lower(): v for k, v in context.invocation_metadata()}
                 receiver.record(Received(metadata, request, metadata.get("grpc-encoding")))
-                return metrics_service_pb2.ExportMetricsServiceResponse()
+                return receiver.response()
 
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
         metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(Service(), self.server)

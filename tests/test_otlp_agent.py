@@ -12,6 +12,7 @@ import math
 import socket
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.agent_process import AgentProcess, clean_env, poll
 from tests.otlp_receiver import GrpcReceiver, HttpReceiver, expected_points, points
@@ -25,6 +26,15 @@ def environment(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in clean_env().items() if not k.startswith("OTEL_")}
     env.update({"ROOFWATCH_OTLP_INTERVAL_S": "1", **extra})
     return env
+
+
+def otlp_counter(text: str, name: str, **labels: str) -> float:
+    """``roofwatch_otlp_<name>_total`` with ``labels`` in an exposition (0 while absent)."""
+    for family in text_string_to_metric_families(text):
+        if family.name == f"roofwatch_otlp_{name}":
+            return sum(s.value for s in family.samples
+                       if s.name.endswith("_total") and all(s.labels.get(k) == v for k, v in labels.items()))
+    return 0.0
 
 
 def pushed_snapshot(request) -> float | None:
@@ -85,14 +95,8 @@ def test_a_missing_collector_costs_the_agent_only_counted_drops():
     agent = AgentProcess("demo", "--listen", "127.0.0.1:0", "--otlp-endpoint", f"http://127.0.0.1:{port}", env=env)
     try:
         agent.wait_healthy()
-
-        def dropped() -> float:
-            for line in agent.metrics().splitlines():
-                if line.startswith("roofwatch_otlp_dropped_batches_total{") and 'reason="export_failed"' in line:
-                    return float(line.split()[-1])
-            return 0.0
-
-        poll(lambda: dropped() >= 3, timeout=60, what="three counted failed pushes")
+        poll(lambda: otlp_counter(agent.metrics(), "dropped_batches", reason="export_failed") >= 3, timeout=60,
+             what="three counted failed pushes")
         text = agent.metrics()
         assert "roofwatch_gpu_up{" in text and 'outcome="success"} 0.0' in text
         assert agent.get("healthz")[0] == 200

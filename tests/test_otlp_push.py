@@ -178,7 +178,7 @@ def test_a_refusing_collector_is_a_counted_drop(protocol, snapshot):
     pusher = open_pusher(config, lambda: snapshot, start_time=START)
     assert pusher.push(snapshot) is False
     stats = pusher.stats
-    assert stats.exports == {"success": 0, "failure": 1} and stats.dropped["export_failed"] == 1
+    assert stats.exports == {"success": 0, "partial": 0, "failure": 1} and stats.dropped["export_failed"] == 1
     assert stats.last_success_ts is None
     pusher.stop()
 
@@ -193,7 +193,7 @@ def test_an_erroring_or_hanging_collector_costs_only_counted_drops(receiver, sna
     families = {f.name: f for f in text_string_to_metric_families(text)}
     exports = {s.labels["outcome"]: s.value for s in families["roofwatch_otlp_exports"].samples}
     dropped = {s.labels["reason"]: s.value for s in families["roofwatch_otlp_dropped_batches"].samples}
-    assert exports == {"success": 0.0, "failure": 1.0} and dropped["export_failed"] == 1.0
+    assert exports == {"success": 0.0, "partial": 0.0, "failure": 1.0} and dropped["export_failed"] == 1.0
     assert "roofwatch_otlp_last_success_timestamp_seconds" in families
     assert families["roofwatch_otlp_last_success_timestamp_seconds"].samples == []  # never: absent, not 0
     pusher.stop()

@@ -10,6 +10,7 @@ Exit statuses and the one-line error are shared (agent.app.cli_base).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Sequence
 
@@ -36,6 +37,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # grpcio's C core writes raw lines of its own to stderr (every failed TLS handshake of an OTLP or kubelet
+    # channel), outside the agent's logfmt/JSON log; it reads this once, when grpc loads. An operator's own
+    # GRPC_VERBOSITY wins. Our log says a failure once (exporters/otlp/pusher.py).
+    os.environ.setdefault("GRPC_VERBOSITY", "NONE")
     args = build_parser().parse_args(argv)
     try:
         return args.handler(args)
@@ -45,8 +50,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # `roofwatch classify TRACE | head`: the reader left, nothing is wrong
-        import os
-
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
         return EXIT_OK
 

@@ -51,8 +51,9 @@ class Reply:
     body: bytes
 
 
-class _Request:
-    """The sockets one request opened (a redirect opens another), shut down together at the deadline."""
+class DeadlineSockets:
+    """The sockets one request opened (a redirect opens another), shut down together at the deadline.
+    Other transports with one deadline per request (the OTLP push's) use it through :func:`watched`."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -87,11 +88,11 @@ class _Watchdog:
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
-        self._heap: list[tuple[float, int, _Request]] = []
+        self._heap: list[tuple[float, int, DeadlineSockets]] = []
         self._order = itertools.count()
         self._thread: threading.Thread | None = None
 
-    def watch(self, request: _Request, deadline: float) -> None:
+    def watch(self, request: DeadlineSockets, deadline: float) -> None:
         with self._cond:
             heapq.heappush(self._heap, (deadline, next(self._order), request))
             if self._thread is None or not self._thread.is_alive():
@@ -120,7 +121,15 @@ class _Watchdog:
 _WATCHDOG = _Watchdog()
 
 
-def _opener(request: _Request, use_proxy: bool) -> urllib.request.OpenerDirector:
+def watched(deadline: float) -> DeadlineSockets:
+    """A fresh set of sockets the shared watchdog shuts down at ``deadline`` (a ``time.monotonic()`` value):
+    register each socket with :meth:`DeadlineSockets.add`, and call :meth:`DeadlineSockets.expire` when done."""
+    sockets = DeadlineSockets()
+    _WATCHDOG.watch(sockets, deadline)
+    return sockets
+
+
+def _opener(request: DeadlineSockets, use_proxy: bool) -> urllib.request.OpenerDirector:
     """urllib's opener with connections that report their sockets to ``request``, and no ftp:, file:
     or data: handler: a redirect can only lead to another http(s) URL."""
 
@@ -157,9 +166,8 @@ def fetch(url: str, *, timeout_s: float, deadline_s: float | None = None, max_by
     byte, no read waiting more than ``timeout_s``, at most ``max_bytes`` of body (after gzip, which is
     asked for when ``gzip``). Any status is a :class:`Reply`; no usable answer is :class:`FetchFailed`."""
     deadline_s = timeout_s if deadline_s is None else deadline_s
-    request = _Request()
     started = time.monotonic()
-    _WATCHDOG.watch(request, started + deadline_s)
+    request = watched(started + deadline_s)
     wanted = dict(headers or {})
     if gzip:
         wanted.setdefault("Accept-Encoding", "gzip")
@@ -194,7 +202,7 @@ def fetch(url: str, *, timeout_s: float, deadline_s: float | None = None, max_by
         request.expire()  # closes nothing still in use: the response is closed; frees the watchdog's hold
 
 
-def _body(response, request: _Request, max_bytes: int) -> bytes:  # type: ignore[no-untyped-def]
+def _body(response, request: DeadlineSockets, max_bytes: int) -> bytes:  # type: ignore[no-untyped-def]
     """The body in chunks up to ``max_bytes`` (gzip undone within the same cap); an expired request is late."""
     headers = response.headers
     declared = headers.get("Content-Length", "") if headers is not None else ""

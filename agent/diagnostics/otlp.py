@@ -22,7 +22,8 @@ def otlp_findings(settings: Any, environ: Mapping[str, str] | None = None) -> li
     """One finding when the push is configured (or configured wrongly), none when it is off."""
     from opentelemetry.sdk.metrics.export import MetricExportResult, MetricsData
 
-    from exporters.otlp.endpoint import SDK_LOG, OtlpConfigError, make_exporter, resolve
+    from exporters.otlp.endpoint import OtlpConfigError, resolve
+    from exporters.otlp.sdk_exporter import SDK_LOG, make_exporter
 
     try:
         config = resolve(settings, environ)
@@ -37,11 +38,18 @@ def otlp_findings(settings: Any, environ: Mapping[str, str] | None = None) -> li
         result = exporter.export(MetricsData(resource_metrics=[]), timeout_millis=config.timeout_s * 1000)
         reason = SDK_LOG.last
     except Exception as exc:  # noqa: BLE001 - doctor reports, never crashes
-        result, reason = MetricExportResult.FAILURE, f"{type(exc).__name__}: {exc}"
+        result, reason = MetricExportResult.FAILURE, SDK_LOG.scrub(f"{type(exc).__name__}: {exc}")
     finally:
         exporter.shutdown()
+    redirected_to, partial = getattr(exporter, "redirected_to", None), getattr(exporter, "partial", None)
     if result is MetricExportResult.SUCCESS:
-        return [Finding("otlp", "ok", f"{config.describe()}: the collector accepted an empty export")]
+        said = f"; it said: {partial.message}" if partial is not None and partial.message else ""
+        return [Finding("otlp", "ok", f"{config.describe()}: the collector accepted an empty export{said}")]
+    if redirected_to is not None:
+        return [Finding("otlp", "warn", f"{config.describe()}: redirected to {redirected_to}", IMPACT,
+                        f"set {config.source} to the collector's own URL (the one it redirects to, if that is the "
+                        "collector): a redirect is never followed, so that the headers' credentials go only where "
+                        "they were meant to")]
     return [Finding("otlp", "warn", f"{config.describe()}: {reason or 'no answer within the deadline'}", IMPACT,
                     "check the collector is listening on that address and protocol (4318 http/protobuf, 4317 grpc), "
                     "its certificate (OTEL_EXPORTER_OTLP_CERTIFICATE) and the credentials in "

@@ -2,8 +2,11 @@
 
 Modules, one job each: :mod:`~exporters.otlp.names` (what each family and label is called),
 :mod:`~exporters.otlp.convert` (families -> SDK metric data), :mod:`~exporters.otlp.endpoint` (settings
-and ``OTEL_EXPORTER_OTLP_*`` -> an SDK exporter), :mod:`~exporters.otlp.pusher` (threads, queue,
-deadline), :mod:`~exporters.otlp.self_metrics` (``roofwatch_otlp_*``). docs/otlp.md describes them.
+and ``OTEL_EXPORTER_OTLP_*`` -> a checked configuration; :mod:`~exporters.otlp.headers`, the rule for a
+header), :mod:`~exporters.otlp.sdk_exporter` (the SDK's exporters, their answers read),
+:mod:`~exporters.otlp.transport` (the bounded http/protobuf POST), :mod:`~exporters.otlp.redact` (no
+secret in any message), :mod:`~exporters.otlp.pusher` (threads, queue, deadline),
+:mod:`~exporters.otlp.self_metrics` (``roofwatch_otlp_*``). docs/otlp.md describes them.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ def open_pusher(config, get_snapshot: Callable[[], NodeSnapshot], *, family_opti
     not started. Its families are :func:`exporters.prometheus.families_for` with ``family_options``, the
     options the HTTP server renders ``/metrics`` with, so both show one snapshot the same way."""
     from exporters.otlp.convert import Converter
-    from exporters.otlp.endpoint import make_exporter
+    from exporters.otlp.sdk_exporter import make_exporter
     from exporters.otlp.pusher import OtlpPusher
     from exporters.prometheus import families_for
 

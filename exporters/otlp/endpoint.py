@@ -3,8 +3,12 @@
 Why resolve here instead of leaving every variable to the SDK: the agent must say (in its log and in
 ``roofwatch doctor``) which endpoint it pushes to, and both SDK exporters must get the same answer.
 Explicit settings win over the environment, the environment over the defaults, exactly as for the
-agent's other settings. What the SDK reads well on its own is left to it: compression and the TLS files
-(``OTEL_EXPORTER_OTLP_[METRICS_]COMPRESSION``, ``_CERTIFICATE``, ``_CLIENT_KEY``, ``_CLIENT_CERTIFICATE``).
+agent's other settings. Compression and the TLS files (``OTEL_EXPORTER_OTLP_[METRICS_]COMPRESSION``,
+``_CERTIFICATE``, ``_CLIENT_KEY``, ``_CLIENT_CERTIFICATE``) are read where the SDK reads them (and, for
+http/protobuf, by :func:`exporters.otlp.sdk_exporter.tls_files` the same way).
+Headers from every source follow one rule (:mod:`exporters.otlp.headers`), checked here at start: a value
+that could never be sent stops the agent naming the header, never showing the value, instead of failing
+every push with the value quoted in the error. :mod:`exporters.otlp.sdk_exporter` builds the exporter.
 
 One deliberate difference from the Python SDK: ``OTEL_EXPORTER_OTLP_[METRICS_]TIMEOUT`` is read in
 milliseconds, as the OpenTelemetry specification defines it (the SDK 1.45 reads seconds, so the
@@ -14,14 +18,12 @@ specification's ``10000`` would wait almost three hours); the exporter is then g
 from __future__ import annotations
 
 import dataclasses
-import logging
 import os
 from typing import Any, Mapping
 from urllib.parse import urlparse
 
-from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
-from opentelemetry.sdk.metrics.export import MetricExporter
-from opentelemetry.util.re import parse_env_headers
+from exporters.otlp.headers import HeaderError, check, parse_variable
+from exporters.otlp.redact import safe_url
 
 PROTOCOLS = ("http/protobuf", "grpc")
 DEFAULT_HTTP, DEFAULT_GRPC = "http://localhost:4318", "http://localhost:4317"
@@ -48,10 +50,10 @@ class OtlpConfig:
     """Which setting or variable named the endpoint (for the log and doctor)."""
 
     def describe(self) -> str:
-        """One line without header values (they are credentials)."""
+        """One line without header values, URL userinfo or query values (they are credentials)."""
         names = ", ".join(sorted(self.headers)) or "none"
-        return (f"{self.protocol} to {self.endpoint} (from {self.source}) every {self.interval_s:g} s, deadline "
-                f"{self.timeout_s:g} s, queue {self.queue_size}, headers: {names}")
+        return (f"{self.protocol} to {safe_url(self.endpoint)} (from {self.source}) every {self.interval_s:g} s, "
+                f"deadline {self.timeout_s:g} s, queue {self.queue_size}, headers: {names}")
 
 
 def _env(environ: Mapping[str, str], name: str) -> str | None:
@@ -110,13 +112,20 @@ def resolve(settings: Any, environ: Mapping[str, str] | None = None) -> OtlpConf
     else:
         source = _env_name(environ, "ENDPOINT")
         endpoint = _env(environ, "ENDPOINT") or DEFAULT_GRPC
-    if urlparse(endpoint).scheme not in ("http", "https") or not urlparse(endpoint).netloc:
-        raise OtlpConfigError(f"{source}: {endpoint[:200]!r} is not an http:// or https:// URL")
+    _check_url(endpoint, source, protocol, environ)
     headers: dict[str, str] = {}
     env_headers = _env(environ, "HEADERS")
     if env_headers:
-        headers.update({k.lower(): v for k, v in parse_env_headers(env_headers, liberal=True).items()})
-    headers.update({k.lower(): v for k, v in (getattr(settings, "otlp_headers", None) or {}).items()})
+        try:
+            headers.update(parse_variable(env_headers))
+        except HeaderError as exc:
+            raise OtlpConfigError(f"{_env_name(environ, 'HEADERS')}: {exc}") from None
+    own = dict(getattr(settings, "otlp_headers", None) or {})
+    try:
+        check(own)  # the settings loader checked them already; a caller's settings object too
+    except HeaderError as exc:
+        raise OtlpConfigError(f"otlp_headers: {exc}") from None
+    headers.update({k.lower(): v for k, v in own.items()})
     timeout = getattr(settings, "otlp_timeout_s", None)
     if timeout is None:
         raw = _env(environ, "TIMEOUT")
@@ -132,57 +141,24 @@ def resolve(settings: Any, environ: Mapping[str, str] | None = None) -> OtlpConf
                       queue_size=int(getattr(settings, "otlp_queue_size", 6)), source=source)
 
 
-def make_exporter(config: OtlpConfig) -> MetricExporter:
-    """The SDK's OTLP metric exporter for ``config`` (http/protobuf over requests, or gRPC over grpcio), taught
-    to send a request :mod:`exporters.otlp.convert` already built: transport, deadline, retries, headers,
-    TLS and compression stay the SDK's. It still exports the SDK's ``MetricsData`` as well (doctor does)."""
-    quiet_sdk_logs()
-    if config.protocol == "grpc":
-        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter as GrpcExporter
-
-        class Grpc(GrpcExporter):
-            def _translate_data(self, data):  # a request built already goes as it is
-                return data if isinstance(data, ExportMetricsServiceRequest) else super()._translate_data(data)
-
-            def _count_data(self, data):
-                return 0 if isinstance(data, ExportMetricsServiceRequest) else super()._count_data(data)
-
-        return Grpc(endpoint=config.endpoint, insecure=urlparse(config.endpoint).scheme == "http",
-                    headers=dict(config.headers), timeout=config.timeout_s)
-    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as HttpExporter
-
-    class Http(HttpExporter):
-        def export(self, metrics_data, timeout_millis=10_000, **kwargs):
-            if isinstance(metrics_data, ExportMetricsServiceRequest):  # one request, the SDK's own retries and deadline
-                return self._export_batch(metrics_data)
-            return super().export(metrics_data, timeout_millis, **kwargs)
-
-    return Http(endpoint=config.endpoint, headers=dict(config.headers), timeout=config.timeout_s)
+CREDENTIAL_PROVIDERS = ("OTEL_PYTHON_EXPORTER_OTLP_HTTP_CREDENTIAL_PROVIDER",
+                        "OTEL_PYTHON_EXPORTER_OTLP_HTTP_METRICS_CREDENTIAL_PROVIDER")
+"""The SDK's hook for a requests session of a plugin's: the bounded transport sends no requests session."""
 
 
-class LastError(logging.Handler):
-    """Keeps the SDK exporters' last warning or error instead of letting each failed push log a line:
-    the pusher logs once per change from working to failing (and back), with this as the reason."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
-        self.last: str | None = None
-
-    def emit(self, record: logging.LogRecord) -> None:
-        try:
-            self.last = " ".join(record.getMessage().split())[:300]
-        except Exception:  # noqa: BLE001 - a log record must never break a push
-            self.last = record.msg if isinstance(record.msg, str) else "unknown error"
-
-
-SDK_LOG = LastError()
-
-
-def quiet_sdk_logs() -> LastError:
-    """Route the SDK exporters' log records to :data:`SDK_LOG` only (idempotent)."""
-    logger = logging.getLogger("opentelemetry.exporter")
-    if SDK_LOG not in logger.handlers:
-        logger.addHandler(SDK_LOG)
-    logger.propagate = False
-    logger.setLevel(logging.WARNING)
-    return SDK_LOG
+def _check_url(endpoint: str, source: str, protocol: str, environ: Mapping[str, str]) -> None:
+    """:class:`OtlpConfigError` for an endpoint the push cannot use, shown without its credentials."""
+    try:
+        parsed = urlparse(endpoint)
+        parsed.port  # noqa: B018 - raises for a port that is no number
+    except ValueError:
+        raise OtlpConfigError(f"{source}: {safe_url(endpoint)} is not a URL with a valid host and port") from None
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        raise OtlpConfigError(f"{source}: {safe_url(endpoint)} is not an http:// or https:// URL")
+    if protocol == "grpc" and "@" in parsed.netloc:
+        raise OtlpConfigError(f"{source}: a gRPC endpoint cannot carry user:password@ (gRPC has no such "
+                              "credentials): put them in otlp_headers or OTEL_EXPORTER_OTLP_HEADERS")
+    provider = next((name for name in CREDENTIAL_PROVIDERS if environ.get(name, "").strip()), None)
+    if protocol == "http/protobuf" and provider:
+        raise OtlpConfigError(f"{provider}: roofwatch's http/protobuf push has its own bounded transport and "
+                              "cannot use a requests session; put the credentials in otlp_headers")

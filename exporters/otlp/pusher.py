@@ -4,7 +4,8 @@ Why two threads and a bounded queue: a collector that is down, slow or hanging m
 nothing but counted drops. The ticker only takes the published snapshot every ``interval_s`` and
 queues it (at most ``queue_size`` waiting; a full queue drops its oldest, counted as ``queue_full``),
 so its schedule never depends on the network. The sender converts and exports one snapshot at a time
-with the SDK exporter's own deadline (``timeout_s``, its retries included); a push that fails is
+within one deadline (``timeout_s``, from connecting to the answer's last byte, the SDK's retries
+included: :mod:`exporters.otlp.transport`, gRPC's own deadline); a push that fails is
 counted as ``export_failed`` and not retried later, since a newer snapshot is already on its way.
 Stopping pushes the latest snapshot once more (as the SDK's own reader does on shutdown) when the
 collector is answering and no push is in flight, within the stop's deadline.
@@ -25,7 +26,7 @@ from prometheus_client.core import Metric as PromFamily
 
 from agent.model import NodeSnapshot
 from exporters.otlp.convert import Converter
-from exporters.otlp.endpoint import SDK_LOG
+from exporters.otlp.sdk_exporter import SDK_LOG
 from exporters.otlp.self_metrics import PushStats
 
 log = logging.getLogger("roofwatch.otlp")
@@ -53,6 +54,7 @@ class OtlpPusher:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._failing = False
+        self._partial = False  # the last accepted push was partial (or carried a warning): logged already
         self._sending = False  # a push is in flight on the sender thread
         self._last_pushed: int | None = None  # the sequence of the snapshot last pushed, whatever the outcome
 
@@ -149,10 +151,11 @@ class OtlpPusher:
         ])
 
     def push(self, snapshot: NodeSnapshot, timeout_s: float | None = None) -> bool:
-        """Convert and export one snapshot within the deadline (``timeout_s``, else the configured one);
-        True when the collector accepted it."""
+        """Convert and export one snapshot within the deadline (``timeout_s``, else the configured one), from
+        connecting to the answer's last byte, retries included; True when the collector accepted it (all of
+        it, or part of it: outcome ``partial``, its rejected points counted and its message logged once)."""
         started = self._monotonic()
-        points, error = 0, None
+        points, error, partial = 0, None, None
         self._last_pushed = snapshot.sequence
         try:
             data, points = self.build(snapshot)
@@ -161,13 +164,26 @@ class OtlpPusher:
             ok = self.exporter.export(data, timeout_millis=deadline_s * 1000) is MetricExportResult.SUCCESS
             if not ok:
                 error = SDK_LOG.last or "the exporter gave up"
+            partial = getattr(self.exporter, "partial", None) if ok else None
         except Exception as exc:  # noqa: BLE001 - an exporter or conversion bug is a failed push, not a dead thread
-            ok, error = False, f"{type(exc).__name__}: {exc}"
-        self.stats.exported(ok, points, self._monotonic() - started, self._clock())
+            ok, error = False, SDK_LOG.scrub(f"{type(exc).__name__}: {exc}")
+        rejected = min(partial.rejected, points) if partial is not None else 0
+        outcome = "failure" if not ok else "partial" if rejected else "success"
+        self.stats.exported(outcome, points, self._monotonic() - started, self._clock(), rejected)
         if ok and self._failing:
             log.info("OTLP push works again", extra={"otlp": self.describe})
         elif not ok and not self._failing:
             log.warning("OTLP push failed; dropping snapshots until the collector answers (counted in "
                         "roofwatch_otlp_dropped_batches_total)", extra={"error": error, "otlp": self.describe})
+        if partial is not None and not self._partial:
+            if rejected:
+                log.warning("OTLP collector rejected part of a push; counted in roofwatch_otlp_rejected_points_total "
+                            "(logged once until a push is wholly accepted)",
+                            extra={"rejected": rejected, "error": partial.message, "otlp": self.describe})
+            else:
+                log.warning("OTLP collector accepted the push with a warning (logged once)",
+                            extra={"warning": partial.message, "otlp": self.describe})
+        if ok:
+            self._partial = partial is not None
         self._failing = not ok
         return ok

@@ -20,15 +20,21 @@ _AGENT = {"nvidia": "agent", "amd": "agent", "virtual": "agent"}
 
 EXPORTS = MetricDef(
     "roofwatch_otlp_exports_total", "counter", "exports",
-    "OTLP pushes by outcome: success, or failure (refused, an error status, or no answer within the export deadline "
-    "otlp_timeout_s, retries included).", NODE_LABELS + ("outcome",), **_AGENT)
+    "OTLP pushes by outcome: success; partial (accepted, but the collector rejected some data points: "
+    "roofwatch_otlp_rejected_points_total); or failure (refused, an error status, a redirect, or no complete answer "
+    "within the export deadline otlp_timeout_s, retries included).", NODE_LABELS + ("outcome",), **_AGENT)
 DROPPED = MetricDef(
     "roofwatch_otlp_dropped_batches_total", "counter", "batches",
     "Snapshots that never reached the collector, by reason: queue_full (the oldest waiting one, dropped for a newer "
     "one while a push was slow) or export_failed.", NODE_LABELS + ("reason",), **_AGENT)
 POINTS = MetricDef(
-    "roofwatch_otlp_exported_points_total", "counter", "points", "Data points the OTLP collector accepted.",
-    NODE_LABELS, **_AGENT)
+    "roofwatch_otlp_exported_points_total", "counter", "points",
+    "Data points the OTLP collector accepted (those it rejected in a partial success not counted).", NODE_LABELS,
+    **_AGENT)
+REJECTED = MetricDef(
+    "roofwatch_otlp_rejected_points_total", "counter", "points",
+    "Data points the OTLP collector rejected in partial successes (its partial_success.rejected_data_points, at "
+    "most the points of that push); the message is logged once.", NODE_LABELS, **_AGENT)
 QUEUE = MetricDef(
     "roofwatch_otlp_queue_batches", "gauge", "batches",
     "Snapshots waiting to be pushed (at most otlp_queue_size; then the oldest is dropped).", NODE_LABELS, **_AGENT)
@@ -40,10 +46,10 @@ LAST_SUCCESS = MetricDef(
     "roofwatch_otlp_last_success_timestamp_seconds", "gauge", "seconds",
     "Unix time the collector last accepted a push (absent until it has).", NODE_LABELS, **_AGENT)
 
-OTLP_METRICS: tuple[MetricDef, ...] = (EXPORTS, DROPPED, POINTS, QUEUE, LAST_DURATION, LAST_SUCCESS)
+OTLP_METRICS: tuple[MetricDef, ...] = (EXPORTS, DROPPED, POINTS, REJECTED, QUEUE, LAST_DURATION, LAST_SUCCESS)
 """Exported only while OTLP is on, in this order."""
 
-OUTCOMES = ("success", "failure")
+OUTCOMES = ("success", "partial", "failure")
 DROP_REASONS = ("queue_full", "export_failed")
 
 
@@ -55,6 +61,7 @@ class PushStats:
         self.exports = dict.fromkeys(OUTCOMES, 0)
         self.dropped = dict.fromkeys(DROP_REASONS, 0)
         self.points = 0
+        self.rejected = 0
         self.queued = 0
         self.last_duration_s: float | None = None
         self.last_success_ts: float | None = None
@@ -67,12 +74,14 @@ class PushStats:
         with self._lock:
             self.queued = length
 
-    def exported(self, ok: bool, points: int, duration_s: float, now: float) -> None:
+    def exported(self, outcome: str, points: int, duration_s: float, now: float, rejected: int = 0) -> None:
+        """One push: ``outcome`` one of :data:`OUTCOMES`; ``rejected`` of its ``points`` refused in a partial."""
         with self._lock:
-            self.exports["success" if ok else "failure"] += 1
+            self.exports[outcome] += 1
             self.last_duration_s = duration_s
-            if ok:
-                self.points += points
+            if outcome != "failure":
+                self.points += points - rejected
+                self.rejected += rejected
                 self.last_success_ts = now
             else:
                 self.dropped["export_failed"] += 1
@@ -81,6 +90,7 @@ class PushStats:
         """The :data:`OTLP_METRICS` families as of now, labelled with ``node``."""
         with self._lock:
             exports, dropped, points, queued = dict(self.exports), dict(self.dropped), self.points, self.queued
+            rejected = self.rejected
             duration, success = self.last_duration_s, self.last_success_ts
         out: list[Metric] = []
         family = CounterMetricFamily(EXPORTS.family_name, EXPORTS.help, labels=EXPORTS.labels)
@@ -91,9 +101,10 @@ class PushStats:
         for reason in DROP_REASONS:
             family.add_metric([node, reason], dropped[reason])
         out.append(family)
-        family = CounterMetricFamily(POINTS.family_name, POINTS.help, labels=POINTS.labels)
-        family.add_metric([node], points)
-        out.append(family)
+        for defn, count in ((POINTS, points), (REJECTED, rejected)):
+            family = CounterMetricFamily(defn.family_name, defn.help, labels=defn.labels)
+            family.add_metric([node], count)
+            out.append(family)
         for defn, value in ((QUEUE, queued), (LAST_DURATION, duration), (LAST_SUCCESS, success)):
             gauge = GaugeMetricFamily(defn.name, defn.help, labels=defn.labels)
             if value is not None:

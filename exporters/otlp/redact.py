@@ -1,0 +1,77 @@
+"""What the OTLP path may say about a collector, its URL and its credentials: never a secret.
+
+Why one module: header values (API keys, bearer tokens), a URL's ``user:password@`` and the values of
+its query (``?api-key=...``) are credentials, and every message of the push (a log line, ``roofwatch
+doctor``, a settings error) passes here before anyone reads it. Text a collector sent (a redirect's
+``Location``, a partial success's message, a reason phrase) is someone else's: clipped and made
+printable here. Imports nothing of the project, so :mod:`agent.app.config` may use it for its errors.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Iterable
+from urllib.parse import unquote, urlsplit, urlunsplit
+
+HIDDEN = "<hidden>"
+MIN_SECRET_CHARS = 4
+"""Header values shorter than this are not searched for in messages (a tenant id "7" would blank every 7)."""
+
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@?#]*@")
+_QUERY_VALUE = re.compile(r"([?&][^=\s&#?]+=)[^&\s#]+")
+_SCHEME_TOKEN = re.compile(r"(?i)\b(bearer|basic)(\s+)[A-Za-z0-9._~+/=-]+")
+_NAMED_SECRET = re.compile(r"(?i)\b(token|api[-_]?key|password|secret)(\s*[=:]\s*)[^\s,;&]+")
+
+
+def printable(text: object, limit: int = 200) -> str:
+    """One line of at most ``limit`` characters, every control or format character a ``?``."""
+    line = " ".join(str(text).split())
+    line = "".join(c if c.isprintable() else "?" for c in line)
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def safe_url(url: str, limit: int = 200) -> str:
+    """``url`` as it may be shown: no ``user:password@`` (``<hidden>@``), each query value ``<hidden>``,
+    no fragment; printable and clipped. Never raises, whatever the text."""
+    text = url.strip()
+    schemeless = "://" not in text  # "user:pw@host:4318": urlsplit would read "user" as the scheme
+    try:
+        parts = urlsplit("//" + text if schemeless else text)
+        netloc = parts.netloc
+        if "@" in netloc:
+            netloc = f"{HIDDEN}@{netloc.rpartition('@')[2]}"
+        query = "&".join(f"{k}={HIDDEN}" if sep else k
+                         for k, sep, _ in (item.partition("=") for item in parts.query.split("&") if item))
+        shown = urlunsplit((parts.scheme, netloc, parts.path, query, ""))
+        shown = shown.removeprefix("//") if schemeless else shown
+    except ValueError:  # an unparseable URL (``http://[x``): only the generic patterns
+        shown = scrub(url)
+    return printable(shown, limit)
+
+
+def scrub(text: object, secrets: Iterable[str] = (), limit: int = 300) -> str:
+    """``text`` with every known secret, URL userinfo, URL query value and ``Bearer``/``Basic`` token
+    replaced by ``<hidden>``; printable and clipped to ``limit``."""
+    line = str(text)
+    for secret in sorted({s for s in secrets if len(s) >= MIN_SECRET_CHARS}, key=len, reverse=True):
+        line = line.replace(secret, HIDDEN)
+    line = _USERINFO.sub(lambda m: m.group(1) + HIDDEN + "@", line)
+    line = _QUERY_VALUE.sub(lambda m: m.group(1) + HIDDEN, line)
+    for pattern in (_SCHEME_TOKEN, _NAMED_SECRET):
+        line = pattern.sub(lambda m: m.group(1) + m.group(2) + HIDDEN, line)
+    return printable(line, limit)
+
+
+def url_secrets(url: str) -> list[str]:
+    """The credentials a URL carries: its userinfo (whole, user and password) and its query values."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return []
+    found = []
+    if "@" in parts.netloc:
+        userinfo = parts.netloc.rpartition("@")[0]
+        found += [userinfo, *userinfo.split(":", 1)]
+        found += [unquote(s) for s in found]  # the decoded forms reach a Basic header
+    found += [value for _, sep, value in (item.partition("=") for item in parts.query.split("&")) if sep and value]
+    return [s for s in found if s]
