@@ -32,8 +32,10 @@ from pathlib import Path
 from typing import Literal
 
 import bcrypt
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from agent.app.file_input import FileInputError, read_text_file
+from agent.app.yaml_input import YamlInputError, load_yaml
 
 ClientAuth = Literal["NoClientCert", "RequestClientCert", "RequireAnyClientCert", "VerifyClientCertIfGiven",
                      "RequireAndVerifyClientCert"]
@@ -99,6 +101,36 @@ class HttpServerConfig(_Strict):
         return headers
 
 
+MIN_BCRYPT_COST = 4
+"""bcrypt's own minimum (its libraries refuse less)."""
+MAX_BCRYPT_COST = 14
+"""The highest cost accepted. Each step doubles a check: 10 takes about 70 ms on a current core, 12
+about 0.3 s, 14 about 1.1 s (exporter-toolkit's docs and ``htpasswd -B`` users pick 10 to 12). Past
+14 a first scrape, or a wrong password on one of the 4 worker threads, takes seconds, and cost 31
+(accepted before) takes more than a day: the agent, checking each hash as it loaded, never started."""
+
+
+_REHASH = "make the hash again with a cost of 10 to 12 (htpasswd -nBC 10)"
+
+
+def bcrypt_cost(hashed: str) -> int | None:
+    """The cost of a ``$2?$NN$...`` hash (two ASCII digits), or None when it has none."""
+    digits = hashed[4:6]
+    return int(digits) if len(hashed) > 6 and hashed[6] == "$" and digits.isascii() and digits.isdigit() else None
+
+
+def with_cost(hashed: str, cost: int) -> str:
+    """``hashed`` with its cost field replaced: the same salt, checked at another cost."""
+    return f"{hashed[:4]}{cost:02d}{hashed[6:]}"
+
+
+def _check_time(cost: int) -> str:
+    seconds = 0.07 * 2.0 ** (cost - 10)  # about 70 ms at cost 10 on a current core
+    if seconds < 7200:
+        return f"about {seconds:.0f} s"
+    return f"about {seconds / 3600:.0f} hours" if seconds < 3 * 86400 else f"about {seconds / 86400:.0f} days"
+
+
 class WebConfigFile(_Strict):
     tls_server_config: TlsServerConfig | None = None
     http_server_config: HttpServerConfig = Field(default_factory=HttpServerConfig)
@@ -112,11 +144,25 @@ class WebConfigFile(_Strict):
                 raise ValueError(f"user {user!r}: a user name must be non-empty and hold no ':'")
             if not hashed.startswith(("$2a$", "$2b$", "$2y$")) or len(hashed) != 60:
                 raise ValueError(f"user {user!r}: expected a bcrypt hash ($2y$..., 60 characters), not a password")
-            try:  # a bad cost or salt passes the shape check and fails every login: refuse it now
-                bcrypt.checkpw(b"roofwatch-config-check", hashed.encode("ascii"))
+            cost = bcrypt_cost(hashed)
+            if cost is None:
+                raise ValueError(f"user {user!r}: not a valid bcrypt hash (the cost is not two digits)")
+            if cost < MIN_BCRYPT_COST:
+                raise ValueError(f"user {user!r}: bcrypt cost {cost} is below {MIN_BCRYPT_COST}, bcrypt's minimum; "
+                                 f"{_REHASH}")
+            if cost > MAX_BCRYPT_COST:  # before any bcrypt work: cost 31 is a day and more per check
+                raise ValueError(f"user {user!r}: bcrypt cost {cost} is above {MAX_BCRYPT_COST}, the most roofwatch "
+                                 f"accepts (every step doubles a check: {cost} would take {_check_time(cost)}); "
+                                 f"{_REHASH}")
+            try:  # a bad salt passes the shape check and fails every login: refuse it now, at the least cost
+                bcrypt.checkpw(b"roofwatch-config-check", with_cost(hashed, MIN_BCRYPT_COST).encode("ascii"))
             except (ValueError, UnicodeEncodeError):
-                raise ValueError(f"user {user!r}: not a valid bcrypt hash (bad cost or salt)") from None
+                raise ValueError(f"user {user!r}: not a valid bcrypt hash (bad salt)") from None
         return users
+
+
+_DUMMY_HASH = bcrypt.hashpw(b"roofwatch-dummy", bcrypt.gensalt(rounds=MIN_BCRYPT_COST)).decode()
+"""A valid salt for the dummy check; its cost field is set per web config (:class:`BasicAuth`)."""
 
 
 class BasicAuth:
@@ -124,13 +170,19 @@ class BasicAuth:
 
     bcrypt costs tens of milliseconds by design; Prometheus sends the same credentials every
     scrape, so a verified (user, password) is remembered by its SHA-256 and later scrapes cost a
-    hash. An unknown user is checked against a dummy hash, so timing does not reveal which names
-    exist. Failures are never remembered, so a changed password cannot pass from cache.
+    hash. An unknown user is checked against a dummy hash at the highest cost among the users (a
+    cost-4 dummy beside cost-10 hashes told names apart by a 70 ms difference), so timing does not
+    reveal which names exist; the dummy never costs more than ``MAX_BCRYPT_COST``, and the users'
+    costs were bounded when the file was loaded. Failures are never remembered, so a changed
+    password cannot pass from cache.
     """
 
     def __init__(self, users: dict[str, str]) -> None:
         self._users = {user: hashed.encode() for user, hashed in users.items()}
-        self._dummy = bcrypt.hashpw(b"roofwatch-dummy", bcrypt.gensalt(rounds=4))
+        # The dummy costs what the dearest real user costs (within the bounds the file was checked
+        # against), so a failure for an unknown name takes as long as one for a known name.
+        costs = [c for c in map(bcrypt_cost, users.values()) if c is not None]
+        self._dummy = with_cost(_DUMMY_HASH, min(max([MIN_BCRYPT_COST, *costs]), MAX_BCRYPT_COST)).encode()
         self._passed: set[bytes] = set()
         self._lock = threading.Lock()
 
@@ -256,13 +308,10 @@ class WebConfig:
 def load_web_config(path: str | Path) -> WebConfig:
     """Read and check the file, load the certificates; :class:`WebConfigError` names what is wrong."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-        data = yaml.safe_load(text)
-    except OSError as exc:
-        raise WebConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    except yaml.YAMLError as exc:
-        raise WebConfigError(f"{path}: not valid YAML: {exc}") from None
+    try:  # a regular file of at most a MiB (never /dev/zero, never a FIFO's blocking open), YAML within its budget
+        data = load_yaml(read_text_file(path, str(path), "web config"), str(path))
+    except (FileInputError, YamlInputError) as exc:
+        raise WebConfigError(str(exc)) from None
     if data is None:  # an empty file is a file being written (`> web.yml`, a Secret mid-update), not a choice
         raise WebConfigError(f"{path}: the file is empty; write {{}} for a web config without TLS or basic auth")
     if not isinstance(data, dict):

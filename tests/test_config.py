@@ -66,7 +66,7 @@ def test_unknown_key_in_file_is_named(tmp_path):
     assert "intervl_s: unknown setting" in str(err.value) and "interval_s" in str(err.value)
 
 
-@pytest.mark.parametrize(("text", "message"), [("a: [1, 2\n", "not valid YAML"), ("- 1\n- 2\n", "must be a mapping")])
+@pytest.mark.parametrize(("text", "message"), [("a: [1, 2\n", "invalid YAML"), ("- 1\n- 2\n", "must be a mapping")])
 def test_unreadable_file(tmp_path, text, message):
     cfg = tmp_path / "c.yaml"
     cfg.write_text(text)
@@ -130,7 +130,7 @@ def test_attribution_and_report_settings_are_checked_naming_the_field(tmp_path):
     with pytest.raises(ConfigError, match=r"report_token: String should have at least 8 characters"):
         load_settings(report_token="short")
     settings = load_settings(report_token_file=str(tmp_path / "missing"))
-    with pytest.raises(ConfigError, match=r"report_token_file: cannot read .*missing"):
+    with pytest.raises(ConfigError, match=r"report_token_file: .*missing: not found"):
         settings.read_report_token()
     (tmp_path / "token").write_text("  s3cret-token\n")
     assert load_settings(report_token_file=str(tmp_path / "token")).read_report_token() == "s3cret-token"

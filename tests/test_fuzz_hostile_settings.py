@@ -94,3 +94,31 @@ def test_any_environment_value_loads_or_is_one_line(name: str, value: Any, as_js
     finally:
         del os.environ[variable]
     check(outcome, name.rpartition(".")[2] if name != "nonsense" else "nonsense")
+
+
+def nested_aliases(leaf: Any, levels: int, width: int) -> str:
+    """``&l2 [&l1 [&l0 [leaf, leaf], *l0], *l1]`` for width 2: ``width ** levels`` values once expanded."""
+    import json
+
+    text = f"&l0 [{', '.join([json.dumps(leaf)] * width)}]"
+    for i in range(1, levels):
+        text = f"&l{i} [{', '.join([text] + [f'*l{i - 1}'] * (width - 1))}]"
+    return text
+
+
+@pytest.mark.slow
+@FUZZ
+@given(name=st.sampled_from(NAMES), levels=st.integers(1, 12), width=st.integers(1, 12), leaf=values,
+       recursive=st.booleans())
+def test_any_alias_structure_in_the_file_loads_or_is_one_line(tmp_path_factory: pytest.TempPathFactory, name: str,
+                                                              levels: int, width: int, leaf: Any,
+                                                              recursive: bool) -> None:
+    """Anchors and aliases of any depth and width under any setting, up to 12^12 values expanded, or an
+    alias inside its own anchor: settings within bounds or one line, in bounded memory (issue 42, finding 9)."""
+    head, _, key = name.rpartition(".")
+    value = "&loop [*loop]" if recursive else nested_aliases(leaf, levels, width)
+    config = tmp_path_factory.mktemp("settings") / "c.yaml"
+    config.write_text(f"{head}:\n  {key}: {value}\n" if head else f"{key}: {value}\n")
+    with bounded(f"aliases {width}^{levels} under {name}"):
+        outcome = load(config)
+    check(outcome, key if isinstance(outcome, ConfigError) and key in str(outcome) else str(config))

@@ -53,6 +53,63 @@ def test_unknown_users_cost_a_bcrypt_too(checks):
     assert len(checks) == 1, "an unknown name is checked against a dummy hash: timing does not tell names apart"
 
 
+def _cost(hashed: bytes | str) -> int:
+    text = hashed.decode() if isinstance(hashed, bytes) else hashed
+    return int(text.split("$")[2])
+
+
+@pytest.fixture
+def checked_costs(monkeypatch):
+    """The bcrypt cost of every hash bcrypt.checkpw is asked to check; a check past the bound fails the
+    test at once instead of running (cost 31 would run for more than a day)."""
+    costs = []
+    real = bcrypt.checkpw
+
+    def recorded(password, hashed):
+        costs.append(_cost(hashed))
+        assert costs[-1] <= web_config.MAX_BCRYPT_COST, f"bcrypt asked to check at cost {costs[-1]}"
+        return real(password, hashed)
+
+    monkeypatch.setattr(web_config.bcrypt, "checkpw", recorded)
+    return costs
+
+
+@pytest.mark.parametrize("cost", [31, 15, 3, 0])
+def test_a_cost_outside_4_to_14_is_refused_naming_user_and_cost_before_any_bcrypt_work(tmp_path, checked_costs, cost):
+    """Issue 42, finding 10: a cost-31 hash kept the agent from starting (one check takes over a day, and
+    loading checked each hash with bcrypt); below 4 bcrypt refuses to check at all."""
+    path = tmp_path / "web.yml"
+    path.write_text(f"basic_auth_users:\n  prometheus: '{HASH[:4]}{cost:02d}{HASH[6:]}'\n")
+    with pytest.raises(web_config.WebConfigError) as info:
+        web_config.load_web_config(path)
+    message = str(info.value)
+    assert "basic_auth_users" in message and "'prometheus'" in message and f"cost {cost} " in message, message
+    assert HASH[7:] not in message, "the hash is never echoed"
+    assert checked_costs == [], "refused before any bcrypt work"
+
+
+def test_costs_at_the_bounds_load_and_loading_checks_each_salt_at_the_least_cost(tmp_path, checked_costs):
+    path = tmp_path / "web.yml"
+    users = {"cheap": HASH, "dear": HASH[:4] + "14" + HASH[6:]}
+    path.write_text("basic_auth_users:\n" + "".join(f"  {user}: '{hashed}'\n" for user, hashed in users.items()))
+    assert sorted(web_config.load_web_config(path).auth.users) == ["cheap", "dear"]
+    assert checked_costs == [4, 4], "a salt is checked at cost 4: loading never pays a user's own cost"
+
+
+def test_an_unknown_user_costs_what_the_dearest_user_costs_and_never_more_than_the_bound(checked_costs):
+    """The dummy check used cost 4 beside cost-10 users: 1 ms against 70 ms told names apart."""
+    ten = bcrypt.hashpw(b"pw", bcrypt.gensalt(rounds=10)).decode()
+    auth = BasicAuth({"cheap": HASH, "prom": ten})
+    assert not auth.allows(header("intruder", "pw"))
+    assert not auth.allows(header("intruder", "x" * 100))  # past bcrypt's 72 bytes: the dummy too
+    assert not auth.allows(header("prom", "wrong"))
+    assert checked_costs == [10, 10, 10], "a failure costs the same whatever the name"
+    checked_costs.clear()
+    unchecked = BasicAuth({"prom": HASH[:4] + "31" + HASH[6:]})  # never loaded from a file: not bounded there
+    assert not unchecked.allows(header("intruder", "pw"))
+    assert checked_costs == [web_config.MAX_BCRYPT_COST]
+
+
 def test_an_empty_web_config_is_an_error_and_an_empty_mapping_is_plain_http(tmp_path):
     path = tmp_path / "web.yml"
     for text in ("", "\n", "# only a comment\n"):

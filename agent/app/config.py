@@ -20,25 +20,25 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
+    InitSettingsSource,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     SettingsError,
-    YamlConfigSettingsSource,
 )
 
-from agent.app.config_input import (
-    ConfigInputError,
-    describe_environment_error,
-    printable_name,
-    read_config_file,
-    shown,
-)
+from agent.app.config_input import ConfigInputError, describe_environment_error, read_config_file, shown
+from agent.app.file_input import FileInputError, read_text_file
+from agent.app.yaml_input import printable_name
 from agent.classifier.thresholds import Thresholds
 from agent.context.workload.inference.endpoint import InferenceEndpoint, ModelFacts
 from agent.model import Dtype
 
 DEFAULT_PORT = 9477
-_config_file: contextvars.ContextVar[Path | None] = contextvars.ContextVar("roofwatch_config_file", default=None)
+MAX_TOKEN_FILE_BYTES = 64 * 2**10
+"""A bearer token is tens of bytes; a file past 64 KiB is not a token file."""
+_config_data: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("roofwatch_config_data",
+                                                                                     default=None)
+"""The settings file as :func:`load_settings` read it, for the source that sits under the environment."""
 
 
 class ConfigError(ValueError):
@@ -256,23 +256,22 @@ class Settings(BaseSettings):
     @field_validator("otlp_endpoint")
     @classmethod
     def _check_otlp_endpoint(cls, value: str | None) -> str | None:
+        from exporters.otlp.redact import safe_url  # shown without its user:password@ or query values
+
         if value is not None and not (value.startswith(("http://", "https://")) and len(value) > 8):
-            raise ValueError(f"{shown(value)} is not an http:// or https:// URL (for example http://otel-collector:4318)")
+            raise ValueError(f"{safe_url(value, 60)} is not an http:// or https:// URL (for example "
+                             "http://otel-collector:4318)")
         return value
 
     @field_validator("otlp_headers", mode="before")
     @classmethod
     def _check_otlp_headers(cls, value: Any) -> Any:
+        from exporters.otlp import headers  # one rule for every source of a header; no value in any message
+
         if isinstance(value, str):  # key=value,key2=value2, the OTEL_EXPORTER_OTLP_HEADERS form
-            pairs = [part.partition("=") for part in value.split(",") if part.strip()]
-            if any(not sep or not key.strip() for key, sep, _ in pairs):
-                raise ValueError(f"{shown(value)} is not key=value,key2=value2")
-            value = {key.strip(): val.strip() for key, _, val in pairs}
-        for key, val in (value.items() if isinstance(value, dict) else ()):
-            if not (isinstance(key, str) and key.isascii() and key.replace("-", "").replace("_", "").isalnum()):
-                raise ValueError(f"header name {shown(key)} is not a token (letters, digits, - and _)")
-            if not isinstance(val, str) or any(c in val for c in "\r\n\0"):
-                raise ValueError(f"header {key}: the value must be a string on one line")
+            value = dict(headers.split_pairs(value))
+        if isinstance(value, dict):
+            headers.check(value)
         return value
 
     @field_validator("specs")
@@ -298,10 +297,11 @@ class Settings(BaseSettings):
         """The report token, read from ``report_token_file`` when set (stripped); ConfigError if unreadable."""
         if not self.report_token_file:
             return self.report_token
-        try:
-            token = Path(self.report_token_file).read_text(encoding="utf-8").strip()
-        except OSError as exc:
-            raise ConfigError(f"report_token_file: cannot read {self.report_token_file}: {exc.strerror or exc}") from None
+        try:  # a regular file only: /dev/zero would be read forever, a FIFO would block the start
+            token = read_text_file(self.report_token_file, f"report_token_file: {self.report_token_file}",
+                                   "token file", MAX_TOKEN_FILE_BYTES).strip()
+        except FileInputError as exc:
+            raise ConfigError(str(exc)) from None
         if len(token) < 8:
             raise ConfigError(f"report_token_file: {self.report_token_file} holds fewer than 8 characters")
         return token
@@ -324,12 +324,14 @@ class Settings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
-        path = _config_file.get()
-        if path is not None:
-            sources.append(YamlConfigSettingsSource(settings_cls, yaml_file=path, yaml_file_encoding="utf-8"))
+        data = _config_data.get()
+        if data is not None:  # read once by load_settings: no second parse, no second look at the path
+            sources.append(InitSettingsSource(settings_cls, init_kwargs=data))
         return tuple(sources)
 
 
+SECRET_SETTINGS = frozenset({"otlp_headers", "otlp_endpoint"})
+"""Settings whose value is never echoed in an error (header values, a URL's user:password@ and query)."""
 MAX_ERRORS_SHOWN = 5
 """Errors one message names; the rest are counted (an environment value can hold a thousand bad keys)."""
 
@@ -352,29 +354,28 @@ def _describe(error: dict[str, Any], listed: set[str] | None = None) -> str:
         return f"{field}: unknown setting (valid settings: {', '.join(sorted(valid))})"
     given = error.get("input")
     got = "" if isinstance(given, dict) or "(got " in message else f" (got {shown(given)})"  # never 4301 digits
+    if (error.get("loc") or ("",))[0] in SECRET_SETTINGS:  # a model validator's error has an empty loc
+        got = ""  # its value may be a credential: the message names the setting and what is wrong, never the value
     env_name = "ROOFWATCH_" + "__".join(str(part) for part in error.get("loc", ())).upper()
     if os.environ.get(env_name) is not None and str(given) == os.environ[env_name]:
         got += f" from {env_name}"
     return f"{field}: {message}{got}"
 
 
-def _check_config_file(path: Path) -> None:
-    if not path.is_file():
-        raise ConfigError(f"config file {path}: not found")
+def _read_config_file(path: Path) -> dict[str, Any]:
     try:
-        data = read_config_file(path)  # bounded, UTF-8, and every failure one line (agent.app.config_input)
+        data = read_config_file(path)  # a regular file, bounded, UTF-8, YAML within its budget; one line
     except ConfigInputError as exc:
         raise ConfigError(str(exc)) from None
     if data is not None and not isinstance(data, dict):
         raise ConfigError(f"config file {path}: must be a mapping of setting: value, got {type(data).__name__}")
+    return data or {}
 
 
 def load_settings(config_file: str | Path | None = None, **overrides: Any) -> Settings:
     """Build settings; ``overrides`` are the flags the user actually passed (``None`` = not given)."""
     path = Path(config_file) if config_file else None
-    if path is not None:
-        _check_config_file(path)
-    token = _config_file.set(path)
+    token = _config_data.set(_read_config_file(path) if path is not None else None)
     try:
         return Settings(**{k: v for k, v in overrides.items() if v is not None})
     except ValidationError as exc:
@@ -387,4 +388,4 @@ def load_settings(config_file: str | Path | None = None, **overrides: Any) -> Se
     except SettingsError as exc:  # an environment value that is not the JSON a list or mapping setting takes
         raise ConfigError(f"invalid configuration: {describe_environment_error(exc, 'ROOFWATCH_')}") from None
     finally:
-        _config_file.reset(token)
+        _config_data.reset(token)

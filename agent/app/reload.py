@@ -9,6 +9,10 @@ cut off before its ``web_config_file:`` line must not open the port. Every secur
 that does apply is logged at warning, naming it. What can change live is the logging and the web config (certificate
 rotation, new passwords, headers); everything else is compared and, when it changed, the log
 names it as needing a restart instead of pretending it took effect.
+
+The reload runs on the main thread, never on the HTTP listener's event loop, and everything it reads
+is bounded before it is built (agent.app.yaml_input, agent.app.file_input): a 1 KB alias bomb used to
+hold the GIL in validation for seconds, and every scrape waited with it.
 """
 
 from __future__ import annotations

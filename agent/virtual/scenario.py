@@ -47,9 +47,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import Field, ValidationError, model_validator
 
+from agent.app.file_input import FileInputError, read_text_file
+from agent.app.yaml_input import YamlInputError, load_yaml
 from agent.virtual.nodes import Node
 from agent.virtual.workloads import PHASE_KINDS, CommJitterPhase, StrictModel, Workload
 
@@ -159,20 +160,19 @@ def parse_scenario(data: Any, source: str = "<scenario>") -> Scenario:
 
 
 def _parse_text(text: str, source: str) -> Scenario:
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ScenarioError(f"{source}: invalid YAML: {exc}") from None
+    try:  # the agent's one YAML loader: anchors are welcome here, an alias bomb is refused as it composes
+        data = load_yaml(text, source)
+    except YamlInputError as exc:
+        raise ScenarioError(str(exc)) from None
     return parse_scenario(data, source)
 
 
 def load_scenario(path: str | Path) -> Scenario:
     """Read and validate a scenario file; raises :class:`ScenarioError` naming file and field."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ScenarioError(f"{path}: cannot read scenario: {exc.strerror or exc}") from None
+    try:  # a regular file of at most a MiB: a FIFO or /dev/zero is named, never opened blocking or read
+        text = read_text_file(path, f"{path}: cannot read scenario", "scenario")
+    except FileInputError as exc:
+        raise ScenarioError(str(exc)) from None
     return _parse_text(text, str(path))
 
 
