@@ -34,8 +34,8 @@ from typing import Literal
 import bcrypt
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from agent.app.file_input import FileInputError, read_text_file
-from agent.app.yaml_input import YamlInputError, load_yaml
+from agent.context.file_input import FileInputError, read_text_file
+from agent.context.yaml_input import YamlInputError, load_yaml
 
 ClientAuth = Literal["NoClientCert", "RequestClientCert", "RequireAnyClientCert", "VerifyClientCertIfGiven",
                      "RequireAndVerifyClientCert"]

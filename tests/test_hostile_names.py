@@ -20,7 +20,7 @@ from rich.console import Console
 from agent.app.assemble import make_collector, open_backend_or_fail
 from agent.app.config import Settings
 from agent.context.attribution.slurm import process_job
-from agent.views.safe_text import printable
+from agent.model.text import printable
 from agent.views.snapshot_text import snapshot_table
 from agent.views.status_page import status_page
 from agent.views.top_render import TopState, render_frame

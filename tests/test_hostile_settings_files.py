@@ -2,14 +2,14 @@
 
 * A YAML alias bomb, 9 levels of 9 aliases in a few hundred bytes: as the settings file it kept
   ``roofwatch run`` busy past 20 s at 1.6 GiB; a web config or a scenario was read the same way.
-  Every YAML the agent reads goes through one loader (``agent/app/yaml_input.py``) that counts values
+  Every YAML the agent reads goes through one loader (``agent/context/yaml_input.py``) that counts values
   as it composes them, an alias at its expanded size, and refuses the document past 20,000.
 * A bcrypt cost of 31 in the web config: the agent never started (one check takes more than a day,
   and loading checked every hash). Costs outside 4..14 are refused at load, before any bcrypt work.
 * A settings path that is ``/dev/zero``, a FIFO or a directory was "not found" (the settings file), read
   forever (``/dev/zero`` as a web config, token or scenario) or blocked the start in ``open`` (a FIFO).
   Each is named for what it is, and nothing but a regular file is opened for reading
-  (``agent/app/file_input.py``).
+  (``agent/context/file_input.py``).
 
 The real-process tests run each command under a 1 GiB address-space limit and read its peak RSS from
 ``wait4``: a refusal must come before memory grows, not after.

@@ -27,8 +27,8 @@ from pydantic_settings import (
 )
 
 from agent.app.config_input import ConfigInputError, describe_environment_error, read_config_file, shown
-from agent.app.file_input import FileInputError, read_text_file
-from agent.app.yaml_input import printable_name
+from agent.context.file_input import FileInputError, read_text_file
+from agent.context.yaml_input import printable_name
 from agent.classifier.thresholds import Thresholds
 from agent.context.workload.inference.endpoint import InferenceEndpoint, ModelFacts
 from agent.model import Dtype
@@ -256,7 +256,7 @@ class Settings(BaseSettings):
     @field_validator("otlp_endpoint")
     @classmethod
     def _check_otlp_endpoint(cls, value: str | None) -> str | None:
-        from exporters.otlp.redact import safe_url  # shown without its user:password@ or query values
+        from agent.model.redact import safe_url  # shown without its user:password@ or query values
 
         if value is not None and not (value.startswith(("http://", "https://")) and len(value) > 8):
             raise ValueError(f"{safe_url(value, 60)} is not an http:// or https:// URL (for example "

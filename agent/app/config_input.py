@@ -13,8 +13,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from agent.app.file_input import FileInputError, read_text_file
-from agent.app.yaml_input import SHOWN_CHARS, YamlInputError, load_yaml, value_problem
+from agent.context.file_input import FileInputError, read_text_file
+from agent.context.yaml_input import SHOWN_CHARS, YamlInputError, load_yaml, value_problem
 
 
 class ConfigInputError(ValueError):
@@ -31,8 +31,8 @@ def read_config_file(path: Path) -> Any:
     """The parsed YAML of ``path``; :class:`ConfigInputError` naming the file (and line, or setting).
 
     Read once, here: the settings are built from this result, so the file cannot change between a
-    check and a second read, and no other YAML parser sees it (agent.app.file_input for what the
-    path may be, agent.app.yaml_input for the alias and size budget)."""
+    check and a second read, and no other YAML parser sees it (agent.context.file_input for what the
+    path may be, agent.context.yaml_input for the alias and size budget)."""
     where = f"config file {path}"
     try:
         return load_yaml(read_text_file(path, where, "settings file"), where)

@@ -6,7 +6,7 @@ state changes (a GPU going down or coming back), so a healthy node logs almost n
 
 Values carry names other people choose (jobs, pods, inference servers' models), so no line holds
 a control or format character: logfmt writes them as escapes (``\\x1b``, ``\\u202e``,
-agent.views.safe_text.escaped), JSON as ``\\u001b`` (``json.dumps`` keeps to ASCII).
+agent.model.text.escaped), JSON as ``\\u001b`` (``json.dumps`` keeps to ASCII).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import logging
 import sys
 import time
 
-from agent.views.safe_text import escaped
+from agent.model.text import escaped
 
 _STANDARD_ATTRS = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime"}
 

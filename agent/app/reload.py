@@ -11,7 +11,7 @@ rotation, new passwords, headers); everything else is compared and, when it chan
 names it as needing a restart instead of pretending it took effect.
 
 The reload runs on the main thread, never on the HTTP listener's event loop, and everything it reads
-is bounded before it is built (agent.app.yaml_input, agent.app.file_input): a 1 KB alias bomb used to
+is bounded before it is built (agent.context.yaml_input, agent.context.file_input): a 1 KB alias bomb used to
 hold the GIL in validation for seconds, and every scrape waited with it.
 """
 

@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from email.message import Message
 from http.client import HTTPConnection, HTTPException, HTTPSConnection
 
+from agent.model.text import one_line
+
 CHUNK = 64 * 1024
 
 
@@ -193,11 +195,11 @@ def fetch(url: str, *, timeout_s: float, deadline_s: float | None = None, max_by
             raise _late(False, timeout_s, deadline_s) from None
         if isinstance(reason, ConnectionRefusedError):
             raise FetchFailed("refused", "connection refused") from None
-        raise FetchFailed("unreachable", _one_line(reason)) from None
+        raise FetchFailed("unreachable", one_line(reason)) from None
     except (OSError, ValueError, HTTPException, zlib.error) as exc:  # reset, malformed answer, bad gzip
         if request.expired:
             raise _late(True, timeout_s, deadline_s) from None
-        raise FetchFailed("broken", _one_line(exc) or type(exc).__name__) from None
+        raise FetchFailed("broken", one_line(exc) or type(exc).__name__) from None
     finally:
         request.expire()  # closes nothing still in use: the response is closed; frees the watchdog's hold
 
@@ -239,9 +241,3 @@ def _late(overall: bool, timeout_s: float, deadline_s: float) -> FetchFailed:
     if overall:
         return FetchFailed("deadline", f"did not finish answering within {deadline_s:g} s")
     return FetchFailed("timeout", f"did not answer within {timeout_s:g} s")
-
-
-def _one_line(text: object, limit: int = 160) -> str:
-    line = " ".join(str(text).split())
-    line = "".join(c if c.isprintable() else "?" for c in line)
-    return line if len(line) <= limit else line[: limit - 3] + "..."

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from importlib import metadata
 from typing import Any, Literal
 
-from agent.views.safe_text import printable
+from agent.model.text import printable
 
 Status = Literal["ok", "warn", "fail", "info"]
 
@@ -75,7 +75,7 @@ class Report:
 def shown(text: object) -> str:
     """One line of printable text: line breaks and tabs become spaces (an error's text may span
     lines), every other control or format character U+FFFD (ESC, BEL, C1 CSI, bidi overrides;
-    agent.views.safe_text). Letters of any script stay as they are."""
+    agent.model.text). Letters of any script stay as they are."""
     return printable(str(text).replace("\r\n", " ").replace("\n", " ").replace("\t", " "))
 
 

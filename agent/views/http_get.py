@@ -11,7 +11,7 @@ The user's proxy settings apply: the agent may be anywhere.
 from __future__ import annotations
 
 from agent.context.neighbour_http import FetchFailed, fetch
-from agent.views.safe_text import printable
+from agent.model.text import one_line
 
 
 class FetchError(Exception):
@@ -21,11 +21,6 @@ class FetchError(Exception):
     def __init__(self, message: str, reason: str) -> None:
         super().__init__(message)
         self.reason = reason
-
-
-def one_line(text: object, limit: int = 160) -> str:
-    """An exception's text as one short printable line: the caller shows it in a header or on stderr."""
-    return printable(" ".join(str(text).split()), limit)
 
 
 def bounded_get(url: str, *, accept: str, timeout_s: float, deadline_s: float, max_bytes: int) -> bytes:

@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from agent.views.http_get import FetchError, bounded_get
-from agent.views.safe_text import printable
+from agent.model.text import printable
 
 MAX_CELL = 64
 """Widest a cell may be: a 10 kB model or error string would push every other column off screen."""

@@ -10,11 +10,11 @@ import html
 import math
 from dataclasses import dataclass
 
-from agent.views.safe_text import printable
+from agent.model.text import printable
 
 
 def esc(text: object) -> str:
-    """HTML-escaped and printable: names on the pages come from jobs, traces and reports (agent.views.safe_text)."""
+    """HTML-escaped and printable: names on the pages come from jobs, traces and reports (agent.model.text)."""
     return html.escape(printable(text), quote=True)
 
 

@@ -17,7 +17,7 @@ from rich.text import Text
 
 from agent.views import palette
 from agent.views.jitter_evidence import BASIS_SHORT, JITTERED, evidence_parts
-from agent.views.safe_text import printable
+from agent.model.text import printable
 from agent.views.top_source import GpuRow
 
 TITLE = "JITTER EVIDENCE"

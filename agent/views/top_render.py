@@ -21,7 +21,7 @@ from rich.text import Text
 from agent.model import WORKLOAD_CLASSES
 from agent.model.indexes import gpu_order
 from agent.views import palette
-from agent.views.safe_text import printable
+from agent.model.text import printable
 from agent.views.top_jitter import render_jitter
 from agent.views.top_serving import render_serving
 from agent.views.top_source import GpuKey, GpuRow, NodeView
@@ -130,7 +130,7 @@ def bar(value: float | None, width: int = BAR_WIDTH) -> Text:
 
 def plain(text: str | None) -> Text:
     """A name as text, never as markup (a job called ``[/]`` crashed the view) and without control
-    characters (escape sequences in a job name reached the terminal): see agent.views.safe_text."""
+    characters (escape sequences in a job name reached the terminal): see agent.model.text."""
     return Text(printable(text) if text else EMPTY)
 
 

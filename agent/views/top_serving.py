@@ -16,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from agent.views import palette
-from agent.views.safe_text import printable
+from agent.model.text import printable
 
 EMPTY = "—"
 PREFIX = "roofwatch_serving_"

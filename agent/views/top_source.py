@@ -18,7 +18,8 @@ from typing import Mapping
 from prometheus_client.parser import text_string_to_metric_families
 
 from agent.app.config import DEFAULT_PORT
-from agent.views.http_get import FetchError, bounded_get, one_line
+from agent.model.text import one_line
+from agent.views.http_get import FetchError, bounded_get
 from agent.views.top_serving import PREFIX as SERVING_PREFIX
 from agent.views.top_serving import ServingRow, ServingSeries
 
@@ -122,11 +123,6 @@ def metrics_url(url: str | None) -> str:
 # -- fetch ----------------------------------------------------------------------------------
 
 
-def _one_line(text: object, limit: int = 160) -> str:
-    """Collapse an exception's text to one short printable line: the header has one line for it."""
-    return one_line(text, limit)
-
-
 def fetch_text(url: str, timeout: float = DEFAULT_TIMEOUT_S, deadline: float = DEFAULT_DEADLINE_S) -> str:
     """GET ``url`` within ``timeout`` per read and ``deadline`` in all, at most ``MAX_BODY_BYTES``;
     every failure becomes :class:`TopSourceError` with a one-line reason."""
@@ -176,7 +172,7 @@ def _samples(text: str, url: str) -> list:
     try:
         return [sample for family in text_string_to_metric_families(text) for sample in family.samples]
     except (ValueError, TypeError, IndexError, KeyError) as exc:
-        raise TopSourceError(f"{url} did not answer with a Prometheus exposition ({_one_line(exc, 80)})") from None
+        raise TopSourceError(f"{url} did not answer with a Prometheus exposition ({one_line(exc, 80)})") from None
 
 
 def _key(labels: Mapping[str, str]) -> GpuKey:

@@ -49,8 +49,8 @@ from typing import Any
 
 from pydantic import Field, ValidationError, model_validator
 
-from agent.app.file_input import FileInputError, read_text_file
-from agent.app.yaml_input import YamlInputError, load_yaml
+from agent.context.file_input import FileInputError, read_text_file
+from agent.context.yaml_input import YamlInputError, load_yaml
 from agent.virtual.nodes import Node
 from agent.virtual.workloads import PHASE_KINDS, CommJitterPhase, StrictModel, Workload
 

@@ -4,7 +4,7 @@ Modules, one job each: :mod:`~exporters.otlp.names` (what each family and label 
 :mod:`~exporters.otlp.convert` (families -> SDK metric data), :mod:`~exporters.otlp.endpoint` (settings
 and ``OTEL_EXPORTER_OTLP_*`` -> a checked configuration; :mod:`~exporters.otlp.headers`, the rule for a
 header), :mod:`~exporters.otlp.sdk_exporter` (the SDK's exporters, their answers read),
-:mod:`~exporters.otlp.transport` (the bounded http/protobuf POST), :mod:`~exporters.otlp.redact` (no
+:mod:`~exporters.otlp.transport` (the bounded http/protobuf POST), :mod:`~agent.model.redact` (no
 secret in any message), :mod:`~exporters.otlp.pusher` (threads, queue, deadline),
 :mod:`~exporters.otlp.self_metrics` (``roofwatch_otlp_*``). docs/otlp.md describes them.
 """

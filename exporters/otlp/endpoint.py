@@ -23,7 +23,7 @@ from typing import Any, Mapping
 from urllib.parse import urlparse
 
 from exporters.otlp.headers import HeaderError, check, parse_variable
-from exporters.otlp.redact import safe_url
+from agent.model.redact import safe_url
 
 PROTOCOLS = ("http/protobuf", "grpc")
 DEFAULT_HTTP, DEFAULT_GRPC = "http://localhost:4318", "http://localhost:4317"

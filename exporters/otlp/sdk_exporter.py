@@ -27,7 +27,8 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult
 
 from exporters.otlp.endpoint import OtlpConfig
-from exporters.otlp.redact import printable, scrub, url_secrets
+from agent.model.redact import scrub, url_secrets
+from agent.model.text import one_line
 from exporters.otlp.transport import MAX_ANSWER_BYTES, BoundedTransport, PushFailed
 
 GAVE_UP = "due to timeout, max retries or shutdown"
@@ -103,7 +104,7 @@ def partial_of(answer: Any) -> Partial | None:
     rejected, message = answer.partial_success.rejected_data_points, answer.partial_success.error_message
     if rejected <= 0 and not message:
         return None
-    return Partial(max(0, rejected), SDK_LOG.scrub(printable(message, MAX_MESSAGE_CHARS), MAX_MESSAGE_CHARS))
+    return Partial(max(0, rejected), SDK_LOG.scrub(one_line(message, MAX_MESSAGE_CHARS), MAX_MESSAGE_CHARS))
 
 
 class Outcome:

@@ -35,7 +35,8 @@ from opentelemetry.exporter.http.transport._base import BaseHTTPResult, BaseHTTP
 
 from agent.context.neighbour_http import DeadlineSockets
 from agent.context.neighbour_http import watched as sockets_shut_at
-from exporters.otlp.redact import printable, safe_url
+from agent.model.redact import safe_url
+from agent.model.text import one_line
 
 MAX_ANSWER_BYTES = 16 * 1024
 """A collector's answer is an ``ExportMetricsServiceResponse``: empty, or a partial success and its message."""
@@ -152,19 +153,19 @@ class BoundedTransport(BaseHTTPTransport):
                                  "followed; set the endpoint to the collector's own URL", location)
             if status < 200:
                 raise PushFailed("broken", f"the collector answered {status}, which is no answer to a push")
-            return Answer(status_code=status, reason=printable(response.reason, 80), body=body[: self.max_answer_bytes],
+            return Answer(status_code=status, reason=one_line(response.reason, 80), body=body[: self.max_answer_bytes],
                           header_map=response.headers, cut=len(body) > self.max_answer_bytes)
         except PushFailed:
             raise
         except ssl.SSLError as exc:
             if watch.expired:
                 raise _late() from None
-            raise PushFailed("tls", f"TLS: {printable(exc.reason or exc, 160)}") from None
+            raise PushFailed("tls", f"TLS: {one_line(exc.reason or exc, 160)}") from None
         except (OSError, HTTPException, ValueError) as exc:  # TimeoutError is an OSError
             if watch.expired or time.monotonic() >= deadline or isinstance(exc, TimeoutError):
                 raise _late() from None
             kind = "refused" if isinstance(exc, ConnectionRefusedError) else "broken"
-            raise PushFailed(kind, printable(f"{type(exc).__name__}: {exc}", 160)) from None
+            raise PushFailed(kind, one_line(f"{type(exc).__name__}: {exc}", 160)) from None
         finally:
             watch.expire()  # the answer is read (or given up): shut the watched sockets down
             for sock in watched:
@@ -203,7 +204,7 @@ class BoundedTransport(BaseHTTPTransport):
             try:
                 self._context = tls_context(self.verify, self.cert)
             except (OSError, ssl.SSLError, ValueError) as exc:
-                raise PushFailed("tls", f"TLS files: {printable(exc, 160)}") from None
+                raise PushFailed("tls", f"TLS files: {one_line(exc, 160)}") from None
         return self._context
 
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent.context.neighbour_http import FetchFailed, Reply, fetch
-from agent.views.safe_text import printable
+from agent.model.text import printable
 
 # What a legitimate answer can hold, worked out from the queries (queries.py, dcgm.py):
 # * --source roofwatch sends instant queries only (one point per series), every one an aggregate:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from agent.views.safe_text import printable
+from agent.model.text import printable
 
 LABEL_VALUE_BOUNDS: Mapping[str, int] = {
     "model_name": 16,

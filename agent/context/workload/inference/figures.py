@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from agent.model.bounds import SERVING_BOUNDS
-from agent.views.safe_text import printable
+from agent.model.text import printable
 
 SeriesKey = frozenset[tuple[str, str]]
 Series = dict[SeriesKey, float]

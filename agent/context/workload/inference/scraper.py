@@ -33,7 +33,7 @@ from agent.context.workload.inference.parse import (
     totals,
 )
 from agent.model import ServingReport, WorkloadReport
-from agent.views.safe_text import printable
+from agent.model.text import printable
 
 log = logging.getLogger("roofwatch.inference")
 
@@ -66,7 +66,7 @@ class EndpointStatus:
     skipped_lines: int = 0
     """Lines of the last body read that were no sample (a pasted ``curl`` line, a proxy's banner)."""
     first_bad_line: str | None = None
-    """The first of them, ``line N: '...'``, printable (agent.views.safe_text): the body is untrusted text."""
+    """The first of them, ``line N: '...'``, printable (agent.model.text): the body is untrusted text."""
     refused_samples: int = 0
     """Samples of the last body refused by the label bounds (agent.context.workload.inference.admission)."""
     refused_note: str | None = None

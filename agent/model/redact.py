@@ -1,10 +1,12 @@
-"""What the OTLP path may say about a collector, its URL and its credentials: never a secret.
+"""What the agent may say about a URL and the credentials it was given: never a secret.
 
 Why one module: header values (API keys, bearer tokens), a URL's ``user:password@`` and the values of
-its query (``?api-key=...``) are credentials, and every message of the push (a log line, ``roofwatch
-doctor``, a settings error) passes here before anyone reads it. Text a collector sent (a redirect's
-``Location``, a partial success's message, a reason phrase) is someone else's: clipped and made
-printable here. Imports nothing of the project, so :mod:`agent.app.config` may use it for its errors.
+its query (``?api-key=...``) are credentials. Every URL the agent shows (an OTLP collector, a dcgm-exporter,
+an inference endpoint, in a log line, ``roofwatch doctor``, a settings error or a source's name) is shown
+through :func:`safe_url`, and every message that may quote one through :func:`scrub`; the log formatter
+scrubs each line once more with the secrets the settings hold (agent/app/logs.py). Text a server sent (a
+redirect's ``Location``, a partial success's message, a reason phrase) is someone else's: clipped and made
+printable here. It sits in the model, below every reader, and imports only :mod:`agent.model.text`.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from __future__ import annotations
 import re
 from typing import Iterable
 from urllib.parse import unquote, urlsplit, urlunsplit
+
+from agent.model.text import one_line
 
 HIDDEN = "<hidden>"
 MIN_SECRET_CHARS = 4
@@ -21,13 +25,6 @@ _USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@?#]*@")
 _QUERY_VALUE = re.compile(r"([?&][^=\s&#?]+=)[^&\s#]+")
 _SCHEME_TOKEN = re.compile(r"(?i)\b(bearer|basic)(\s+)[A-Za-z0-9._~+/=-]+")
 _NAMED_SECRET = re.compile(r"(?i)\b(token|api[-_]?key|password|secret)(\s*[=:]\s*)[^\s,;&]+")
-
-
-def printable(text: object, limit: int = 200) -> str:
-    """One line of at most ``limit`` characters, every control or format character a ``?``."""
-    line = " ".join(str(text).split())
-    line = "".join(c if c.isprintable() else "?" for c in line)
-    return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
 def safe_url(url: str, limit: int = 200) -> str:
@@ -46,7 +43,7 @@ def safe_url(url: str, limit: int = 200) -> str:
         shown = shown.removeprefix("//") if schemeless else shown
     except ValueError:  # an unparseable URL (``http://[x``): only the generic patterns
         shown = scrub(url)
-    return printable(shown, limit)
+    return one_line(shown, limit)
 
 
 def scrub(text: object, secrets: Iterable[str] = (), limit: int = 300) -> str:
@@ -59,7 +56,7 @@ def scrub(text: object, secrets: Iterable[str] = (), limit: int = 300) -> str:
     line = _QUERY_VALUE.sub(lambda m: m.group(1) + HIDDEN, line)
     for pattern in (_SCHEME_TOKEN, _NAMED_SECRET):
         line = pattern.sub(lambda m: m.group(1) + m.group(2) + HIDDEN, line)
-    return printable(line, limit)
+    return one_line(line, limit)
 
 
 def url_secrets(url: str) -> list[str]:

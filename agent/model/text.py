@@ -1,4 +1,4 @@
-"""Names other people choose, made safe to show: every view passes free text through :func:`printable`.
+"""Text other people chose, made safe to show: every view, log and doctor line passes it through here.
 
 Job, pod, process and GPU names come from job scripts, process environments, workload reports,
 traces and remote agents. Shown as they are, an escape sequence in a job name clears the
@@ -8,6 +8,8 @@ from being encoded at all. Control characters are replaced by U+FFFD rather than
 reader sees that something stood there; logs write them as backslash escapes instead
 (:func:`escaped`), so the exact value survives. Markup (rich's ``[bold]``, HTML) is not this module's
 business: the terminal views draw names as plain :class:`rich.text.Text` and the pages escape them.
+
+It sits in the model, below every reader (context, backends, views, diagnostics, the logs), and imports nothing.
 """
 
 from __future__ import annotations
@@ -66,3 +68,9 @@ def escaped(text: object) -> str:
     if value.isprintable():
         return value
     return "".join(_escape(c) for c in value)
+
+
+def one_line(text: object, limit: int = 160) -> str:
+    """``text`` (an exception, a server's reason phrase, a body's first bad line) as one short printable
+    line, white space folded: for a log field, a status header or an error on stderr."""
+    return printable(" ".join(str(text).split()), limit)
