@@ -17,6 +17,7 @@ from typing import Sequence
 from agent import __version__
 from agent.app import commands_agent, commands_node, commands_offline
 from agent.app.cli_base import EXIT_OK, CliError
+from agent.model.redact import hide
 
 GROUPS = (commands_agent, commands_node, commands_offline)
 
@@ -45,7 +46,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.handler(args)
     except CliError as exc:
-        print(f"roofwatch {args.command}: {exc}", file=sys.stderr)
+        print(hide(f"roofwatch {args.command}: {exc}"), file=sys.stderr)  # never a credential the settings hold
         return exc.code
     except KeyboardInterrupt:
         return 130

@@ -150,9 +150,13 @@ def cmd_record(args: argparse.Namespace) -> int:
 def cmd_doctor(args: argparse.Namespace) -> int:
     from agent.diagnostics.doctor import run_doctor
 
-    logging.basicConfig(level=logging.ERROR)  # findings, not log lines
-    report = run_doctor(settings_from(args))
-    print(json.dumps(report.to_json(), indent=2) if args.json else report.text())
+    from agent.app.logs import configure_logging
+    from agent.model.redact import hide
+
+    settings = settings_from(args)
+    configure_logging("error", settings.log_format)  # findings, not log lines: errors only, credentials hidden
+    report = run_doctor(settings)
+    print(hide(json.dumps(report.to_json(), indent=2) if args.json else report.text()))  # no credential it holds
     return report.exit_code
 
 

@@ -27,11 +27,13 @@ from pydantic_settings import (
 )
 
 from agent.app.config_input import ConfigInputError, describe_environment_error, read_config_file, shown
+from agent.app.secrets import remember_secrets
 from agent.context.file_input import FileInputError, read_text_file
 from agent.context.yaml_input import printable_name
 from agent.classifier.thresholds import Thresholds
 from agent.context.workload.inference.endpoint import InferenceEndpoint, ModelFacts
 from agent.model import Dtype
+from agent.model.redact import safe_url  # a URL setting in an error: no user:password@, no query values
 
 DEFAULT_PORT = 9477
 MAX_TOKEN_FILE_BYTES = 64 * 2**10
@@ -250,14 +252,16 @@ class Settings(BaseSettings):
     @classmethod
     def _check_dcgm_exporter_url(cls, value: str | None) -> str | None:
         if value is not None and not (value.startswith(("http://", "https://")) and len(value) > 8):
-            raise ValueError(f"{shown(value)} is not an http:// or https:// URL (for example http://127.0.0.1:9400/metrics)")
+            raise ValueError(f"{safe_url(value, 60)} is not an http:// or https:// URL (for example "
+                             "http://127.0.0.1:9400/metrics)")
+        if value is not None and "@" in value.split("//", 1)[1].split("/", 1)[0]:  # the reader sends no basic auth
+            raise ValueError(f"{safe_url(value, 60)} carries a user:password@, which the exporter reader never sends "
+                             "(it would be read as part of the host name); an exporter on this node needs none")
         return value
 
     @field_validator("otlp_endpoint")
     @classmethod
     def _check_otlp_endpoint(cls, value: str | None) -> str | None:
-        from agent.model.redact import safe_url  # shown without its user:password@ or query values
-
         if value is not None and not (value.startswith(("http://", "https://")) and len(value) > 8):
             raise ValueError(f"{safe_url(value, 60)} is not an http:// or https:// URL (for example "
                              "http://otel-collector:4318)")
@@ -330,7 +334,7 @@ class Settings(BaseSettings):
         return tuple(sources)
 
 
-SECRET_SETTINGS = frozenset({"otlp_headers", "otlp_endpoint"})
+SECRET_SETTINGS = frozenset({"otlp_headers", "otlp_endpoint", "report_token", "dcgm_exporter_url", "amd_exporter_url"})
 """Settings whose value is never echoed in an error (header values, a URL's user:password@ and query)."""
 MAX_ERRORS_SHOWN = 5
 """Errors one message names; the rest are counted (an environment value can hold a thousand bad keys)."""
@@ -377,7 +381,9 @@ def load_settings(config_file: str | Path | None = None, **overrides: Any) -> Se
     path = Path(config_file) if config_file else None
     token = _config_data.set(_read_config_file(path) if path is not None else None)
     try:
-        return Settings(**{k: v for k, v in overrides.items() if v is not None})
+        settings = Settings(**{k: v for k, v in overrides.items() if v is not None})
+        remember_secrets(settings)  # no log line, error or doctor report of this process shows them (docs/security.md)
+        return settings
     except ValidationError as exc:
         errors, listed = exc.errors(), set()
         details = "; ".join(_describe(e, listed) for e in errors[:MAX_ERRORS_SHOWN])

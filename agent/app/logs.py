@@ -7,6 +7,12 @@ state changes (a GPU going down or coming back), so a healthy node logs almost n
 Values carry names other people choose (jobs, pods, inference servers' models), so no line holds
 a control or format character: logfmt writes them as escapes (``\\x1b``, ``\\u202e``,
 agent.model.text.escaped), JSON as ``\\u001b`` (``json.dumps`` keeps to ASCII).
+
+No line holds a credential either: every message, field and traceback passes
+:func:`agent.model.redact.hide`, which hides the secrets the settings hold (remembered as they load,
+agent/app/secrets.py), URL userinfo and query values, and bearer tokens, whichever module logged them.
+The handler sits on the root logger too (at warning), so the libraries' own warnings are written in the
+same format and hidden alike, not as raw lines on stderr.
 """
 
 from __future__ import annotations
@@ -16,13 +22,18 @@ import logging
 import sys
 import time
 
+from agent.model.redact import hide
 from agent.model.text import escaped
 
+HANDLER_NAME = "roofwatch"
+"""The name of the agent's own stderr handler: a second configuration replaces it, leaves others be."""
 _STANDARD_ATTRS = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime"}
 
 
 def _extras(record: logging.LogRecord) -> dict[str, object]:
-    return {k: v for k, v in vars(record).items() if k not in _STANDARD_ATTRS and not k.startswith("_")}
+    """The record's own fields, every text among them with its secrets hidden."""
+    return {k: v if isinstance(v, (int, float, bool, type(None))) else hide(v) for k, v in vars(record).items()
+            if k not in _STANDARD_ATTRS and not k.startswith("_")}
 
 
 def _logfmt_value(value: object) -> str:
@@ -38,10 +49,10 @@ def _logfmt_value(value: object) -> str:
 class LogfmtFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         ts = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z"
-        fields = {"ts": ts, "level": record.levelname.lower(), "logger": record.name, "msg": record.getMessage()}
+        fields = {"ts": ts, "level": record.levelname.lower(), "logger": record.name, "msg": hide(record.getMessage())}
         fields.update(_extras(record))
         if record.exc_info:
-            fields["exc"] = self.formatException(record.exc_info)
+            fields["exc"] = hide(self.formatException(record.exc_info))
         return " ".join(f"{escaped(k)}={_logfmt_value(v)}" for k, v in fields.items())
 
 
@@ -51,19 +62,23 @@ class JsonFormatter(logging.Formatter):
             "ts": record.created,
             "level": record.levelname.lower(),
             "logger": record.name,
-            "msg": record.getMessage(),
+            "msg": hide(record.getMessage()),
         }
-        fields.update({k: v if isinstance(v, (int, float, bool, type(None))) else str(v) for k, v in _extras(record).items()})
+        fields.update(_extras(record))
         if record.exc_info:
-            fields["exc"] = self.formatException(record.exc_info)
+            fields["exc"] = hide(self.formatException(record.exc_info))
         # ASCII only: with ensure_ascii=False json leaves DEL, C1 controls (\x9b, a CSI) and bidi overrides raw
         return json.dumps(fields, separators=(",", ":"), ensure_ascii=True)
 
 
 def configure_logging(level: str = "info", fmt: str = "logfmt") -> None:
     handler = logging.StreamHandler(sys.stderr)
+    handler.set_name(HANDLER_NAME)
     handler.setFormatter(JsonFormatter() if fmt == "json" else LogfmtFormatter())
-    root = logging.getLogger("roofwatch")
-    root.handlers[:] = [handler]
-    root.setLevel(level.upper())
-    root.propagate = False
+    ours = logging.getLogger("roofwatch")
+    ours.handlers[:] = [handler]
+    ours.setLevel(level.upper())
+    ours.propagate = False
+    libraries = logging.getLogger()  # grpc, urllib3, the OpenTelemetry SDK: their warnings in our format, hidden
+    libraries.handlers[:] = [h for h in libraries.handlers if h.get_name() != HANDLER_NAME] + [handler]
+    libraries.setLevel(max(logging.WARNING, ours.level))

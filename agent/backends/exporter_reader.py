@@ -48,6 +48,7 @@ from typing import Any, Callable
 from agent.backends.exposition_text import ExporterFormatError, Exposition
 from agent.context.workload.inference.fetch import ResponseTooLarge, describe_error, http_fetch
 from agent.model import SourceState, XidCount
+from agent.model.redact import hide
 
 log = logging.getLogger("roofwatch.exporter")
 
@@ -209,6 +210,7 @@ class ExporterReader:
         return None
 
     def _failed(self, error: str) -> str:
+        error = hide(error)  # a server's reason phrase may quote the URL's token: it becomes the source's detail
         with self._lock:
             state = self._state
             if state.error is None or state.reads == 0:

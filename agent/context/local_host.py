@@ -26,6 +26,7 @@ from agent.context.host.node_stats import NodeStats
 from agent.context.host.processes import ProcessTracker
 from agent.context.sources import HostFacts, PodFromPid, PodLookup, WorkloadSource
 from agent.model import Attribution, NicPort, SourceState, WorkloadReport
+from agent.model.redact import safe_url
 
 __all__ = ["LocalHost"]
 
@@ -99,7 +100,7 @@ class LocalHost:
                 if url is not None:
                     # Up, the detail also says how many lines of the body were unreadable (and the first).
                     notes = (endpoint.error, getattr(endpoint, "skipped_note", None) if endpoint.up else None)
-                    out.append(SourceState(f"inference {url}", "up" if endpoint.up else "down",
+                    out.append(SourceState(f"inference {safe_url(url)}", "up" if endpoint.up else "down",
                                            "; ".join(n for n in notes if n) or None))
         return tuple(out)
 

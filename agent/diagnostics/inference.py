@@ -15,6 +15,7 @@ from typing import Any
 from agent.context.workload.inference.fetch import describe_error, http_fetch
 from agent.context.workload.inference.parse import Exposition, ExpositionError, Totals, parse, recognise, totals
 from agent.diagnostics.findings import Finding
+from agent.model.redact import safe_url
 from exporters.metrics.labels import clip_label
 
 MAX_BYTES = 4 * 1024 * 1024
@@ -53,7 +54,7 @@ def _matched(i: int, ep: Any, finding: Finding, no_pids: bool) -> Finding:
 
 
 def _endpoint(i: int, ep: Any, models: dict[str, Any], timeout_s: float) -> Finding:
-    check = f"inference endpoint {ep.url}"
+    check = f"inference endpoint {safe_url(ep.url)}"
     costs = "workload MFU/MBU and the serving view (decode floor, TPOT/floor, advice) of the GPUs it serves"
     try:
         expo = parse(http_fetch(ep.url, timeout_s, MAX_BYTES))

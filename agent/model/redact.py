@@ -46,21 +46,47 @@ def safe_url(url: str, limit: int = 200) -> str:
     return one_line(shown, limit)
 
 
-def scrub(text: object, secrets: Iterable[str] = (), limit: int = 300) -> str:
-    """``text`` with every known secret, URL userinfo, URL query value and ``Bearer``/``Basic`` token
-    replaced by ``<hidden>``; printable and clipped to ``limit``."""
+_remembered: frozenset[str] = frozenset()
+"""Credentials the settings of this process hold (:func:`remember`): hidden by :func:`hide` wherever they
+appear. A frozenset replaced whole, so readers on other threads never see it half built."""
+
+
+def remember(secrets: Iterable[str]) -> None:
+    """Hide ``secrets`` in every message of this process from now on: the settings call it with their header
+    values, tokens and URL credentials as they load (agent/app/config.py), ``fleet-report`` with its token."""
+    global _remembered
+    _remembered = _remembered | {s for s in secrets if isinstance(s, str) and len(s) >= MIN_SECRET_CHARS}
+
+
+def hide(text: object, secrets: Iterable[str] = ()) -> str:
+    """``text`` with every remembered or given secret, URL userinfo, URL query value, ``Bearer``/``Basic``
+    token and ``token=``/``password:`` value replaced by ``<hidden>``; otherwise as it was (not clipped, not
+    folded): for whole log lines, ``doctor`` reports and errors on stderr."""
     line = str(text)
-    for secret in sorted({s for s in secrets if len(s) >= MIN_SECRET_CHARS}, key=len, reverse=True):
-        line = line.replace(secret, HIDDEN)
+    known = _remembered | {s for s in secrets if isinstance(s, str) and len(s) >= MIN_SECRET_CHARS}
+    for secret in sorted(known, key=len, reverse=True):
+        if secret in line:
+            line = line.replace(secret, HIDDEN)
     line = _USERINFO.sub(lambda m: m.group(1) + HIDDEN + "@", line)
     line = _QUERY_VALUE.sub(lambda m: m.group(1) + HIDDEN, line)
     for pattern in (_SCHEME_TOKEN, _NAMED_SECRET):
         line = pattern.sub(lambda m: m.group(1) + m.group(2) + HIDDEN, line)
-    return one_line(line, limit)
+    return line
+
+
+def scrub(text: object, secrets: Iterable[str] = (), limit: int = 300) -> str:
+    """:func:`hide`, then one printable line clipped to ``limit``: for a message quoting what a server sent."""
+    return one_line(hide(text, secrets), limit)
+
+
+_CREDENTIAL_QUERY = re.compile(r"(?i)(token|key|secret|pass|auth|sig|session|credential)")
 
 
 def url_secrets(url: str) -> list[str]:
-    """The credentials a URL carries: its userinfo (whole, user and password) and its query values."""
+    """The credentials a URL carries: its userinfo (whole, user and password) and the values of query
+    parameters named like a credential (``token``, ``api_key``, ``sig``...) or 16 characters and longer;
+    short values of other parameters (``?format=text``) are not credentials, and hiding them everywhere
+    would blank ordinary words."""
     try:
         parts = urlsplit(url)
     except ValueError:
@@ -70,5 +96,7 @@ def url_secrets(url: str) -> list[str]:
         userinfo = parts.netloc.rpartition("@")[0]
         found += [userinfo, *userinfo.split(":", 1)]
         found += [unquote(s) for s in found]  # the decoded forms reach a Basic header
-    found += [value for _, sep, value in (item.partition("=") for item in parts.query.split("&")) if sep and value]
+    for name, sep, value in (item.partition("=") for item in parts.query.split("&")):
+        if sep and value and (_CREDENTIAL_QUERY.search(name) or len(value) >= 16):
+            found += [value, unquote(value)]
     return [s for s in found if s]

@@ -7,10 +7,11 @@ from __future__ import annotations
 import sys
 import urllib.parse
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable, TextIO
 
 from agent.classifier.thresholds import Thresholds
+from agent.context.file_input import FileInputError, read_text_file
+from agent.model.redact import remember
 from agent.views.fleet_report.collect import FleetReport, collect
 from agent.views.fleet_report.data import Prices
 from agent.views.fleet_report.promapi import Deadline, PromClient, PromError
@@ -82,13 +83,21 @@ def deadline_for(opts: Options, client: PromClient) -> float:
     return opts.deadline_s if opts.deadline_s is not None else DEADLINE_QUERIES * client.deadline_s
 
 
+SECRET_FILE_BYTES = 64 * 2**10
+"""A bearer token or a user:password is tens of bytes; a larger file is not one."""
+
+
 def _read_secret(path: str | None, flag: str) -> str | None:
+    """The credential in ``path``: a regular file only (a FIFO would block the command, ``/dev/zero`` fill its
+    memory), remembered so that no message of the command shows it (agent.model.redact)."""
     if path is None:
         return None
     try:
-        return Path(path).read_text(encoding="utf-8").strip()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise OptionError(f"{flag}: cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
+        secret = read_text_file(path, f"{flag}: {path}", "file holding a credential", SECRET_FILE_BYTES).strip()
+    except FileInputError as exc:
+        raise OptionError(str(exc)) from None
+    remember([secret, *secret.split(":", 1)])
+    return secret
 
 
 def window_for(opts: Options) -> Window:

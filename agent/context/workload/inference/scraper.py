@@ -33,6 +33,7 @@ from agent.context.workload.inference.parse import (
     totals,
 )
 from agent.model import ServingReport, WorkloadReport
+from agent.model.redact import hide
 from agent.model.text import printable
 
 log = logging.getLogger("roofwatch.inference")
@@ -269,6 +270,7 @@ class InferenceScraper:
             log.debug("inference endpoint %s: %s", url, rejected)
 
     def _failed(self, state: _State, error: str) -> None:
+        error = hide(error)  # the server's reason phrase may quote the URL's api key: it becomes the source's detail
         with self._lock:
             if state.up or state.scrapes == 0:
                 log.warning("inference endpoint %s unusable: %s", state.endpoint.url, error)

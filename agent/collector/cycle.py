@@ -1,26 +1,6 @@
-"""Background collection: sample every device on a fixed schedule and publish immutable snapshots.
+"""The collection loop: every device sampled on a fixed schedule, one immutable snapshot published per cycle.
 
-Scrapes never touch a backend. They read :attr:`Collector.snapshot`, a reference swapped in
-atomically once per cycle, so a slow or hung GPU call can delay only its own device's data.
-
-Isolation per device:
-
-* each device is sampled by one of a bounded pool of worker threads (at most ``max_workers``,
-  16 by default, started as they are needed), with a deadline; a call that raises or overruns
-  marks only that device down;
-* a device never has two calls in flight, so a hung driver call costs one worker, not one per
-  cycle; the other devices are sampled by the workers left. A device whose call has not started
-  by its deadline (every worker busy) is marked down too, and its call stays queued: the queue
-  holds at most one call per device however long the workers stay hung;
-* a failed device is retried on an exponential back-off, and comes back up on its first good
-  sample; going down and coming back are logged once per change, and as one summary line when
-  many devices change in one cycle;
-* at most ``max_devices`` devices are taken from a backend (the first it lists); more is a
-  misdirected or hostile source, refused with one warning.
-
-Every sample passes the physical bounds (agent/model/bounds.py) as it arrives, before the counters,
-the history, the classifier and the snapshot read it: a value no GPU can produce is dropped (unknown),
-counted by source and field in the snapshot, and logged once per episode.
+The promises it keeps per device are in the package docstring (agent/collector/__init__.py).
 """
 
 from __future__ import annotations
@@ -30,17 +10,26 @@ import concurrent.futures as cf
 import dataclasses
 import functools
 import logging
-import math
-import queue
 import threading
 import time
 from typing import Callable, Deque, Sequence
 
 from agent.backends.base import Backend, DeviceLostError
-from agent.model import (CollectorHealth, DeviceCounters, DeviceInfo, DeviceState, GpuSample, NodeSnapshot, Verdict,
-                         XidCount)
-from agent.model.bounds import (Bound, Rejection, RejectionTally, bound_records, bound_sample, energy_since,
-                                energy_step_bound_for, energy_step_rejection)
+from agent.collector.counters import accumulate_counters
+from agent.collector.pool import MAX_WORKERS, Backoff, WorkerPool
+from agent.model import (
+    CollectorHealth,
+    DeviceCounters,
+    DeviceInfo,
+    DeviceState,
+    GpuSample,
+    NodeSnapshot,
+    Verdict,
+    XidCount,
+)
+from agent.model.bounds import Rejection, RejectionTally, bound_records, bound_sample, energy_since
+from agent.model.bounds import energy_step_bound_for, energy_step_rejection
+from agent.model.redact import hide
 
 log = logging.getLogger("roofwatch.collector")
 
@@ -49,71 +38,10 @@ Analyzer = Callable[[NodeSnapshot], Sequence[Verdict]]
 """Turns a fresh snapshot into verdicts (the classifier); its result is published with the snapshot."""
 
 
-@dataclasses.dataclass(frozen=True)
-class Backoff:
-    """Exponential retry delay for a failing device: first retry after ``initial_s``, doubling."""
-
-    initial_s: float = 1.0
-    max_s: float = 60.0
-
-    def delay(self, consecutive_failures: int) -> float:
-        exponent = max(0, consecutive_failures - 1)
-        return min(self.max_s, self.initial_s * (2.0 ** min(exponent, 30)))
-
-
 MAX_DEVICES = 128
 """Default bound on devices (setting ``max_devices``): a node has at most 16 GPUs x 7 MIG instances."""
-MAX_WORKERS = 16
-"""Default bound on sampling threads, whatever the device count."""
 LOG_EACH = 8
 """Devices going down (or back up) in one cycle logged a line each; more make one summary line."""
-
-
-class _WorkerPool:
-    """``size`` daemon threads running backend calls from one queue, all started at the first call.
-
-    All at once rather than as the queue grows: a pool that grew under a busy moment and never
-    shrank would change the agent's thread count long after start, and a thread count that
-    returns to its baseline is how a leak is told from a load.
-
-    Not a ThreadPoolExecutor: executor threads are joined at interpreter exit, so one driver
-    call hung forever would keep the agent from ever exiting on SIGTERM. A daemon thread
-    stuck in a driver call dies with the process. A job cancelled before a worker takes it is
-    skipped.
-    """
-
-    def __init__(self, size: int, name: str) -> None:
-        self._jobs: queue.SimpleQueue[tuple[cf.Future[GpuSample], Callable[[], GpuSample]] | None] = queue.SimpleQueue()
-        self._size, self._name = size, name
-        self._lock = threading.Lock()
-        self._threads: list[threading.Thread] = []
-
-    @property
-    def threads(self) -> int:
-        return len(self._threads)
-
-    def submit(self, call: Callable[[], GpuSample]) -> cf.Future[GpuSample]:
-        future: cf.Future[GpuSample] = cf.Future()
-        with self._lock:
-            while len(self._threads) < self._size:
-                thread = threading.Thread(target=self._loop, name=f"{self._name}-{len(self._threads)}", daemon=True)
-                self._threads.append(thread)
-                thread.start()
-        self._jobs.put((future, call))
-        return future
-
-    def stop(self) -> None:
-        for _ in self._threads:
-            self._jobs.put(None)
-
-    def _loop(self) -> None:
-        while (job := self._jobs.get()) is not None:
-            future, call = job
-            if future.set_running_or_notify_cancel():
-                try:
-                    future.set_result(call())
-                except BaseException as exc:  # noqa: BLE001 - handed to the collector thread
-                    future.set_exception(exc)
 
 
 @dataclasses.dataclass
@@ -139,46 +67,6 @@ class _DeviceSlot:
         return DeviceState(info=self.info, up=self.up, sample=self.sample, last_success_ts=self.last_success_ts,
                            error=self.error, consecutive_failures=self.consecutive_failures,
                            sample_errors_total=self.sample_errors_total, counters=self.counters, xid_errors=xid_errors)
-
-
-def accumulate_counters(counters: DeviceCounters, previous: GpuSample | None, sample: GpuSample, *,
-                        energy_bound: Bound | None = None) -> DeviceCounters:
-    """Advance the monotonic per-device totals by one interval.
-
-    Energy prefers the driver's own cumulative counter (exact, survives our sampling gaps) and
-    falls back to power x interval. A counter that goes backwards (driver reload, wrap) adds
-    nothing for that interval rather than a negative or huge step; so does a step ``energy_bound``
-    does not admit (more than the board can draw over the time the step covers: a reset or a unit
-    change in the source), which is counted in ``energy_steps_refused``.
-    """
-    dt = sample.interval_s or 0.0
-    energy_step: float | None = None
-    refused = counters.energy_steps_refused
-    if sample.energy_j is not None:
-        delta = sample.energy_j - previous.energy_j if previous is not None and previous.energy_j is not None else 0.0
-        energy_step = delta if delta >= 0 else 0.0
-        if delta > 0 and energy_bound is not None and not energy_bound.admits(delta):
-            energy_step, refused = 0.0, refused + 1
-    elif sample.power_w is not None:
-        energy_step = sample.power_w * dt
-
-    def step(rate: float | None) -> float | None:  # None: no reading, so the total stays absent
-        return None if rate is None else rate * dt if math.isfinite(rate) and rate > 0 else 0.0
-
-    def add(total: float | None, amount: float | None) -> float | None:
-        return total if amount is None else (total or 0.0) + amount
-
-    return DeviceCounters(
-        energy_j=add(counters.energy_j, energy_step),
-        pcie_tx_bytes=add(counters.pcie_tx_bytes, step(sample.pcie_tx_bytes_per_s)),
-        pcie_rx_bytes=add(counters.pcie_rx_bytes, step(sample.pcie_rx_bytes_per_s)),
-        link_tx_bytes=add(counters.link_tx_bytes, step(sample.link_tx_bytes_per_s)),
-        link_rx_bytes=add(counters.link_rx_bytes, step(sample.link_rx_bytes_per_s)),
-        net_tx_bytes=add(counters.net_tx_bytes, step(sample.net_tx_bytes_per_s)),
-        net_rx_bytes=add(counters.net_rx_bytes, step(sample.net_rx_bytes_per_s)),
-        driver_calls=counters.driver_calls + (sample.driver_calls or 0),
-        energy_steps_refused=refused,
-    )
 
 
 class Collector:
@@ -227,7 +115,7 @@ class Collector:
         self.expected_devices = expected_devices if expected_devices is not None else len(self._slots)
         # A device never has two calls in flight, so a hung call holds one worker, and the pool's
         # threads stay bounded by max_workers even when every device hangs.
-        self._workers = _WorkerPool(max(1, min(max_workers, len(self._slots))), "roofwatch-sample")
+        self._workers = WorkerPool(max(1, min(max_workers, len(self._slots))), "roofwatch-sample")
         self._snapshot = self._build_snapshot(self._clock(), CollectorHealth(backend=backend.name, interval_s=interval_s))
 
     # -- reading -----------------------------------------------------------------------------
@@ -386,7 +274,7 @@ class Collector:
     def _record_failure(self, slot: _DeviceSlot, error: BaseException, started: float,
                         went_down: list[tuple[str, str]]) -> None:
         kind = "lost" if isinstance(error, DeviceLostError) else type(error).__name__
-        message = f"{kind}: {error}"
+        message = hide(f"{kind}: {error}")  # shown in /api/v1/snapshot: no credential a source quoted back
         if slot.up or not slot.consecutive_failures:  # a change of state (or the first try failing), not a new text
             went_down.append((slot.info.gpu, message))
         else:
