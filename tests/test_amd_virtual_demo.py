@@ -88,8 +88,10 @@ def test_doctor_on_a_cpx_node_with_a_locked_process_list(tmp_path):
     assert result.returncode == 3, result.stdout + result.stderr
     text = result.stdout
     assert "partition 3 of 8 (CPX/NPS1)" in text
-    assert "WARN processes [GPU 0/0]: unavailable" in text and "no permission" in text
-    assert "WARN power [GPU 0/3]" not in text  # socket power lives on partition 0: not a defect elsewhere
+    processes = [line for line in text.splitlines() if line.startswith("WARN processes [")]
+    assert len(processes) == 1 and "unavailable" in processes[0] and "no permission" in text
+    assert processes[0].startswith("WARN processes [GPUs 0/0, 0/1, 0/2,"), "each partition's, said once"
+    assert "WARN power [" not in text  # socket power lives on partition 0: not a defect elsewhere
 
 
 def test_doctor_amd_without_rocm_says_how_to_fix_it():
@@ -126,3 +128,20 @@ def test_the_agent_serves_every_gpu_with_a_verdict_on_the_oldest_and_newest_amds
     report = json.loads(doctor.stdout)
     package = next(f for f in report["findings"] if f["check"] == "amdsmi package")
     assert version in package["detail"], package  # that release, not the installed one, was loaded
+
+
+def test_doctor_never_calls_an_unknown_rocm_version_ok_and_reads_the_installations_own_file(tmp_path):
+    """amdsmi 6.4+ asks librocm-core.so, which the fake node (like many containers) lacks: the version was then
+    printed as "ok ... ROCm unknown". Unknown is said as info with why; an installation's .info/version is read."""
+    result = run_doctor("--backend", "amd-virtual", "--json")
+    findings = {f["check"]: f for f in json.loads(result.stdout)["findings"]}
+    assert "ROCm" not in findings["AMD driver"]["detail"]
+    unknown = findings["ROCm version"]
+    assert unknown["status"] == "info" and "librocm-core" in unknown["detail"] and ".info/version" in unknown["detail"]
+    root = tmp_path / "rocm"
+    (root / ".info").mkdir(parents=True)
+    (root / ".info" / "version").write_text("6.4.1-99\n")
+    found = subprocess.run(roofwatch_cmd("doctor", "--backend", "amd-virtual", "--json"), capture_output=True, text=True,
+                           timeout=60, env=clean_env(ROCM_PATH=str(root)))
+    findings = {f["check"]: f for f in json.loads(found.stdout)["findings"]}
+    assert "ROCm 6.4.1" in findings["AMD driver"]["detail"] and "ROCm version" not in findings, found.stdout[-2000:]

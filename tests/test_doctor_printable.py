@@ -103,3 +103,22 @@ def test_the_doctor_command_prints_a_hostile_model_name_as_printable_text(tmp_pa
     (endpoint,) = [f for f in json.loads(as_json)["findings"] if f["check"].startswith("inference endpoint")]
     assert HOSTILE_MODEL in endpoint["detail"], "the JSON form carries the exact name, escaped"
 
+
+
+def test_findings_that_differ_only_in_their_gpu_are_one_line_naming_the_gpus():
+    """Eight GPUs of one node with the same counter sources printed eight near-identical lines."""
+    from agent.diagnostics.findings import Finding, Report, gpu_list
+
+    report = Report(gpus=10)
+    for gpu in ("0", "1", "2", "3", "5", "7", "7/1", "10", "²"):
+        report.add(Finding("GPU", "info", f"model of {gpu}", gpu=gpu),
+                   Finding("counter source", "info", "nvml: power_w", gpu=gpu))
+    report.add(Finding("persistence mode", "warn", "off", "clocks", "nvidia-smi -pm 1", gpu="4"))
+    text = report.text()
+    source_lines = [line for line in text.splitlines() if "counter source" in line]
+    assert source_lines == ["     counter source [GPUs 0-3, 5, 7, 7/1, 10, ²]: nvml: power_w"], text
+    assert text.index("model of ²") < text.index("counter source"), "each GPU's own lines come first"
+    assert "WARN persistence mode [GPU 4]: off" in text
+    assert sum(1 for line in text.splitlines() if line.startswith("     GPU [GPU ")) == 9
+    assert report.to_json()["findings"].__len__() == 19, "the JSON keeps one finding per GPU"
+    assert gpu_list(["0", "1"]) == "GPUs 0, 1" and gpu_list(["3"]) == "GPU 3"

@@ -4,6 +4,7 @@ until SIGTERM/SIGINT, reloading on SIGHUP, and waiting for a late GPU driver whe
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import signal
 import threading
@@ -113,7 +114,7 @@ def serve(read_settings: Callable[[], Settings], record: str | None, *, announce
     except OSError as exc:
         if collector is not None:
             collector.stop()
-        raise CliError(f"cannot listen on {settings.listen}: {exc.strerror or exc}") from None
+        raise CliError(_listen_error(settings.listen, exc)) from None
     if otlp is not None:
         server.exposition.extra_families = otlp.scrape_families  # roofwatch_otlp_* beside the snapshot's
     report_socket = None
@@ -226,6 +227,19 @@ def report_store(settings: Settings):
         raise CliError(str(exc), EXIT_USAGE) from None
     return ReportStore(ttl_s=settings.report_ttl_s, token=token, rate_per_s=settings.report_rate_per_s,
                        pids_visible=settings.backend != "dcgm-exporter")
+
+
+def _listen_error(listen: str, exc: OSError) -> str:
+    """Why the port cannot be opened, with what to change: the setting's flag, file key and variable."""
+    why = exc.strerror or str(exc)
+    if exc.errno == errno.EADDRINUSE:
+        why += " (another process listens there: pick a free port with --listen HOST:PORT, `listen:` in the settings " \
+               "file or ROOFWATCH_LISTEN)"
+    elif exc.errno in (errno.EACCES, errno.EPERM):
+        why += " (ports below 1024 need privileges: use --listen HOST:PORT with a higher port)"
+    elif exc.errno == errno.EADDRNOTAVAIL:
+        why += " (no interface of this machine has that address: fix the host in --listen)"
+    return f"cannot listen on {listen}: {why}"
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -65,10 +65,15 @@ def check_amd_device_nodes(root: Path = Path("/"), *, required: bool = True) -> 
 def amd_findings(backend: Any) -> tuple[list[Finding], int]:
     """Library, driver and ROCm versions, partitions and every capability, from a discovered AmdBackend."""
     bindings = backend.bindings
+    rocm = f", ROCm {backend.rocm_version}" if backend.rocm_version else ""
     out = [Finding("AMD driver", "ok", f"amdgpu {backend.driver_version or 'unknown'}, libamd_smi "
-                                      f"{backend.library_version or 'unknown'}, ROCm {backend.rocm_version or 'unknown'}"
+                                      f"{backend.library_version or 'unknown'}{rocm}"
                                       f", amdsmi package {bindings.package or package_version('amdsmi') or 'unknown'}"),
            amdsmi_package_finding(bindings)]
+    if not backend.rocm_version:  # not an ok: said as what it is, with why, and why it does not matter much
+        out.append(Finding("ROCm version", "info", f"unknown ({getattr(backend, 'rocm_version_note', None) or 'not read'}); "
+                           "roofwatch needs only libamd_smi, whose version is above; the amdsmi package must come "
+                           "from the same ROCm release (docs/amd.md)"))
     devices = backend.devices
     modes_seen: set[str] = set()
     models_advised: set[str] = set()

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from importlib import metadata
 from typing import Any, Literal
 
+from agent.model.indexes import gpu_order, index_value
 from agent.model.text import printable
 
 Status = Literal["ok", "warn", "fail", "info"]
@@ -61,8 +62,8 @@ class Report:
         ``modelName``, a driver's GPU name, an error's text), and none of it may drive the terminal."""
         marks = {"ok": "ok  ", "warn": "WARN", "fail": "FAIL", "info": "    "}
         lines = []
-        for f in self.findings:
-            where = f" [GPU {shown(f.gpu)}]" if f.gpu is not None else ""
+        for f, gpus in _grouped(self.findings):
+            where = f" [{gpu_list(gpus)}]" if gpus else ""
             lines.append(f"{marks[f.status]} {shown(f.check)}{where}: {shown(f.detail)}")
             if f.impact:
                 lines.append(f"       missing: {shown(f.impact)}")
@@ -70,6 +71,50 @@ class Report:
                 lines.append(f"       fix: {shown(f.fix)}")
         lines.append(f"\nnode: {self.verdict}")
         return "\n".join(lines)
+
+
+def _grouped(findings: list[Finding]) -> list[tuple[Finding, list[str]]]:
+    """The findings with those that differ only in their GPU said once, with the GPUs they hold for: eight
+    GPUs of one node with the same counter sources are one line, not eight. A group stands where its last
+    member stood, so each GPU's own lines (its identity, its spec) come first."""
+    members: dict[tuple[str, str, str, str, str], list[int]] = {}
+    for i, f in enumerate(findings):
+        if f.gpu is not None:
+            members.setdefault((f.check, f.status, f.detail, f.impact, f.fix), []).append(i)
+    out: list[tuple[Finding, list[str]]] = []
+    for i, f in enumerate(findings):
+        if f.gpu is None:
+            out.append((f, []))
+            continue
+        group = members[(f.check, f.status, f.detail, f.impact, f.fix)]
+        if i == group[-1]:
+            out.append((f, [shown(findings[j].gpu) for j in group]))
+    return out
+
+
+def gpu_list(gpus: list[str]) -> str:
+    """``GPU 3``, ``GPUs 0-7``, ``GPUs 0-3, 6, 7/1``: runs of consecutive indexes folded."""
+    if len(gpus) == 1:
+        return f"GPU {gpus[0]}"
+    parts: list[str] = []
+    run: list[int] = []
+    for gpu in sorted(gpus, key=gpu_order):
+        number = index_value(gpu)
+        if number is not None and run and number == run[-1] + 1:
+            run.append(number)
+            continue
+        parts.extend(_run_text(run))
+        run = [number] if number is not None else []
+        if number is None:
+            parts.append(gpu)
+    parts.extend(_run_text(run))
+    return "GPUs " + ", ".join(parts)
+
+
+def _run_text(run: list[int]) -> list[str]:
+    if not run:
+        return []
+    return [f"{run[0]}-{run[-1]}"] if len(run) > 2 else [str(n) for n in run]
 
 
 def shown(text: object) -> str:

@@ -10,6 +10,8 @@ The user's proxy settings apply: the agent may be anywhere.
 
 from __future__ import annotations
 
+import urllib.parse
+
 from agent.context.neighbour_http import FetchFailed, fetch
 from agent.model.text import one_line
 
@@ -42,3 +44,19 @@ def bounded_get(url: str, *, accept: str, timeout_s: float, deadline_s: float, m
         why = f"HTTP {reply.status} {one_line(reply.reason, 80)}"
         raise FetchError(f"{url} answered {why}", f"it answered {why}")
     return reply.body
+
+
+def agent_endpoint(url: str, path: str) -> str:
+    """The URL of ``path`` (``/metrics``, ``/api/v1/snapshot``) on the agent ``url`` names: people type a host
+    and port (``node:9477``), a base URL or the full endpoint, and ``top`` and ``snapshot --url`` take the
+    same. ValueError for a URL that is not http(s) or has no host."""
+    url = url.strip()
+    if "://" not in url:
+        url = "http://" + url
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ValueError(f"{one_line(url, 120)}: not an http(s) URL of a roofwatch agent")
+    base = parts.path.rstrip("/")
+    if not base.endswith(path):
+        base += path
+    return urllib.parse.urlunsplit((parts.scheme, parts.netloc, base, parts.query, ""))

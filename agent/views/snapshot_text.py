@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from agent.views.http_get import FetchError, bounded_get
+from agent.views.http_get import FetchError, agent_endpoint, bounded_get
 from agent.model.text import printable
 
 MAX_CELL = 64
@@ -78,7 +78,10 @@ MAX_DEPTH = 32
 def fetch_snapshot_json(url: str, timeout: float = FETCH_TIMEOUT_S, deadline: float = FETCH_DEADLINE_S) -> dict[str, Any]:
     """GET ``/api/v1/snapshot`` from an agent at ``url`` (base URL or the full endpoint), bounded in
     time, size and depth, and checked for the shape :func:`snapshot_table` reads."""
-    endpoint = url if url.rstrip("/").endswith("/api/v1/snapshot") else url.rstrip("/") + "/api/v1/snapshot"
+    try:
+        endpoint = agent_endpoint(url, "/api/v1/snapshot")  # "node:9477" as `top` takes it, not "unknown url type"
+    except ValueError as exc:
+        raise SnapshotFetchError(str(exc)) from None
     try:
         body = bounded_get(endpoint, accept="application/json", timeout_s=timeout, deadline_s=deadline,
                            max_bytes=MAX_SNAPSHOT_BYTES)

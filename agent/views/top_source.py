@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 import time
-import urllib.parse
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -19,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from agent.app.config import DEFAULT_PORT
 from agent.model.text import one_line
-from agent.views.http_get import FetchError, bounded_get
+from agent.views.http_get import FetchError, agent_endpoint, bounded_get
 from agent.views.top_serving import PREFIX as SERVING_PREFIX
 from agent.views.top_serving import ServingRow, ServingSeries
 
@@ -108,16 +107,10 @@ def metrics_url(url: str | None) -> str:
     """The ``/metrics`` URL to read: people type a host, a base URL or the full endpoint."""
     if not url:
         return f"http://127.0.0.1:{DEFAULT_PORT}/metrics"
-    url = url.strip()
-    if "://" not in url:
-        url = "http://" + url
-    parts = urllib.parse.urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise TopSourceError(f"{url}: not an http(s) URL of a roofwatch agent")
-    path = parts.path.rstrip("/")
-    if not path.endswith("/metrics"):
-        path += "/metrics"
-    return urllib.parse.urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
+    try:
+        return agent_endpoint(url, "/metrics")
+    except ValueError as exc:
+        raise TopSourceError(str(exc)) from None
 
 
 # -- fetch ----------------------------------------------------------------------------------

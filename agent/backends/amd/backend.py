@@ -28,7 +28,7 @@ from agent.backends.amd.device import AmdDevice, SocketTable
 from agent.backends.amd.discovery import Found, discover
 from agent.backends.amd.errors import Meaning, describe, meaning
 from agent.backends.gate import LibraryGate
-from agent.backends.amd.library import init_message
+from agent.backends.amd.library import init_message, rocm_version
 from agent.backends.base import BackendUnavailable, DeviceError, DeviceLostError
 from agent.backends.nvml.calls import CountingNvml
 from agent.backends.readings import LibraryError
@@ -78,7 +78,19 @@ class AmdBackend:
             raise BackendUnavailable(init_message(exc)) from None
         self.library_version = self._optional_text("amdsmi_get_lib_version")
         self.driver_version: str | None = None
-        self.rocm_version = self._optional_text("amdsmi_get_rocm_version")
+        self.rocm_version, self.rocm_version_note = rocm_version(self._optional_text("amdsmi_get_rocm_version"),
+                                                                 self._rocm_refusal())
+
+    def _rocm_refusal(self) -> str | None:
+        """What ``amdsmi_get_rocm_version`` said when it could not tell (it loads librocm-core.so itself)."""
+        fn = getattr(self.amdsmi, "amdsmi_get_rocm_version", None) if self.bindings.has("amdsmi_get_rocm_version") else None
+        if fn is None:
+            return "amdsmi before 6.4 has no amdsmi_get_rocm_version"
+        try:
+            found = fn()
+        except Exception as exc:  # noqa: BLE001 - a version is an extra
+            return f"amdsmi_get_rocm_version failed: {type(exc).__name__}"
+        return str(found[1])[:160] if isinstance(found, tuple) and len(found) == 2 and found[0] is not True else None
 
     def _optional_text(self, name: str) -> str | None:
         """A version from amdsmi as text, or None: absent function, failed call, or "N/A"."""

@@ -16,7 +16,10 @@ from __future__ import annotations
 
 import contextlib
 import io
-from typing import Any
+import os
+import re
+from pathlib import Path
+from typing import Any, Mapping
 
 from agent.backends.amd.errors import DRIVER_NOT_LOADED, NO_PERM, NOT_INIT, code_of, describe
 from agent.backends.base import BackendUnavailable
@@ -67,3 +70,30 @@ def init_message(exc: BaseException) -> str:
     if code == NOT_INIT:
         return "amdsmi: initialisation failed (is another process holding the rocm_smi lock in /dev/shm?)"
     return f"amdsmi: initialisation failed: {describe(exc)}"
+
+
+ROCM_VERSION_FILES = ("{root}/.info/version",)
+"""Where a ROCm installation writes its own version (``6.2.4-120``), under ``$ROCM_PATH`` or ``/opt/rocm``."""
+_VERSION = re.compile(r"^\s*(\d+\.\d+(?:\.\d+)?)")
+
+
+def rocm_version(from_amdsmi: str | None, refusal: str | None,
+                 environ: Mapping[str, str] | None = None) -> tuple[str | None, str | None]:
+    """(version, note): what amdsmi said (6.4+ loads librocm-core.so for it), else the version file of the
+    installation at ``$ROCM_PATH``/``$ROCM_HOME`` or ``/opt/rocm``; the note says where it came from, or
+    why it is unknown (the agent needs only libamd_smi, whose version doctor shows beside it)."""
+    if from_amdsmi:
+        return from_amdsmi, "from librocm-core (amdsmi_get_rocm_version)"
+    environ = os.environ if environ is None else environ
+    roots = [r for r in (environ.get("ROCM_PATH"), environ.get("ROCM_HOME"), "/opt/rocm") if r]
+    for root in dict.fromkeys(roots):
+        for pattern in ROCM_VERSION_FILES:
+            path = Path(pattern.format(root=root))
+            try:
+                found = _VERSION.match(path.read_text(encoding="utf-8", errors="replace")[:64])
+            except OSError:
+                continue
+            if found:
+                return found.group(1), f"from {path}"
+    why = refusal or "amdsmi did not say"
+    return None, f"{why}; no {' or '.join(str(Path(ROCM_VERSION_FILES[0].format(root=r))) for r in dict.fromkeys(roots))}"
