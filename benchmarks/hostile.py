@@ -9,8 +9,9 @@ given the hardening its knobs allow: a 10 s socket timeout instead of 300 s and 
 connections (a thread each) instead of 128. Without git history the baseline is left out, and said so.
 
 Then the hostile neighbours (``neighbours``, the load of tests/test_load_neighbours.py): a dripping
-dcgm-exporter and inference server, slow report-socket connections and a SIGHUP with an emptied web
-config, around a real ``roofwatch run``; what honest scrapers and a reporting job see meanwhile.
+dcgm-exporter and inference server, a label bomb, a collector that is every kind of hostile, an AMD exporter
+serving 1e308 readings, slow report-socket connections and SIGHUPs with an emptied web config and an alias
+bomb, around three real ``roofwatch run`` agents; what honest scrapers and a reporting job see meanwhile.
 
 Run alone with ``.venv/bin/python -m benchmarks.hostile [--quick] [--no-baseline] [--neighbours]``.
 """
@@ -138,42 +139,54 @@ NEIGHBOURS_GROUP = "hostile neighbours"
 
 
 def neighbours(quick: bool = False) -> list[Figure]:
-    """The neighbours' load (benchmarks/neighbours_load.py, asserted by tests/test_load_neighbours.py): what an
-    honest scraper and a reporting job see while the node's own neighbours misbehave."""
+    """The neighbours' load (benchmarks/neighbours_load.py, asserted by tests/test_load_neighbours.py): what honest
+    scrapers and a reporting job see while the node's own neighbours misbehave, around three agents."""
     from benchmarks.neighbours_load import HONEST_SERVERS, Neighbourhood, attack as misbehave, workdir as nb_dir
 
     seconds = 24.0 if quick else 60.0
     directory = nb_dir()
     hood = Neighbourhood(directory)
     try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and hood.honest_servers_in(hood.scrape()[1]) < HONEST_SERVERS:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError):
+                if hood.ready():
+                    break
             time.sleep(0.5)
         threads = hood.threads()
         seen = misbehave(hood, seconds)
     finally:
         hood.close()
         shutil.rmtree(directory, ignore_errors=True)
-    note = (f"dripping dcgm-exporter, 1 dripping + {HONEST_SERVERS} honest inference servers, 70 slow report-socket "
-            f"connections, SIGHUP with an emptied web config; {seconds:.0f} s, basic auth")
+    note = (f"every neighbour of benchmarks/neighbours_load.py at once (dripping exporter and servers, a label bomb, "
+            f"a collector answering 1.5 GiB/redirects/drips, an AMD exporter at 1e308, SIGHUPs with an empty web "
+            f"config and an alias bomb); {seconds:.0f} s, basic auth")
 
     def fig(name: str, value: float, unit: str, budget: float | None = None, extra: str = "") -> Figure:
         return Figure(NEIGHBOURS_GROUP, name, value, unit, budget=budget, note=extra or note)
 
-    latencies = seen.scrape_latencies
+    latencies = seen.scrape_latencies.get("nvml", [])
+    amd = seen.scrape_latencies.get("amd-exporter", []) + seen.scrape_latencies.get("amd-join", [])
+    unauthenticated = [s for statuses in seen.unauthenticated.values() for s in statuses]
     return [
-        fig("honest scrape p50", percentile(latencies, 0.5) * 1e3, "ms"),
-        fig("honest scrape p99", percentile(latencies, 0.99) * 1e3, "ms", 1000.0),
-        fig("honest scrape max", max(latencies, default=float("nan")) * 1e3, "ms", 1000.0),
-        fig("honest scrapes failed", float(len(seen.scrape_failures)), "scrapes", 0.0),
-        fig("scrapes without a password let through", float(sum(1 for s in seen.unauthenticated if s != 401)),
-            "scrapes", 0.0, extra="401 expected throughout, across the SIGHUP with an emptied web config"),
+        fig("honest scrape p50", percentile(latencies, 0.5) * 1e3, "ms", extra="the nvml agent; " + note),
+        fig("honest scrape p99", percentile(latencies, 0.99) * 1e3, "ms", 1000.0, extra="the nvml agent; " + note),
+        fig("honest scrape max", max(latencies, default=float("nan")) * 1e3, "ms", 1000.0,
+            extra="the nvml agent; " + note),
+        fig("honest scrape max, AMD agents", max(amd, default=float("nan")) * 1e3, "ms", 1000.0,
+            extra="run --backend amd-exporter and amd-virtual joined, both reading the hostile exporter"),
+        fig("honest scrapes failed", float(len(seen.scrape_failures)), "scrapes", 0.0, extra="of all three agents"),
+        fig("scrapes without a password let through", float(sum(1 for s in unauthenticated if s != 401)),
+            "scrapes", 0.0, extra="401 expected throughout, across both SIGHUPs, from all three agents"),
         fig("job reports not answered 204", float(sum(1 for s in seen.reports if s != "204")), "reports", 0.0,
-            extra=f"{len(seen.reports)} reports on the unix socket from another process, 2 a second"),
+            extra=f"{len(seen.reports)} reports with the token on the unix socket from another process, 2 a second"),
         fig("honest inference servers with figures (fewest seen)", float(min(seen.honest_servers_seen, default=0)),
-            "servers", extra=f"of {HONEST_SERVERS}; one dripping server beside them"),
-        fig("peak RSS", max(seen.rss_mib), "MiB", 256.0),
-        fig("peak threads", float(max(seen.threads)), "threads", extra=f"{threads} before the attack"),
+            "servers", extra=f"of {HONEST_SERVERS}; one dripping server and a label bomb beside them"),
+        fig("values past a GPU's bounds in AMD agents' /metrics", float(len(seen.absurd)), "samples", 0.0),
+        fig("planted credentials shown in /metrics", float(len(seen.secrets_shown)), "times", 0.0),
+        *[fig(f"peak RSS, {name} agent", max(rss), "MiB", 256.0) for name, rss in seen.rss_mib.items()],
+        fig("peak threads", float(max(seen.threads.get("nvml", [0]))), "threads",
+            extra=f"the nvml agent; {threads.get('nvml')} before the attack"),
     ]
 
 

@@ -10,6 +10,10 @@ Each reads the whole request first, as a collector would (its headers are kept i
 - ``drip-body``: the headers at once, then the body one byte every ``every_s``;
 - ``echo``: ``401`` with the request's ``Authorization`` in its reason phrase and body (a collector quoting
   the credentials back, to see that nothing repeats them).
+
+Given several modes, it answers request after request with each in turn (request ``i`` by ``modes[i % n]``):
+one collector that is every kind of hostile, as the hostile-neighbours load (benchmarks/neighbours_load.py)
+pushes into; :attr:`served` says which mode answered each request.
 """
 
 from __future__ import annotations
@@ -18,19 +22,24 @@ import socket
 import socketserver
 import ssl
 import threading
+from typing import Sequence
 
 HUGE_BYTES = 1536 * 1024 * 1024
 BLOCK = b"\0" * (1 << 20)
 
 
 class HostileCollector:
-    """``POST /v1/metrics`` on 127.0.0.1, any free port, answered by ``mode``; a context manager."""
+    """``POST /v1/metrics`` on 127.0.0.1, any free port, answered by ``mode`` (or by each of several modes in
+    turn); a context manager."""
 
-    def __init__(self, mode: str, *, body_bytes: int = HUGE_BYTES, status: int = 307, location: str = "",
-                 every_s: float = 1.0, pad: int = 40) -> None:
-        self.mode, self.body_bytes, self.status, self.location = mode, body_bytes, status, location
+    def __init__(self, mode: str | Sequence[str], *, body_bytes: int = HUGE_BYTES, status: int = 307,
+                 location: str = "", every_s: float = 1.0, pad: int = 40) -> None:
+        self.modes = (mode,) if isinstance(mode, str) else tuple(mode)
+        self.body_bytes, self.status, self.location = body_bytes, status, location
         self.every_s, self.pad = every_s, pad
         self.requests: list[dict[str, str]] = []
+        self.served: list[str] = []
+        """The mode that answered each request, in the order they came."""
         self.sent = 0
         self.stop = threading.Event()
         self.cond = threading.Condition()
@@ -41,9 +50,11 @@ class HostileCollector:
                 try:
                     headers = _read_request(self.request)
                     with owner.cond:
+                        mode = owner.modes[len(owner.requests) % len(owner.modes)]
                         owner.requests.append(headers)
+                        owner.served.append(mode)
                         owner.cond.notify_all()
-                    owner._answer(self.request, headers)
+                    owner._answer(self.request, headers, mode)
                 except OSError:  # the client gave up or was cut off: that is the point
                     pass
 
@@ -58,8 +69,8 @@ class HostileCollector:
         with self.cond:
             return self.cond.wait_for(lambda: len(self.requests) >= count, timeout)
 
-    def _answer(self, sock: socket.socket, headers: dict[str, str]) -> None:
-        if self.mode == "huge":
+    def _answer(self, sock: socket.socket, headers: dict[str, str], mode: str) -> None:
+        if mode == "huge":
             sock.sendall(_head(200, "OK", self.body_bytes))
             left = self.body_bytes
             while left > 0 and not self.stop.is_set():
@@ -68,19 +79,19 @@ class HostileCollector:
                 left -= len(chunk)
                 with self.cond:
                     self.sent += len(chunk)
-        elif self.mode == "redirect":
+        elif mode == "redirect":
             sock.sendall(_head(self.status, "Moved", 0, f"Location: {self.location}\r\n"))
-        elif self.mode == "drip-headers":
+        elif mode == "drip-headers":
             self._drip(sock, _head(200, "OK", 0, f"X-Pad: {'p' * self.pad}\r\n"))
-        elif self.mode == "drip-body":
+        elif mode == "drip-body":
             sock.sendall(_head(200, "OK", self.pad))
             self._drip(sock, b"\0" * self.pad)
-        elif self.mode == "echo":
+        elif mode == "echo":
             said = headers.get("authorization", "")
             body = f"no entry for {said}".encode()
             sock.sendall(_head(401, f"Unauthorized {said}", len(body)) + body)
         else:
-            raise ValueError(self.mode)
+            raise ValueError(mode)
 
     def _drip(self, sock: socket.socket, data: bytes) -> None:
         for i in range(len(data)):
