@@ -14,7 +14,12 @@ from agent.classifier.evaluate import evaluate
 from agent.classifier.features import step_statistics, step_times, window_features
 from agent.classifier.peaks import mig_profile, spec_for_sample
 from agent.classifier.roofline import roofline
-from agent.classifier.rules import DETAILS, JobContext, decide, sigmoid
+from agent.classifier.decision import decide
+from agent.classifier.evidence import evidence_of
+from agent.classifier.explain import DETAILS, explain
+from agent.classifier.jobs import JobContext
+from agent.classifier.rules import score
+from agent.classifier.scoring import sigmoid
 from agent.classifier.thresholds import DEFAULT_THRESHOLDS, SOURCES, Thresholds
 from agent.model import GpuSample, Verdict, WorkloadReport
 from agent.model.specs import spec_by_key
@@ -248,9 +253,12 @@ def test_scores_are_monotonic_logistic_steps() -> None:
 def test_decide_reports_only_known_detail_codes() -> None:
     engine = engine_for(job("j", [0], {"kind": "input_starved", "duration_s": 100, "duty": 0.5}))
     samples = list(engine.iter_trace(40, 1.0, start_ts=T0))
-    f = window_features(samples[-20:], samples, spec_by_key("h100-sxm"), DEFAULT_THRESHOLDS)
-    d = decide(f, JobContext(), DEFAULT_THRESHOLDS, None, 20)
-    assert d.cls == "input_starved" and d.detail in DETAILS
+    spec = spec_by_key("h100-sxm")
+    f = window_features(samples[-20:], samples, spec, DEFAULT_THRESHOLDS)
+    e = evidence_of(f, roofline(f, spec), JobContext(), 20, DEFAULT_THRESHOLDS)
+    rules = score(e, DEFAULT_THRESHOLDS)
+    d = decide(e, rules, DEFAULT_THRESHOLDS)
+    assert d.cls == "input_starved" and explain(d.cls, d, e, rules, DEFAULT_THRESHOLDS).detail in DETAILS
     assert set(d.scores) == {"idle", "compute_bound", "memory_bound", "input_starved", "communication_jittered", "latency_bound"}
 
 

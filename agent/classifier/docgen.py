@@ -1,7 +1,8 @@
 """Keeps the generated parts of ``docs/classification.md`` in step with the code.
 
-The thresholds table comes from :class:`Thresholds` and :data:`SOURCES`; the evaluation block
-from classifying the shipped labelled traces. A test fails when either is stale; regenerate with
+The thresholds table comes from :class:`Thresholds` and :data:`SOURCES`; the precedence table from
+:data:`agent.classifier.decision.PRECEDENCE`; the evaluation block from classifying the shipped
+labelled traces. A test fails when either is stale; regenerate with
 ``python -m agent.classifier.docgen --write``.
 """
 
@@ -13,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
+from agent.classifier.decision import PRECEDENCE
 from agent.classifier.engine import classify_samples
 from agent.classifier.evaluate import Evaluation, evaluate
 from agent.classifier.thresholds import DEFAULT_THRESHOLDS, SOURCES, Thresholds
@@ -29,6 +31,15 @@ def thresholds_table(t: Thresholds = DEFAULT_THRESHOLDS) -> str:
     for name, field in Thresholds.model_fields.items():
         kind, source = SOURCES[name]
         lines.append(f"| `{name}` | {getattr(t, name):g} | {field.description} | {kind} | {source} |")
+    return "\n".join(lines)
+
+
+def precedence_table() -> str:
+    """The order a window's class is decided in, as :data:`PRECEDENCE` holds it."""
+    lines = ["| step | gives | when | `precedence` says |", "|---:|---|---|---|"]
+    for i, step in enumerate(PRECEDENCE, 1):
+        gives = ", ".join(f"`{c}`" for c in step.gives.replace(" or ", ", ").split(", "))
+        lines.append(f"| {i} | {gives} | {step.when} | {step.why} |")
     return "\n".join(lines)
 
 
@@ -49,7 +60,7 @@ def render(text: str, blocks: dict[str, str]) -> str:
 def generated_blocks(evaluation: Callable[[Path], Evaluation] = labelled_evaluation) -> dict[str, str]:
     """The generated blocks; ``evaluation`` classifies a directory of traces (a test that has already
     classified them passes its own, so the same traces are not classified twice)."""
-    return {"thresholds": thresholds_table(), "evaluation": evaluation(LABELLED).table(),
+    return {"thresholds": thresholds_table(), "precedence": precedence_table(), "evaluation": evaluation(LABELLED).table(),
             "evaluation-published": evaluation(PUBLISHED).table()}
 
 

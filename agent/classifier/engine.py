@@ -16,48 +16,18 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator
 
-from agent.classifier.features import split_at_change, window_features
+from agent.classifier.decision import Decision, decide
+from agent.classifier.evidence import Evidence, gather
+from agent.classifier.explain import Explanation, explain
+from agent.classifier.hysteresis import Hysteresis
 from agent.classifier.peaks import spec_for_sample
-from agent.classifier.roofline import roofline, roofline_notes, with_reported_mfu
-from agent.classifier.jobs import job_contexts
-from agent.classifier.rules import Decision, JobContext, decide
+from agent.classifier.rules import score
 from agent.classifier.serving import serving_mbu, serving_view
 from agent.classifier.thresholds import DEFAULT_THRESHOLDS, Thresholds
-from agent.model import GpuSample, GpuSpec, Verdict, WindowFeatures
+from agent.model import GpuSample, GpuSpec, Verdict
+from agent.model.verdict import Reason
 
 SpecResolver = Callable[[GpuSample], "GpuSpec | None"]
-
-MIN_INTERVAL_S = 1e-3
-"""Shortest sampling interval the windows are sized by: a replayed trace may claim 5e-324 s, which
-made the expected sample count infinite (the reader refuses such traces too; this keeps the engine
-whole whatever it is fed)."""
-
-
-@dataclass
-class _Stabiliser:
-    """Hysteresis on the published class: a challenger must win several evaluations in a row."""
-
-    published: str | None = None
-    since: float = -math.inf
-    challenger: str | None = None
-    wins: int = 0
-
-    def update(self, raw: str, now: float, t: Thresholds) -> str:
-        if self.published is None or self.published == "unknown" or raw == "unknown":
-            # Nothing to defend, or nothing to judge with: report what this window says at once.
-            if raw != self.published:
-                self.published, self.since = raw, now
-            self.challenger, self.wins = None, 0
-            return raw
-        if raw == self.published:
-            self.challenger, self.wins = None, 0
-            return raw
-        self.wins = self.wins + 1 if raw == self.challenger else 1
-        self.challenger = raw
-        if self.wins >= t.confirm_evaluations and now - self.since >= t.min_dwell_s:
-            self.published, self.since = raw, now
-            self.challenger, self.wins = None, 0
-        return self.published
 
 
 @dataclass
@@ -68,11 +38,19 @@ class _Track:
     gpu: str
     spec: GpuSpec | None
     samples: collections.deque[GpuSample] = field(default_factory=collections.deque)
-    stabiliser: _Stabiliser = field(default_factory=_Stabiliser)
+    classes: Hysteresis = field(default_factory=Hysteresis)
+    """The published class."""
+    details: Hysteresis = field(default_factory=Hysteresis)
+    """The published detail, within the published class (started afresh when the class changes)."""
 
 
 class Classifier:
-    """Streaming classifier for any number of GPUs (and nodes)."""
+    """Streaming classifier for any number of GPUs (and nodes).
+
+    One evaluation is one pass per GPU: its evidence (agent.classifier.evidence), the rules' scores
+    (.rules), the class by precedence (.decision), hysteresis on the class, the explanation of the
+    published class (.explain), hysteresis on its detail, and the verdict.
+    """
 
     def __init__(self, thresholds: Thresholds = DEFAULT_THRESHOLDS, *, dtype: str | None = None,
                  spec_resolver: SpecResolver = spec_for_sample) -> None:
@@ -101,69 +79,55 @@ class Classifier:
     def evaluate(self, now: float) -> list[Verdict]:
         """A verdict for every GPU seen within the long window before ``now``."""
         t = self.thresholds
-        prepared = []
+        live = []
         for key, track in list(self._tracks.items()):
             while track.samples and track.samples[0].ts <= now - t.long_window_s:
                 track.samples.popleft()
             if not track.samples:
                 del self._tracks[key]
                 continue
-            long_window = [s for s in track.samples if s.ts <= now]
-            interval = min(max(_interval(long_window), MIN_INTERVAL_S), t.long_window_s)
-            span = max(t.window_s, 3.0 * interval)
-            window = [s for s in long_window if s.ts > now - span]
-            expected = max(1, round(span / interval))
-            start = now - span
-            recent = split_at_change(window, t.phase_change_jump)
-            if len(recent) < len(window):
-                window, expected = list(recent), max(1, expected - expected // 2)
-                start = window[0].ts - interval
-            features = with_reported_mfu(window_features(window, long_window, track.spec, t), track.spec, self.dtype)
-            prepared.append((track, window, features, expected, start))
+            live.append(track)
+        gathered = gather(live, now, t, self.dtype)
+        return [self._judge(track, window.samples, e, now, window.start) for track, window, e in gathered]  # type: ignore[arg-type]
 
-        contexts = job_contexts([(p[0], p[1], p[2]) for p in prepared])
-        verdicts = []
-        for track, window, features, expected, start in prepared:
-            job = contexts.get((track.node, track.gpu), JobContext())
-            decision = decide(features, job, t, track.stabiliser.published, expected)
-            published = track.stabiliser.update(decision.cls, now, t)
-            verdicts.append(self._verdict(track, window, features, job, decision, published, start, now))
-        return verdicts
-
-    def _verdict(self, track: _Track, window: list[GpuSample], features: WindowFeatures, job: JobContext,
-                 decision: Decision, published: str, start: float, now: float) -> Verdict:
+    def _judge(self, track: _Track, window: list[GpuSample], e: Evidence, now: float, start: float) -> Verdict:
+        """Score, decide, stabilise and explain one GPU's evidence into its verdict."""
         t = self.thresholds
-        if published != decision.cls:
-            # Held by hysteresis: say so, and score the published class as this window sees it.
-            reasons = (f"holding {published}: {decision.cls} must win {t.confirm_evaluations} evaluations in a row "
-                       f"to replace it",) + decision.reasons
-            confidence = round(decision.scores.get(published, 0.0) * features.valid_fraction * 0.5, 3)
-            detail = "none"  # the detail codes describe this window's class, not the held one
-        else:
-            reasons, confidence, detail = decision.reasons, decision.confidence, decision.detail
-        if features.workload is not None:
-            reasons += roofline_notes(features, track.spec, self.dtype)  # a report's unit error, said once
+        before = track.classes.published
+        rules = score(e, t, before)
+        decision = decide(e, rules, t)
+        published = track.classes.update(decision.cls, now, t, at_once=before == "unknown" or decision.cls == "unknown")
+        held = published != decision.cls
+        hold = track.classes.hold_phrase(decision.cls, t) if held else None
+        explanation = explain(published, decision, e, rules, t, hold)
+        if published != before:
+            track.details = Hysteresis()  # a new class starts its detail afresh (and its dwell from now)
+        detail = track.details.update(explanation.detail, now, t, at_once=published == "unknown")
+        notes: list[Reason] = []
+        if held:
+            notes.append(track.classes.holding(decision.cls, "", now, t))
+        if detail != explanation.detail:
+            notes.append(track.details.holding(explanation.detail, "detail ", now, t))
+        return self._verdict(track, window, e, decision, explanation, published, detail, tuple(notes), start, now)
+
+    def _verdict(self, track: _Track, window: list[GpuSample], e: Evidence, decision: Decision,
+                 explanation: Explanation, published: str, detail: str, notes: tuple[Reason, ...],
+                 start: float, now: float) -> Verdict:
+        t, f = self.thresholds, e.features
+        supporting = (*notes, *explanation.supporting, *decision.throttle.reasons, *e.notes)
         last = window[-1] if window else None
-        serving = serving_view(features.workload, track.spec, window, t, self.dtype)
+        serving = serving_view(f.workload, track.spec, window, t, self.dtype)
         return Verdict(
             node=track.node, gpu=track.gpu, uuid=last.uuid if last else None,
             window_start=round(start, 3), window_end=round(now, 3),
-            cls=published, detail=detail, confidence=confidence, throttled=decision.throttled,
-            throttle_severe=decision.throttle_severe, reasons=reasons, scores=decision.scores,
-            raw_class=decision.cls, roofline=serving_mbu(roofline(features, track.spec, self.dtype), serving), features=features,
-            job=job.job or (features.workload.job if features.workload else None), rank_skew=job.rank_skew, truth=last.label if last else None,
-            serving=serving, throttle_likely=decision.throttle_likely,
-            counters_suspect=decision.detail == "counters_disagree",
+            cls=published, detail=detail, confidence=explanation.confidence, throttled=decision.throttle.throttled,
+            throttle_severe=decision.throttle.severe, reasons=tuple(r.text for r in supporting), scores=decision.scores,
+            raw_class=decision.cls, roofline=serving_mbu(e.roofline, serving), features=f,
+            job=e.job.job or (f.workload.job if f.workload else None), rank_skew=e.job.rank_skew,
+            truth=last.label if last else None, serving=serving, throttle_likely=decision.throttle.likely,
+            counters_suspect=decision.rule == "counters_disagree", supporting=supporting,
+            opposing=explanation.opposing, precedence=explanation.precedence,
         )
-
-
-def _interval(samples: list[GpuSample]) -> float:
-    """The sampling interval: what the samples say, else the median gap between them."""
-    stated = [s.interval_s for s in samples[-10:] if s.interval_s]
-    if stated:
-        return sorted(stated)[len(stated) // 2]
-    gaps = [b.ts - a.ts for a, b in zip(samples[-11:], samples[-10:]) if b.ts > a.ts]
-    return sorted(gaps)[len(gaps) // 2] if gaps else 1.0
 
 
 class Grid:

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from agent.classifier.thresholds import Thresholds
-from agent.model import GpuSample, GpuSpec, WindowFeatures
+from agent.model import GpuSample, GpuSpec
 
 BLOCK_S = 5.0
 POWER_CV_SPAN_S = 60.0
@@ -129,9 +129,3 @@ def fabric_evidence(window: Sequence[GpuSample], long_window: Sequence[GpuSample
         working_power_ratio=math.fsum(working) / len(working) if working else None,
         power_cv=power_block_cv(long_window, spec),
     )
-
-
-def fabric_waits(f: WindowFeatures, t: Thresholds) -> float | None:
-    """Share of the window spent waiting on the fabric by power and fabric bytes; 0 when power does not
-    fall as fabric bytes rise (they do not take turns), None when the GPU gives no such evidence."""
-    return f.fabric_wait_fraction

@@ -16,7 +16,7 @@ import statistics
 from collections import Counter
 from typing import Sequence
 
-from agent.classifier.fabric import fabric_evidence
+from agent.classifier.fabric import FabricEvidence, fabric_evidence
 from agent.classifier.thresholds import Thresholds
 from agent.model import THROTTLE_REASON_MASK, Attribution, GpuSample, GpuSpec, WindowFeatures, specs
 
@@ -201,27 +201,17 @@ def allocation(attribution: Attribution | None) -> str | None:
     return f"job {attribution.job_id}" if attribution.job_id else None
 
 
-def split_at_change(window: Sequence[GpuSample], jump: float) -> Sequence[GpuSample]:
-    """The recent half of the window if the workload visibly changed between the halves.
-
-    A window that straddles a phase change averages two workloads into one that never ran
-    (idle + GEMM reads as a starved GEMM). When duty, tensor or DRAM activity differ by more
-    than ``jump`` between the halves, only the recent half describes the GPU now.
-    """
-    half = len(window) // 2
-    if half < 2:
-        return window
-    old, new = window[:half], window[half:]
-    for name in ("gr_active", "tensor_active", "dram_active", "mem_busy"):
-        a, b = _mean(_values(old, name)), _mean(_values(new, name))
-        if a is not None and b is not None and abs(a - b) > jump:
-            return new
-    return window
-
-
 def window_features(window: Sequence[GpuSample], long_window: Sequence[GpuSample], spec: GpuSpec | None,
                     t: Thresholds) -> WindowFeatures:
-    """Reduce one GPU's samples to features. ``window`` must be a suffix of ``long_window``."""
+    """Reduce one GPU's samples to features, its fabric evidence included. ``window`` must be a suffix of
+    ``long_window``. For callers outside an evaluation (selftest, tools); the classifier's evaluation
+    gathers the fabric evidence itself (agent.classifier.evidence) and calls :func:`features_with`."""
+    return features_with(window, long_window, spec, t, fabric_evidence(window, long_window, spec, t))
+
+
+def features_with(window: Sequence[GpuSample], long_window: Sequence[GpuSample], spec: GpuSpec | None,
+                  t: Thresholds, fabric: FabricEvidence) -> WindowFeatures:
+    """Reduce one GPU's samples to features, given the window's communication evidence."""
     n = len(window)
     valid = [s for s in window if s.gr_active is not None]
     duty = _mean([s.gr_active for s in valid])  # type: ignore[misc]
@@ -270,7 +260,6 @@ def window_features(window: Sequence[GpuSample], long_window: Sequence[GpuSample
     tensor_scaled = [s.tensor_active * f for s, f in zip(window, factors) if s.tensor_active is not None]
     reports = [s.workload for s in window if s.workload is not None]
     times, steps_inferred = step_times(long_window)
-    fabric = fabric_evidence(window, long_window, spec, t)
     step_cv, steps = step_statistics(times, t.steps_for_cv, t.min_steps)
     step_cv_long, steps_long = step_statistics(times, t.steps_for_cv_exit, t.min_steps)
     dtypes = [s.dtype for s in window if s.dtype is not None]

@@ -10,11 +10,29 @@ collective's wait from one GPU's own stall.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Protocol, Sequence
 
 from agent.classifier.fabric import pearson
-from agent.classifier.rules import JobContext
 from agent.model import GpuSample, WindowFeatures
+
+@dataclass(frozen=True, slots=True)
+class JobContext:
+    """Where this GPU stands among the ranks of its job (from peers visible in the same window)."""
+
+    job: str | None = None
+    ranks_seen: int = 1
+    rank_skew: float | None = None
+    """1 - this rank's compute share / the busiest rank's share."""
+    peer_skew: float | None = None
+    """Largest skew among the *other* ranks: high when this rank is the one they wait for."""
+    is_busiest: bool = False
+    step_spread: float | None = None
+    """(slowest - fastest) / mean of the job's ranks' mean reported step times in the window."""
+    lockstep: int = 1
+    """GPUs of this node (itself included) whose power rises and falls with this one's: one synchronous
+    job's ranks, even when none of them reports."""
+
 
 LOCKSTEP_R = 0.6
 """Power correlation between two GPUs of a node, over the window, that makes them one job's ranks."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 
 from agent.model import GpuSpec, Roofline, WindowFeatures
+from agent.model.verdict import Check, Reason
 
 DEFAULT_DTYPE = "bf16"
 
@@ -46,7 +47,7 @@ def _ratio(value: float | None, peak: float | None) -> float | None:
 
 
 def workload_utilisation(f: WindowFeatures, peak: float | None, bandwidth: float | None,
-                         dtype: str) -> tuple[float | None, float | None, tuple[str, ...]]:
+                         dtype: str) -> tuple[float | None, float | None, tuple[Reason, ...]]:
     """(MFU, MBU, reasons) from the job's own report; a figure past ``MAX_UTILISATION`` (infinite
     included) is ``None``, and a reason says which numbers made it, so a person can fix the units."""
     w = f.workload
@@ -69,8 +70,11 @@ def workload_utilisation(f: WindowFeatures, peak: float | None, bandwidth: float
     for name, value, made_of, roof in (("MFU", mfu, mfu_from, f"the dense {dtype} peak"),
                                        ("MBU", mbu, mbu_from, "the memory bandwidth")):
         if value is not None and not _plausible(value):
-            reasons.append(f"workload {name} unknown: {made_of} over world_size {world} is {value:.3g} x "
-                           f"{roof}, outside 0 to {MAX_UTILISATION:g}: a unit error in the job's report")
+            outside = (Check(f"workload_{name.lower()}", value, 0.0, "below") if value < 0.0
+                       else Check(f"workload_{name.lower()}", value, MAX_UTILISATION, "above"))
+            reasons.append(Reason(f"workload {name} unknown: {made_of} over world_size {world} is {value:.3g} x "
+                                  f"{roof}, outside 0 to {MAX_UTILISATION:g}: a unit error in the job's report",
+                                  (outside,)))
     return (mfu if mfu is not None and _plausible(mfu) else None,
             mbu if mbu is not None and _plausible(mbu) else None, tuple(reasons))
 
@@ -79,19 +83,15 @@ def _plausible(utilisation: float) -> bool:
     return 0.0 <= utilisation <= MAX_UTILISATION  # False for NaN and infinities too
 
 
-def with_reported_mfu(f: WindowFeatures, spec: GpuSpec | None, configured_dtype: str | None = None) -> WindowFeatures:
-    """The features with the job's own MFU filled in, for the rules of a GPU without a compute counter."""
+def measure(f: WindowFeatures, spec: GpuSpec | None,
+            configured_dtype: str | None = None) -> tuple[WindowFeatures, Roofline, tuple[Reason, ...]]:
+    """The window's roofline figures and the job's own, computed once: the features with the job's MFU
+    filled in (the stand-in for a missing compute counter), the :class:`Roofline`, and why a figure the job
+    reported is unknown (a unit error: said once, with the verdict's reasons)."""
     dtype = f.dtype or configured_dtype or DEFAULT_DTYPE
     peak = spec.peak_flops.get(dtype) if spec else None
-    mfu = workload_utilisation(f, peak, None, dtype)[0]
-    return f if mfu is None else dataclasses.replace(f, mfu_reported=mfu)
-
-
-def roofline_notes(f: WindowFeatures, spec: GpuSpec | None, configured_dtype: str | None = None) -> tuple[str, ...]:
-    """Why a workload figure of :func:`roofline` is unknown although the job reported one (empty when none is)."""
-    dtype = f.dtype or configured_dtype or DEFAULT_DTYPE
-    peak = spec.peak_flops.get(dtype) if spec else None
-    return workload_utilisation(f, peak, spec.mem_bandwidth_bytes_per_s if spec else None, dtype)[2]
+    mfu, mbu, notes = workload_utilisation(f, peak, spec.mem_bandwidth_bytes_per_s if spec else None, dtype)
+    return (f if mfu is None else dataclasses.replace(f, mfu_reported=mfu)), _roofline(f, spec, configured_dtype, mfu, mbu), notes
 
 
 def roofline(f: WindowFeatures, spec: GpuSpec | None, configured_dtype: str | None = None) -> Roofline:
@@ -101,6 +101,11 @@ def roofline(f: WindowFeatures, spec: GpuSpec | None, configured_dtype: str | No
     bf16 default, which is flagged as assumed. A dtype the GPU has no peak for gives no FLOP
     numbers rather than a peak borrowed from another precision.
     """
+    return measure(f, spec, configured_dtype)[1]
+
+
+def _roofline(f: WindowFeatures, spec: GpuSpec | None, configured_dtype: str | None,
+              mfu_workload: float | None, mbu_workload: float | None) -> Roofline:
     dtype = f.dtype or configured_dtype or DEFAULT_DTYPE
     assumed = f.dtype is None and configured_dtype is None
     peaks = spec.peak_flops if spec else {}
@@ -114,8 +119,6 @@ def roofline(f: WindowFeatures, spec: GpuSpec | None, configured_dtype: str | No
     achieved_bytes = f.dram_mean * bandwidth if f.dram_mean is not None and bandwidth else None
     intensity = achieved / achieved_bytes if achieved is not None and achieved_bytes else None
     ridge = spec.ridge_point(dtype) if spec else None
-
-    mfu_workload, mbu_workload, _ = workload_utilisation(f, peak, bandwidth, dtype)
     return Roofline(
         dtype=dtype,
         dtype_assumed=assumed,

@@ -1,4 +1,5 @@
-"""doctor: what each GPU's verdicts will rest on, from the counters its backend found readable.
+"""doctor: what each GPU's verdicts will rest on, from the counters its backend found readable, and the
+precedence by which the classes are decided.
 
 The same vocabulary as the ``basis`` label of ``roofwatch_gpu_workload_reason_info`` and the
 status page (:data:`agent.model.EVIDENCE_BASES`), predicted from capabilities before any verdict
@@ -13,6 +14,7 @@ from typing import Any, Iterator, Sequence
 from agent.backends.dcgm_exporter.backend import SOURCE as EXPORTER, DcgmExporterBackend
 from agent.backends.dcgm_exporter.exposition import GpuRecord
 from agent.backends.dcgm_exporter.join import DcgmExporterJoin
+from agent.classifier.decision import PRECEDENCE
 from agent.diagnostics.findings import Finding
 from agent.model import EVIDENCE_BASES, DeviceInfo
 
@@ -126,4 +128,17 @@ def basis_findings(backend: Any, devices: Sequence[DeviceInfo]) -> list[Finding]
         fix = "" if status == "ok" else _FIX.get(vendor, "")
         label = f"GPU {gpus[0]}" if len(gpus) == 1 else f"GPUs {', '.join(gpus)}"
         out.append(Finding("verdict basis", status, f"{label}: {what}", impact, fix))
+    if out:
+        out.append(precedence_finding())
     return out
+
+
+def precedence_finding() -> Finding:
+    """The order in which a window's class is decided (agent.classifier.decision): where a lower score wins,
+    this is why, and the verdict's ``precedence`` field names the step that took precedence."""
+    steps = "; ".join(f"{i}. {step.gives} if {step.why}" for i, step in enumerate(PRECEDENCE, 1))
+    return Finding("verdict precedence", "info",
+                   f"a class is decided in this order, not by the highest score: {steps}; then hysteresis keeps the "
+                   "published class. A verdict that is not its highest score names the step in its precedence field "
+                   '(e.g. "idle: no kernel ran; takes precedence over input_starved (score 0.953)"); each step\'s '
+                   "rule: docs/classification.md §2")

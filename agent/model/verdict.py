@@ -8,6 +8,7 @@ computes them (agent.classifier.features, .roofline, .engine) and nothing here d
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from agent.model.sample import WorkloadReport
 from agent.model.serving import ServingView
@@ -208,6 +209,55 @@ def _preferred(workload: float | None, counters: float | None) -> tuple[float | 
     return (counters, "counters") if counters is not None else (None, None)
 
 
+Direction = Literal["above", "below"]
+"""Which side of its threshold makes a figure evidence: ``above`` is ``value >= threshold``, ``below`` is
+``value < threshold``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """One comparison a reason rests on: the figure, the threshold it was compared with, and the side of it
+    that makes the figure evidence for what the reason says.
+
+    Carried beside the reason's words so a reader (a test, a view, a person) can see that the number a
+    reason gives is the number the rule compared, with the threshold the rule used (an exit level while the
+    class is held, the at-roof level where it applies), and which way it points."""
+
+    quantity: str
+    """What was compared: a window feature (``comm_wait_fraction``, ``step_cv``), a job figure (``rank_skew``)
+    or a derived one (``idle_share``, ``waiting``)."""
+    value: float
+    threshold: float
+    direction: Direction
+    setting: str | None = None
+    """The classifier setting the threshold comes from (docs/classification.md §5), when one does."""
+
+    @property
+    def holds(self) -> bool:
+        """Whether the value lies on the side of the threshold the reason claims."""
+        return self.value >= self.threshold if self.direction == "above" else self.value < self.threshold
+
+
+@dataclass(frozen=True, slots=True)
+class Reason:
+    """A sentence of a verdict's explanation and the comparisons behind its figures.
+
+    A reason without checks carries no figure compared with anything (a note: "host signals do not say
+    why", the counters a GPU lacks). A reason whose checks all hold is evidence for the verdict; one whose
+    checks do not is evidence against it, and is listed apart (``Verdict.against``)."""
+
+    text: str
+    checks: tuple[Check, ...] = ()
+
+    @property
+    def supports(self) -> bool:
+        return all(c.holds for c in self.checks)
+
+
+AGAINST = "against: "
+"""How an entry of ``Verdict.against`` begins, so no reader takes it for a reason."""
+
+
 @dataclass(frozen=True, slots=True)
 class Verdict:
     """What bounds one GPU now: the published (stabilised) class and the evidence behind it."""
@@ -238,6 +288,19 @@ class Verdict:
     """No clock-event reasons, but power at its limit with the clock held low while busy: likely power-capped."""
     counters_suspect: bool = False
     """This window's profiling duty contradicts the utilisation counter (detail ``counters_disagree``)."""
+    supporting: tuple[Reason, ...] = ()
+    """``reasons`` with the comparisons behind them (same order), where the classifier built them."""
+    opposing: tuple[Reason, ...] = ()
+    """Evidence this window holds that points away from the published class: shown apart as ``against``."""
+    precedence: str | None = None
+    """Why the published class stands although another class scores higher: the rule that took precedence
+    (``idle: no kernel ran; takes precedence over input_starved (score 0.953)``), or the
+    hysteresis that holds the class. None when the published class has the highest score."""
+
+    @property
+    def against(self) -> tuple[str, ...]:
+        """The evidence against the published class, each worded ``against: ...``."""
+        return tuple(AGAINST + r.text for r in self.opposing)
 
     @property
     def throttle(self) -> str:
@@ -272,6 +335,8 @@ class Verdict:
             },
             "job": self.job, "rank_skew": _round(self.rank_skew), "label": self.truth, "basis": self.basis,
             **({"serving": self.serving.to_json()} if self.serving is not None else {}),
+            **({"against": list(self.against)} if self.opposing else {}),
+            **({"precedence": self.precedence} if self.precedence is not None else {}),
         }
 
 
