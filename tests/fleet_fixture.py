@@ -18,7 +18,7 @@ previous one (end - 4h, end - 2h]. The jobs, current period:
 * west/w1 GPUs 0-3, ``ddp-d`` (alice, ns ml): communication-jittered (MFU 0.20) the first 30 min,
   then compute-bound (MFU 0.50): 2 wasted GPU-hours; GPU 2 leads the job's median tensor
   activity by 0.30 in the last 40 minutes (straggler), GpuJobStraggler fires the last 30 minutes.
-* west/w1 GPUs 4-7: no job, idle (idle capacity, not waste).
+* west/w1 GPUs 4-7: no job, idle, held by nobody (reason detail ``idle_free``): spare capacity, not waste.
 
 Series that change labels (the reason info) end without a staleness marker in a backfill, so
 Prometheus still sees them up to 5 minutes after they end; the tests allow for it there only.
@@ -101,7 +101,8 @@ def samples(end: float) -> list[tuple[str, float, int]]:
             out.append((f'roofwatch_gpu_info{{{lab},model="{g.model[0]}",spec="{g.model[1]}",vendor="nvidia"}}', 1, t))
             for c in WORKLOAD_CLASSES:
                 out.append((f'roofwatch_gpu_workload_class{{{lab},class="{c}"}}', 1 if c == cls else 0, t))
-            out.append((f'roofwatch_gpu_workload_reason_info{{{lab},class="{cls}",detail="{REASONS[cls]}",throttle="none"}}', 1, t))
+            detail = REASONS[cls] if g.job or cls != "idle" else "idle_free"  # nobody holds it: spare, not waste
+            out.append((f'roofwatch_gpu_workload_reason_info{{{lab},class="{cls}",detail="{detail}",throttle="none"}}', 1, t))
             out.append((f'roofwatch_gpu_energy_joules_total{{{lab}}}', energy[g.uuid], t))
             if mfu is not None:
                 source = "workload" if g.job == "train-a" else "counters"

@@ -51,21 +51,24 @@ class PrometheusServer:
     """
 
     def __init__(self, workdir: Path, targets: list[str], *, rule_files: list[Path] = (),
-                 target_labels: dict[str, dict[str, str]] | None = None, job_options: dict | None = None) -> None:
+                 target_labels: dict[str, dict[str, str]] | None = None, job_options: dict | None = None,
+                 config_text: str | None = None) -> None:
         """``target_labels`` maps a target to extra labels Prometheus attaches (say, a cluster);
-        ``job_options`` adds keys to the scrape job (``scheme``, ``tls_config``, ``basic_auth``)."""
+        ``job_options`` adds keys to the scrape job (``scheme``, ``tls_config``, ``basic_auth``);
+        ``config_text`` is a whole configuration used instead of all three (the shipped one, its targets
+        pointed at a test's agents)."""
         binary = shutil.which("prometheus")
         assert binary, "the prometheus server is required (Debian package 'prometheus'; ./dev.sh test installs it)"
         labels = target_labels or {}
         groups = [{"targets": [t], "labels": labels.get(t, {})} for t in targets]
         config = workdir / "prometheus.yml"
-        config.write_text(
+        config.write_text(config_text if config_text is not None else (
             "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
             f"rule_files: {json.dumps([str(p) for p in rule_files])}\n"
             "scrape_configs:\n"
             f"  - job_name: roofwatch\n    static_configs: {json.dumps(groups)}\n"
             + "".join(f"    {key}: {json.dumps(value)}\n" for key, value in (job_options or {}).items())
-        )
+        ))
         port = free_port()
         self.base = f"http://127.0.0.1:{port}"
         self.process = subprocess.Popen(

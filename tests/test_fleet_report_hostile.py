@@ -79,7 +79,7 @@ def _stream_big(sock, total: int) -> None:
     sock.sendall(b'{"metric":{},"value":[1,"1"]}]}}')
 
 
-BIG_QUERY = "sum by (cluster, model, spec, class)"
+BIG_QUERY = "sum by (cluster, model, spec, class, waste)"
 """The first section's query (GPU-hours by class of the whole fleet)."""
 NAN_VECTOR = [{"metric": {"cluster": "east", "model": "m", "spec": "s", "class": c}, "value": [AT, v]}
               for c, v in (("idle", "NaN"), ("compute_bound", "+Inf"), ("memory_bound", "-Inf"), ("unknown", "2.5"))]
@@ -219,7 +219,7 @@ def test_a_huge_answer_is_refused_and_named_while_the_report_renders(server, tmp
     assert BIG_QUERY in refused[0]["query"]
     page = (tmp_path / "f.html").read_text()
     assert "answer refused: larger than 8 MiB" in page and 'id="problems"' in page
-    assert 'id="waste-user"' in page or "No GPUs held in this period." in page, "later sections still render"
+    assert 'id="waste-user"' in page or "No GPUs held by a job in this period." in page, "later sections still render"
     assert embedded(page)["problems"] == data["problems"]
 
 
@@ -251,7 +251,8 @@ def test_every_legitimate_answer_fits_the_caps() -> None:
     one_point = len(b'[1795478400.123,"12345.678901234567"],')
     assert 16 * dcgm.MAX_POINTS * one_point * 4 < promapi.MAX_ANSWER_BYTES
     series = len(json.dumps({"metric": {"cluster": "east", "user": "a-long-user-name", "model": "NVIDIA H100 80GB HBM3",
-                                        "spec": "h100-sxm", "class": "communication_jittered"},
+                                        "spec": "h100-sxm", "class": "communication_jittered",
+                                        "waste": "communication_jittered"},
                              "value": [1795478400.123, "12345.678901234567"]}))
     assert promapi.MAX_SERIES * series < promapi.MAX_ANSWER_BYTES
 

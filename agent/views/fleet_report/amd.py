@@ -38,6 +38,7 @@ from agent.classifier.thresholds import Thresholds
 from agent.model import WORKLOAD_CLASSES, GpuSample
 from agent.views.fleet_report.data import Prices, Problem, group_rows, skipped_text
 from agent.model.indexes import gpu_order, index_value
+from agent.model.waste import waste_of
 from agent.views.fleet_report.dcgm import Progress, dcgm_slices, dcgm_step, listed, ranged
 from agent.views.fleet_report.promapi import PromClient
 from agent.views.fleet_report.promql import any_of, equals, string
@@ -129,7 +130,7 @@ def collect_amd(client: PromClient, window: Window, *, cluster: str | None, thre
             samples.append(GpuSample(ts=ts, gpu=key[2], node=key[1] or "unknown", uuid=_uuid(record, key), vendor="amd",
                                      model=device_model(record), interval_s=float(step), **values))
     progress(f"amd: classifying {len(samples)} samples")
-    per: dict[Key, dict[str, Any]] = {k: {"hours": Counter(), "details": Counter(), "mfu": []} for k in keys}
+    per: dict[Key, dict[str, Any]] = {k: {"hours": Counter(), "waste": Counter(), "details": Counter(), "mfu": []} for k in keys}
     by_node_gpu = {(k[1] or "unknown", k[2]): k for k in keys}
     resolver = lambda s: specs.get((s.node, s.gpu))  # noqa: E731 - the partition's share, as the agent holds it
     for verdict in classify_samples(samples, thresholds, spec_resolver=resolver):
@@ -137,6 +138,7 @@ def collect_amd(client: PromClient, window: Window, *, cluster: str | None, thre
         if key is None:
             continue
         per[key]["hours"][verdict.cls] += step / 3600.0
+        per[key]["waste"][(verdict.cls, waste_of(verdict).label)] += step / 3600.0
         per[key]["details"][(verdict.cls, verdict.detail)] += step / 3600.0
         if verdict.roofline.mfu is not None and verdict.cls != "idle":
             per[key]["mfu"].append(verdict.roofline.mfu)
@@ -146,8 +148,8 @@ def collect_amd(client: PromClient, window: Window, *, cluster: str | None, thre
         spent: Counter = acc["hours"]
         record = _record(labels, {}, {})
         model = device_model(record)
-        for cls in WORKLOAD_CLASSES:
-            rows.append(({"cluster": key[0], "class": cls, "model": model, "spec": ""}, spent.get(cls, 0.0)))
+        for (cls, waste), spent_h in sorted(acc["waste"].items()):  # waste as agent.model.waste gives it
+            rows.append(({"cluster": key[0], "class": cls, "waste": waste, "model": model, "spec": ""}, spent_h))
         top = acc["details"].most_common(1)
         profiled = any(k.startswith(PROFILER) for ts in plain[key].values() for k in ts)
         table.append({"node": key[1], "gpu": key[2], "uuid": _uuid(record, key), "model": model,

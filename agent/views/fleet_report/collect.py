@@ -21,6 +21,8 @@ from agent.views.fleet_report.window import Window
 from agent.views.palette import MFU_TARGET
 
 Progress = Callable[[str], None]
+NO_NAMESPACES = ("No GPU was held by a Kubernetes pod in this period (no roofwatch_gpu_pod_info): expected for GPUs "
+                 "outside Kubernetes. Their waste is counted in the cluster table, and by user where a job holds them.")
 
 
 class Unreachable(Exception):
@@ -44,6 +46,9 @@ class FleetReport:
     jobs: list[Group] = field(default_factory=list)
     mfu: dict[str, object] = field(default_factory=dict)
     stragglers: list[dict[str, object]] = field(default_factory=list)
+    """GPUs that led their job's median tensor activity (jobs of at least queries.STRAGGLER_MIN_GPUS GPUs)."""
+    named_stragglers: list[dict[str, object]] = field(default_factory=list)
+    """GPUs the classifier named their job's straggler (detail ``straggler``: the status page's rule)."""
     jitter: list[dict[str, object]] = field(default_factory=list)
     alerts: list[dict[str, object]] = field(default_factory=list)
     energy: dict[str, object] = field(default_factory=dict)
@@ -51,6 +56,8 @@ class FleetReport:
     dcgm: dict[str, object] | None = None
     amd: dict[str, object] | None = None
     problems: list[Problem] = field(default_factory=list)
+    notes: dict[str, str] = field(default_factory=dict)
+    """Sections empty for an expected reason (no namespaces outside Kubernetes): said on the page, not problems."""
     queries: int = 0
     deadline_s: float | None = None
     """The command's ``--deadline`` (None: not run by the command)."""
@@ -75,6 +82,7 @@ class FleetReport:
             "clusters": [g.to_json() for g in self.fleet], "held_by_cluster": [g.to_json() for g in self.held],
             "users": [g.to_json() for g in self.users], "namespaces": [g.to_json() for g in self.namespaces],
             "jobs": [g.to_json() for g in self.jobs], "mfu": self.mfu, "stragglers": self.stragglers,
+            "named_stragglers": self.named_stragglers, "notes": self.notes,
             "jitter": self.jitter, "alerts": self.alerts, "energy": self.energy, "dcgm": self.dcgm, "amd": self.amd,
             "problems": [p.to_json() for p in self.problems],
         })
@@ -96,15 +104,19 @@ def finite(value: Any) -> Any:
 
 
 def _totals(fleet: list[Group], held: list[Group], energy: dict[str, object], mfu: dict[str, object]) -> dict[str, object]:
+    """The headline numbers. Waste is counted over every GPU (agent.model.waste: a GPU a process holds is
+    wasted while idle whether or not a job names it), ``held_gpu_hours`` over the GPUs a job held."""
     useful = sum(g.useful for g in fleet)
     kwh = energy.get("kwh")
     return {
         "gpu_hours": round(sum(g.total for g in fleet), 6),
         "gpu_hours_by_class": {c: round(sum(g.hours.get(c, 0.0) for g in fleet), 6) for c in (fleet[0].hours if fleet else {})},
         "held_gpu_hours": round(sum(g.total for g in held), 6),
-        "wasted_gpu_hours": round(sum(g.wasted for g in held), 6),
-        "idle_allocated_gpu_hours": round(sum(g.hours.get("idle", 0.0) for g in held), 6),
-        "wasted_cost_usd": round(sum(g.wasted_cost for g in held), 4),
+        "waste_measure": "windows",
+        "wasted_gpu_hours": round(sum(g.wasted for g in fleet), 6),
+        "idle_allocated_gpu_hours": round(sum(g.idle_allocated for g in fleet), 6),
+        "spare_gpu_hours": round(sum(g.spare for g in fleet), 6),
+        "wasted_cost_usd": round(sum(g.wasted_cost for g in fleet), 4),
         "cost_usd": round(sum(g.cost for g in fleet), 4),
         "useful_gpu_hours": round(useful, 6),
         "mfu_mean": mfu.get("mean"),
@@ -161,8 +173,8 @@ def collect(client: PromClient, window: Window, *, cluster: str | None, prices: 
     report.users = group_rows(rows(users), ("cluster", "user"), prices)
     report.held = group_rows(rows(users), ("cluster",), prices)
     namespaces = run.instant("Waste by namespace", q.class_hours_by_namespace(), window.end)
-    if namespaces == []:
-        run.missing("Waste by namespace", "no roofwatch_gpu_pod_info (GPUs outside Kubernetes)", q.class_hours_by_namespace())
+    if namespaces == []:  # expected outside Kubernetes: a note, not a problem (a failed query still is one)
+        report.notes["Waste by namespace"] = NO_NAMESPACES
     report.namespaces = group_rows(rows(namespaces), ("cluster", "namespace"), prices)
     _jobs(run, q, report, window)
     _mfu(run, q, report, window)
@@ -226,6 +238,11 @@ def _incidents(run: _Runner, q: Queries, report: FleetReport, window: Window) ->
     hours = run.instant("Stragglers", q.straggler_hours(), window.end)
     peaks = {tuple(s.labels.get(k, "") for k in ("cluster", "job_id", "node", "gpu")): s.value
              for s in run.instant("Stragglers", q.straggler_peak(), window.end) or []}
+    named = run.instant("Stragglers", q.classifier_straggler_hours(), window.end)
+    report.named_stragglers = sorted(({"cluster": s.labels.get("cluster", ""), "job_id": s.labels.get("job_id", ""),
+                                       "node": s.labels.get("node", ""), "gpu": s.labels.get("gpu", ""),
+                                       "hours": round(s.value, 6)} for s in named or [] if s.value > 0),
+                                     key=lambda r: -float(r["hours"]))
     report.stragglers = sorted(({"cluster": s.labels.get("cluster", ""), "job_id": s.labels.get("job_id", ""),
                                  "node": s.labels.get("node", ""), "gpu": s.labels.get("gpu", ""),
                                  "hours": round(s.value, 6),

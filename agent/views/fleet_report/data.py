@@ -1,10 +1,11 @@
-"""The report's numbers as plain data: GPU-hours per class per group, their cost, and the
-definitions that turn classes into "wasted" and "useful" (docs/fleet-report.md).
+"""The report's numbers as plain data: GPU-hours per class and per kind of waste per group, their cost,
+and the definitions that turn classes into "wasted" and "useful" (docs/fleet-report.md).
 
-* **wasted** GPU-hours: hours a job held a GPU while roofwatch classified it ``idle`` (nothing ran:
-  idle-but-allocated), ``input_starved`` (waiting on its data) or ``communication_jittered``
-  (waiting on its peers). Whole verdict windows count, so this is an upper bound of the time not
-  computing; the idle-allocated part alone is a lower bound.
+* **wasted** GPU-hours: agent/model/waste.py's waste, the one definition every view counts by: hours a
+  GPU was idle while someone held it (a process's memory or the scheduler's allocation: ``idle_held``,
+  the idle-allocated hours), input-starved or communication-jittered. An idle GPU nobody held is
+  ``spare`` capacity. Measured in whole verdict windows (``MEASURES["windows"]``): an upper bound of the
+  time lost; the idle-allocated part alone is a lower bound.
 * **useful** GPU-hours: ``compute_bound``, ``memory_bound`` and ``latency_bound`` (kernels ran and a
   roof or the launch rate bounded them). ``unknown`` is neither.
 * **cost**: GPU-hours x the $/GPU-hour of the GPU's model (``--cost-per-gpu-hour``).
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from agent.model import WORKLOAD_CLASSES
-from agent.views.palette import WASTED_CLASSES
+from agent.model.waste import NOT_WASTED, SPARE, WASTE_KINDS, WASTE_LABELS
 
 USEFUL_CLASSES = ("compute_bound", "memory_bound", "latency_bound")
 DEFAULT_COST_PER_GPU_HOUR = 2.0
@@ -66,15 +67,20 @@ class Group:
     key: dict[str, str]
     hours: dict[str, float] = field(default_factory=lambda: dict.fromkeys(WORKLOAD_CLASSES, 0.0))
     cost_per_class: dict[str, float] = field(default_factory=lambda: dict.fromkeys(WORKLOAD_CLASSES, 0.0))
+    waste_hours: dict[str, float] = field(default_factory=lambda: dict.fromkeys(WASTE_LABELS, 0.0))
+    """GPU-hours per ``waste`` label (agent.model.waste.WASTE_LABELS): the kinds of waste, spare, none."""
+    waste_cost: dict[str, float] = field(default_factory=lambda: dict.fromkeys(WASTE_LABELS, 0.0))
     models: set[str] = field(default_factory=set)
     assumed_price: bool = False
     mfu: float | None = None
     reasons: list[dict[str, object]] = field(default_factory=list)
 
-    def add(self, cls: str, hours: float, model: str, spec: str, prices: Prices) -> None:
+    def add(self, cls: str, hours: float, model: str, spec: str, prices: Prices, waste: str = NOT_WASTED) -> None:
         rate, configured = prices.rate(model, spec)
         self.hours[cls] = self.hours.get(cls, 0.0) + hours
         self.cost_per_class[cls] = self.cost_per_class.get(cls, 0.0) + hours * rate
+        self.waste_hours[waste] = self.waste_hours.get(waste, 0.0) + hours
+        self.waste_cost[waste] = self.waste_cost.get(waste, 0.0) + hours * rate
         if model:
             self.models.add(model)
         self.assumed_price |= not configured and hours > 0
@@ -85,7 +91,17 @@ class Group:
 
     @property
     def wasted(self) -> float:
-        return sum(self.hours.get(c, 0.0) for c in WASTED_CLASSES)
+        return sum(self.waste_hours.get(k, 0.0) for k in WASTE_KINDS)
+
+    @property
+    def idle_allocated(self) -> float:
+        """Idle while held (``idle_held``): the lower bound of the time wasted."""
+        return self.waste_hours.get("idle_held", 0.0)
+
+    @property
+    def spare(self) -> float:
+        """Idle and held by nobody: capacity, not waste."""
+        return self.waste_hours.get(SPARE, 0.0)
 
     @property
     def useful(self) -> float:
@@ -93,7 +109,7 @@ class Group:
 
     @property
     def wasted_cost(self) -> float:
-        return sum(self.cost_per_class.get(c, 0.0) for c in WASTED_CLASSES)
+        return sum(self.waste_cost.get(k, 0.0) for k in WASTE_KINDS)
 
     @property
     def cost(self) -> float:
@@ -101,7 +117,8 @@ class Group:
 
     def to_json(self) -> dict[str, object]:
         return {**self.key, "hours": {k: round(v, 6) for k, v in self.hours.items()}, "total_hours": round(self.total, 6),
-                "wasted_hours": round(self.wasted, 6), "idle_allocated_hours": round(self.hours.get("idle", 0.0), 6),
+                "wasted_hours": round(self.wasted, 6), "idle_allocated_hours": round(self.idle_allocated, 6),
+                "spare_hours": round(self.spare, 6), "waste_hours": {k: round(v, 6) for k, v in self.waste_hours.items()},
                 "useful_hours": round(self.useful, 6), "cost_usd": round(self.cost, 4),
                 "wasted_cost_usd": round(self.wasted_cost, 4), "models": sorted(self.models),
                 "assumed_price": self.assumed_price, "mfu": None if self.mfu is None else round(self.mfu, 6),
@@ -109,13 +126,14 @@ class Group:
 
 
 def group_rows(rows: Iterable[tuple[dict[str, str], float]], keys: tuple[str, ...], prices: Prices) -> list[Group]:
-    """Rows of ``(labels, hours)`` (labels carry ``class``, ``model``, ``spec``) summed into one
+    """Rows of ``(labels, hours)`` (labels carry ``class``, ``waste``, ``model``, ``spec``) summed into one
     Group per value of ``keys``, most wasted cost first."""
     groups: dict[tuple[str, ...], Group] = {}
     for labels, hours in rows:
         ident = tuple(labels.get(k, "") for k in keys)
         group = groups.setdefault(ident, Group(key=dict(zip(keys, ident))))
-        group.add(labels.get("class", "unknown"), hours, labels.get("model", ""), labels.get("spec", ""), prices)
+        group.add(labels.get("class", "unknown"), hours, labels.get("model", ""), labels.get("spec", ""), prices,
+                  labels.get("waste", NOT_WASTED))
     return sorted(groups.values(), key=lambda g: (-g.wasted_cost, -g.wasted, tuple(g.key.values())))
 
 

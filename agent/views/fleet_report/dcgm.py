@@ -27,6 +27,7 @@ from agent.classifier.engine import classify_samples
 from agent.classifier.thresholds import Thresholds
 from agent.model import WORKLOAD_CLASSES, GpuSample
 from agent.model.indexes import gpu_order
+from agent.model.waste import waste_of
 from agent.views.fleet_report.data import Prices, Problem, group_rows, skipped_text
 from agent.views.fleet_report.promapi import Answer, PromClient, PromError
 from agent.views.fleet_report.promql import any_of, equals
@@ -151,13 +152,14 @@ def collect_dcgm(client: PromClient, window: Window, *, cluster: str | None, thr
             absent.append(name)
     samples = [_sample(gpus[u], ts, fields, step) for u in uuids for ts, fields in sorted(values[u].items())]
     progress(f"dcgm: classifying {len(samples)} samples")
-    per_gpu: dict[str, dict[str, Any]] = {u: {"hours": Counter(), "details": Counter(), "mfu": []} for u in uuids}
+    per_gpu: dict[str, dict[str, Any]] = {u: {"hours": Counter(), "waste": Counter(), "details": Counter(), "mfu": []} for u in uuids}
     by_node_gpu = {(gpus[u].get("Hostname", ""), gpus[u].get("gpu", "")): u for u in uuids}
     for verdict in classify_samples(samples, thresholds):
         u = by_node_gpu.get((verdict.node, verdict.gpu))
         if u is None:
             continue
         per_gpu[u]["hours"][verdict.cls] += step / 3600.0
+        per_gpu[u]["waste"][(verdict.cls, waste_of(verdict).label)] += step / 3600.0
         per_gpu[u]["details"][(verdict.cls, verdict.detail)] += step / 3600.0
         if verdict.roofline.mfu is not None and verdict.cls != "idle":
             per_gpu[u]["mfu"].append(verdict.roofline.mfu)
@@ -165,9 +167,9 @@ def collect_dcgm(client: PromClient, window: Window, *, cluster: str | None, thr
     for u in uuids:
         labels, acc = gpus[u], per_gpu[u]
         spent: Counter = acc["hours"]
-        for cls in WORKLOAD_CLASSES:
-            rows.append(({"cluster": labels.get("cluster", ""), "class": cls, "model": labels.get("modelName", ""),
-                          "spec": ""}, spent.get(cls, 0.0)))
+        for (cls, waste), spent_h in sorted(acc["waste"].items()):  # waste as agent.model.waste gives it
+            rows.append(({"cluster": labels.get("cluster", ""), "class": cls, "waste": waste,
+                          "model": labels.get("modelName", ""), "spec": ""}, spent_h))
         top = acc["details"].most_common(1)
         table.append({"node": labels.get("Hostname", ""), "gpu": labels.get("gpu", ""), "uuid": u,
                       "model": labels.get("modelName", ""), "namespace": labels.get("namespace", ""),

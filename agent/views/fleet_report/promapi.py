@@ -31,11 +31,11 @@ from agent.model.text import printable
 
 # What a legitimate answer can hold, worked out from the queries (queries.py, dcgm.py):
 # * --source roofwatch sends instant queries only (one point per series), every one an aggregate:
-#   the widest are the waste tables, ``sum by (cluster, user|namespace, model, spec, class)``,
-#   7 classes per (cluster, user, model); the MFU histogram is at most 101 buckets; jobs and
-#   incidents are ``topk(--top)`` on the server (the job detail: --top jobs x models x 7 classes).
-#   MAX_SERIES allows 2,800 (cluster, user, model) rows of 7 classes, some 5x a 500-user fleet on
-#   two GPU models in one cluster.
+#   the widest are the waste tables, ``sum by (cluster, user|namespace, model, spec, class, waste)``,
+#   8 (class, waste) pairs per (cluster, user, model) (idle is held or spare); the MFU histogram is at
+#   most 101 buckets; jobs and incidents are ``topk(--top)`` on the server (the job detail: --top jobs
+#   x models x 8 pairs). MAX_SERIES allows 2,500 (cluster, user, model) rows of 8, some 5x a 500-user
+#   fleet on two GPU models in one cluster.
 # * --source dcgm lists its GPUs in one instant query (a series per GPU and pod in the period), then
 #   reads each field as range queries over batches of 16 GPUs (``max by (UUID)``: 16 series) and
 #   slices of at most 1440 steps (dcgm.MAX_POINTS): 16 x 1440 = 23,040 points, a quarter of MAX_POINTS.

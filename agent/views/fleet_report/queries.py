@@ -9,18 +9,31 @@ point counts one GPU present for one step, so a GPU that joined halfway counts h
 
 What each query returns is bounded by what it groups by (clusters, models, classes, users,
 namespaces) or by ``topk`` on the server (jobs, stragglers), never one series per GPU.
+
+Waste is agent/model/waste.py's, written in PromQL by :meth:`Queries.waste_classes`: every class
+series gets a ``waste`` label (a value of ``WASTE_LABELS``), so each table counts the GPU-hours of
+each kind of waste beside those of each class, from the same one query.
 """
 
 from __future__ import annotations
 
+from agent.model.waste import NOT_WASTED, SPARE, SPARE_DETAIL, WASTE_KINDS, WASTED_CLASSES
 from agent.views.fleet_report.promql import equals, regex_of, string
 from agent.views.fleet_report.window import Window
 
 KEY = "cluster, node, gpu, uuid"
 ON = f"on ({KEY})"
-WASTED_RE = "idle|input_starved|communication_jittered"
+IDLE = "idle"
+"""The one wasted class whose GPUs are wasted only when held (agent.model.waste.waste_of)."""
+SELF_NAMED = tuple(c for c in WASTED_CLASSES if c != IDLE)
+"""The wasted classes that are always waste, each its own kind: input_starved, communication_jittered."""
+HELD_IDLE = next(k for k in WASTE_KINDS if k not in WASTED_CLASSES)
+"""The kind of an idle GPU someone holds: idle_held."""
 STRAGGLER_LEAD = 0.15
 """roofwatch:alert_threshold:straggler_lead_ratio in deploy/prometheus/roofwatch-rules.yml."""
+STRAGGLER_MIN_GPUS = 3
+"""GpuJobStraggler's ``roofwatch_job:gpus:count >= 3``: a lead over the job's median needs three ranks (with
+two, the median is their mean and the faster one leads it by half their gap)."""
 JITTER_SHARE = 0.5
 """roofwatch:alert_threshold:comm_jittered_ratio in the same file."""
 ALERT_NAMES = ("GpuJobStraggler", "GpuJobCommunicationJitter", "GpuIdleAllocated", "GpuInputStarved", "LowMFU")
@@ -35,10 +48,11 @@ class Queries:
         self.top = top
 
     def sel(self, metric: str, **matchers: str) -> str:
-        """``metric{cluster="C", name="value", name=~"regex"}``; a value starting with ``~`` is a regex."""
-        items = [("cluster", self.cluster)] if self.cluster is not None else []
-        items += list(matchers.items())
-        parts = [f"{k}=~{string(v[1:])}" if v.startswith("~") else equals(k, v) for k, v in items]
+        """``metric{cluster="C", name="value", name=~"regex", name!~"regex"}``: a matcher value starting with ``~``
+        is a regex, with ``!`` one it must not match (``--cluster`` is always a plain value)."""
+        parts = [equals("cluster", self.cluster)] if self.cluster is not None else []
+        parts += [f"{k}=~{string(v[1:])}" if v.startswith("~") else f"{k}!~{string(v[1:])}" if v.startswith("!")
+                  else equals(k, v) for k, v in matchers.items()]
         return metric + ("{" + ",".join(parts) + "}" if parts else "")
 
     # -- joins ----------------------------------------------------------------------------------
@@ -52,8 +66,23 @@ class Queries:
     def _namespace(self) -> str:
         return f"{ON} group_left (namespace) max by ({KEY}, namespace) ({self.sel('roofwatch_gpu_pod_info')})"
 
-    def _classes(self, wasted_only: bool = False) -> str:
-        return self.sel("roofwatch_gpu_workload_class", **({"class": "~" + WASTED_RE} if wasted_only else {}))
+    def waste_classes(self, wasted_only: bool = False) -> str:
+        """``roofwatch_gpu_workload_class`` with a ``waste`` label as agent.model.waste.waste_of gives it: an idle
+        GPU is ``idle_held`` unless its reason series says ``idle_free`` (``spare``), input-starved and
+        comm-jittered GPUs are their own kind, every other class ``none``; ``wasted_only`` keeps the kinds of
+        waste alone. Agents also export this as the ``waste`` label of roofwatch_gpu_workload_reason_info; the
+        report derives it from class and detail by the same rule instead, so that agents older than the label
+        count the same, and no query joins on a label that changes with the verdict (in a store without
+        staleness markers, a backfill, the old and new value overlap and such a join fails many-to-many)."""
+        cls = "roofwatch_gpu_workload_class"
+        free = f"{ON} {self.sel('roofwatch_gpu_workload_reason_info', **{'class': IDLE, 'detail': SPARE_DETAIL})}"
+        idle = self.sel(cls, **{"class": IDLE})
+        parts = [_labelled(f"{idle} unless {free}", HELD_IDLE),
+                 f'label_replace({self.sel(cls, **{"class": "~" + regex_of(SELF_NAMED)})}, "waste", "$1", "class", "(.*)")']
+        if not wasted_only:
+            parts += [_labelled(f"{idle} and {free}", SPARE),
+                      _labelled(self.sel(cls, **{"class": "!" + regex_of(WASTED_CLASSES)}), NOT_WASTED)]
+        return "(" + " or ".join(parts) + ")"
 
     def _hours(self, inner: str, by: str) -> str:
         return f"sum by ({by}) (sum_over_time(({inner}){self.w.subquery()})) * {self.w.hours_per_point():.10g}"
@@ -61,26 +90,26 @@ class Queries:
     # -- tables -----------------------------------------------------------------------------------
     def class_hours_fleet(self) -> str:
         """GPU-hours per class of every GPU, held or not, by cluster and model."""
-        return self._hours(f"{self._classes()} * {self._model()}", "cluster, model, spec, class")
+        return self._hours(f"{self.waste_classes()} * {self._model()}", "cluster, model, spec, class, waste")
 
     def class_hours_by_user(self) -> str:
         """GPU-hours per class of GPUs a job held, by cluster, user and model."""
-        return self._hours(f"{self._classes()} * {self._job()} * {self._model()}", "cluster, user, model, spec, class")
+        return self._hours(f"{self.waste_classes()} * {self._job()} * {self._model()}", "cluster, user, model, spec, class, waste")
 
     def class_hours_by_namespace(self) -> str:
         """GPU-hours per class of GPUs a Kubernetes pod held, by cluster, namespace and model."""
-        return self._hours(f"{self._classes()} * {self._namespace()} * {self._model()}",
-                           "cluster, namespace, model, spec, class")
+        return self._hours(f"{self.waste_classes()} * {self._namespace()} * {self._model()}",
+                           "cluster, namespace, model, spec, class, waste")
 
     def worst_jobs(self) -> str:
         """The ``top`` jobs by wasted GPU-hours (ranked on the server)."""
-        inner = self._hours(f"{self._classes(wasted_only=True)} * {self._job()} * {self._model()}",
+        inner = self._hours(f"{self.waste_classes(wasted_only=True)} * {self._job()} * {self._model()}",
                             "cluster, job_id, user, model, spec")
         return f"topk({self.top}, {inner})"
 
     def class_hours_of_jobs(self, jobs: list[str]) -> str:
-        return self._hours(f"{self._classes()} * {self._job(jobs)} * {self._model()}",
-                           "cluster, job_id, user, model, spec, class")
+        return self._hours(f"{self.waste_classes()} * {self._job(jobs)} * {self._model()}",
+                           "cluster, job_id, user, model, spec, class, waste")
 
     def reasons_of_jobs(self, jobs: list[str]) -> str:
         """GPU-hours per published class and detail code (roofwatch_gpu_workload_reason_info)."""
@@ -114,15 +143,27 @@ class Queries:
                 f"sum by (cluster, job_id) (count_over_time({inner}{sub}))")
 
     # -- incidents --------------------------------------------------------------------------------
+    def _lead(self) -> str:
+        """A GPU's lead over its job's median tensor activity while above the alert threshold, in jobs of at
+        least :data:`STRAGGLER_MIN_GPUS` GPUs (counted from roofwatch_gpu_job_info, as the rule counts them)."""
+        size = f"count by (cluster, job_id) ({self.sel('roofwatch_gpu_job_info')}) >= {STRAGGLER_MIN_GPUS}"
+        return (f"({self.sel('roofwatch:gpu_straggler_lead:ratio')} > {STRAGGLER_LEAD} "
+                f"and on (cluster, job_id) ({size}))")
+
     def straggler_hours(self) -> str:
         """Hours each GPU led its job's median tensor activity by more than the alert threshold."""
-        lead = f"({self.sel('roofwatch:gpu_straggler_lead:ratio')} > {STRAGGLER_LEAD})"
-        inner = f"sum by (cluster, job_id, node, gpu) (count_over_time({lead}{self.w.subquery()}))"
+        inner = f"sum by (cluster, job_id, node, gpu) (count_over_time({self._lead()}{self.w.subquery()}))"
         return f"topk({self.top}, {inner} * {self.w.hours_per_point():.10g})"
 
     def straggler_peak(self) -> str:
-        lead = f"({self.sel('roofwatch:gpu_straggler_lead:ratio')} > {STRAGGLER_LEAD})"
-        return f"topk({self.top}, max by (cluster, job_id, node, gpu) (max_over_time({lead}{self.w.subquery()})))"
+        return f"topk({self.top}, max by (cluster, job_id, node, gpu) (max_over_time({self._lead()}{self.w.subquery()})))"
+
+    def classifier_straggler_hours(self) -> str:
+        """Hours each GPU's verdict named it its job's straggler (detail ``straggler``: the classifier's rule, the
+        one the status page and ``top`` show), by job: a job of two GPUs has them too."""
+        named = self.sel("roofwatch_gpu_workload_reason_info", **{"class": "communication_jittered", "detail": "straggler"})
+        inner = self._hours(f"max by ({KEY}) ({named}) * {self._job()}", "cluster, job_id, node, gpu")
+        return f"topk({self.top}, {inner})"
 
     def jitter_hours(self) -> str:
         """Hours more than half of a job's GPUs were communication-jittered."""
@@ -141,3 +182,8 @@ class Queries:
         """Energy by cluster over the window, from the agents' energy counters."""
         return (f"sum by (cluster) (increase({self.sel('roofwatch_gpu_energy_joules_total')}"
                 f"[{self.w.range_s}s])) / 3.6e6")
+
+
+def _labelled(expr: str, waste: str) -> str:
+    """``expr`` with the label ``waste="<waste>"`` added to every series."""
+    return f'label_replace({expr}, "waste", {string(waste)}, "class", ".*")'

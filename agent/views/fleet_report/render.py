@@ -13,11 +13,16 @@ import math
 import time
 
 from agent import __version__
+from agent.classifier.thresholds import Thresholds
+from agent.model.waste import MEASURES
 from agent.views.fleet_report.collect import FleetReport, finite
 from agent.views.fleet_report.data import DEFAULT_COST_PER_GPU_HOUR, USEFUL_CLASSES
-from agent.views.fleet_report.render_tables import class_table, hours, incidents_table, jobs_table, usd, waste_table
+from agent.views.fleet_report.queries import STRAGGLER_LEAD, STRAGGLER_MIN_GPUS
+from agent.views.fleet_report.render_tables import (WASTE_COLUMNS, class_table, hours, incidents_table, jobs_table, usd,
+                                                    waste_table)
+from agent.views.fleet_report.window import span_text
 from agent.views.html_parts import page, pct
-from agent.views.palette import MFU_TARGET, WASTED_CLASSES, class_label, mfu_colour
+from agent.views.palette import MFU_TARGET, class_label, mfu_colour
 from agent.views.svg import LinearScale, esc, line, num, text
 
 FLEET_CSS = """
@@ -45,8 +50,9 @@ def build_page(report: FleetReport, *, title: str | None = None) -> str:
     data = report.to_json_text().replace("<", "\\u003c")  # strict JSON: no NaN or Infinity tokens
     body = [
         f"<h1>{esc(title)}</h1>",
-        f'<p class="muted">{_utc(w.start)} – {_utc(w.end)} ({_span(w.range_s)}), compared with the {_span(w.range_s)} before · '
-        f"{esc(scope)} · source: {esc(report.source)} · sampled every {w.step_s} s</p>",
+        f'<p class="muted">{_utc(w.start)} – {_utc(w.end)} ({span_text(w.range_s)}), compared with the '
+        f"{span_text(w.range_s)} before · {esc(scope)} · source: {esc(report.source)} · sampled every "
+        f"{span_text(w.step_s)}</p>",
         _problems_banner(report),
         _cards(report),
     ]
@@ -54,11 +60,13 @@ def build_page(report: FleetReport, *, title: str | None = None) -> str:
         body += [
             "<h2>GPU-hours by class</h2>", class_table(report.fleet),
             "<h2>Wasted GPU-hours and their cost</h2>",
-            '<p class="muted small">Held GPUs only (roofwatch_gpu_job_info). Wasted = idle-allocated + input-starved + '
-            "comm-jittered GPU-hours; * marks a price assumed, not configured.</p>",
-            "<h3>By cluster</h3>", waste_table(report.held, ("cluster",), "waste-cluster"),
-            "<h3>By namespace</h3>", waste_table(report.namespaces, ("cluster", "namespace"), "waste-namespace"),
-            "<h3>By user</h3>", waste_table(report.users, ("cluster", "user"), "waste-user"),
+            f'<p class="muted small">Wasted = {" + ".join(t for _, t in WASTE_COLUMNS)} GPU-hours, counted in '
+            f'{esc(MEASURES["windows"])}. Idle-allocated: idle while a process or a job held the GPU; an idle GPU nobody '
+            "held is spare capacity, not waste. * marks a price assumed, not configured.</p>",
+            "<h3>By cluster</h3>", waste_table(report.fleet, ("cluster",), "waste-cluster"),
+            "<h3>By namespace</h3>", _namespaces(report),
+            "<h3>By user</h3>", '<p class="muted small">GPUs a job held (roofwatch_gpu_job_info).</p>',
+            waste_table(report.users, ("cluster", "user"), "waste-user", empty="No GPUs held by a job in this period."),
             "<h2>Worst jobs</h2>", jobs_table(report.jobs),
             "<h2>MFU distribution</h2>", _mfu_section(report),
             "<h2>Straggler and jitter incidents</h2>", _incidents(report),
@@ -79,7 +87,7 @@ def build_page(report: FleetReport, *, title: str | None = None) -> str:
 
 def _cards(report: FleetReport) -> str:
     now, before = finite(report.totals()), finite(report.previous)
-    cards = [("GPU-hours", "gpu_hours", hours, False), ("wasted GPU-hours", "wasted_gpu_hours", hours, True),
+    cards = [("GPU-hours", "gpu_hours", hours, False), ("wasted GPU-hours (whole verdict windows)", "wasted_gpu_hours", hours, True),
              ("wasted cost", "wasted_cost_usd", usd, True), ("idle-allocated GPU-hours", "idle_allocated_gpu_hours", hours, True),
              ("busy MFU (mean)", "mfu_mean", pct, False), ("kWh per useful GPU-hour", "kwh_per_useful_gpu_hour",
                                                            lambda v: "—" if v is None else f"{v:.2f}", True)]
@@ -136,16 +144,34 @@ def _mfu_section(report: FleetReport) -> str:
 
 def _incidents(report: FleetReport) -> str:
     return (
-        "<h3>Stragglers</h3>" + incidents_table(
-            report.stragglers, (("cluster", "cluster"), ("job_id", "job"), ("node", "node"), ("gpu", "GPU"),
-                                ("hours", "hours above the lead threshold"), ("peak_lead", "peak lead")),
-            "stragglers", "No GPU led its job's median tensor activity by more than 15% (roofwatch:gpu_straggler_lead:ratio).")
+        "<h3>Stragglers</h3>" + _stragglers(report)
         + "<h3>Communication jitter</h3>" + incidents_table(
             report.jitter, (("cluster", "cluster"), ("job_id", "job"), ("hours", "hours with >50% of GPUs jittered")),
             "jitter", "No job had most of its GPUs communication-jittered (roofwatch_job:gpu_class:ratio).")
         + "<h3>Firing alerts</h3>" + incidents_table(
             report.alerts, (("alertname", "alert"), ("cluster", "cluster"), ("job_id", "job"), ("hours", "firing hours")),
             "alerts", "No efficiency alert fired (ALERTS series), or this store does not keep them."))
+
+
+def _stragglers(report: FleetReport) -> str:
+    """Two rules, each stated above its table and again where it finds nothing: the alert's (a lead over the job's
+    median, in jobs of 3 GPUs or more) and the classifier's (the busiest rank while another computes less, from 2
+    ranks), which the status page shows: so the report never says "no stragglers" beside a page that names one."""
+    lead = f"led its job's median tensor activity by more than {STRAGGLER_LEAD:.0%}"
+    jobs = f"a job of {STRAGGLER_MIN_GPUS} or more GPUs"
+    named_rule = (f"the classifier's rule, the one the status page shows: a job's busiest rank while another rank "
+                  f"computes at least {Thresholds().rank_skew:.0%} less (classifier.rank_skew, its default), "
+                  "from 2 ranks (verdict detail straggler)")
+    columns = (("cluster", "cluster"), ("job_id", "job"), ("node", "node"), ("gpu", "GPU"))
+    return (
+        f'<p class="muted small">Led the job\'s median: a GPU of {esc(jobs)} that {esc(lead)} '
+        "(roofwatch:gpu_straggler_lead:ratio, GpuJobStraggler's rule; with two GPUs the median is their mean).</p>"
+        + incidents_table(report.stragglers, (*columns, ("hours", "hours above the lead threshold"),
+                                              ("peak_lead", "peak lead")),
+                          "stragglers", f"No straggler by this rule: no GPU of {jobs} {lead}.")
+        + f'<p class="muted small">Named by its verdict: {esc(named_rule)}.</p>'
+        + incidents_table(report.named_stragglers, (*columns, ("hours", "hours named the straggler")),
+                          "named-stragglers", "No straggler by this rule: no verdict named a GPU its job's straggler."))
 
 
 def _energy(report: FleetReport) -> str:
@@ -165,15 +191,26 @@ def _definitions(report: FleetReport) -> str:
     return (
         '<h2>Definitions</h2><dl class="defs">'
         "<dt>GPU-hours</dt><dd>Each GPU counts one step for every query step it reported a class "
-        f"(every {report.window.step_s} s), so a GPU present half the period counts half.</dd>"
-        "<dt>Wasted GPU-hours</dt><dd>Hours a job held the GPU (roofwatch_gpu_job_info) while roofwatch classified it "
-        + ", ".join(class_label(c) for c in WASTED_CLASSES) + ". Whole verdict windows count, so this is an upper "
-        "bound of the time not computing; idle-allocated alone is the lower bound. GPUs nobody held are idle capacity, "
-        "not waste.</dd>"
+        f"(every {span_text(report.window.step_s)}), so a GPU present half the period counts half.</dd>"
+        "<dt>Wasted GPU-hours</dt><dd>Hours a GPU was " + ", ".join(t for _, t in WASTE_COLUMNS)
+        + " (agent/model/waste.py, the definition the status page, top and the alerts use). Idle-allocated: idle "
+        "while a process held device memory or the scheduler allocated the GPU (verdict detail idle_held); an idle GPU "
+        "nobody held (idle_free) is spare capacity, not waste. Measured in " + esc(MEASURES["windows"])
+        + "; idle-allocated alone is the lower bound. The user table counts the GPUs a job held "
+        "(roofwatch_gpu_job_info), the namespace table those a Kubernetes pod held.</dd>"
         "<dt>Useful GPU-hours</dt><dd>Hours classified " + ", ".join(class_label(c) for c in USEFUL_CLASSES) + ".</dd>"
         f"<dt>Cost</dt><dd>GPU-hours × $/GPU-hour of the GPU's model: {prices}; other models {default}.</dd>"
         f"<dt>MFU</dt><dd>The job's reported MFU where it reports one, else the counter estimate; busy GPU-time only. "
         f"Target {MFU_TARGET:.0%}.</dd></dl>")
+
+
+def _namespaces(report: FleetReport) -> str:
+    """The namespace table, or why it is empty: outside Kubernetes that is expected, said in a neutral note."""
+    note = report.notes.get("Waste by namespace")
+    if note and not report.namespaces:
+        return f'<p class="muted" id="waste-namespace-note">{esc(note)}</p>'
+    return waste_table(report.namespaces, ("cluster", "namespace"), "waste-namespace",
+                       empty="No GPUs held by a Kubernetes pod in this period.")
 
 
 def _problems_banner(report: FleetReport) -> str:
@@ -199,9 +236,3 @@ def _f(value: object) -> float | None:
 
 def _utc(ts: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(ts))
-
-
-def _span(seconds: int) -> str:
-    if seconds % 86400 == 0:
-        return f"{seconds // 86400} d"
-    return f"{seconds / 3600:g} h"

@@ -8,14 +8,43 @@ import math
 from typing import Iterable, Sequence
 
 from agent.model import WORKLOAD_CLASSES
+from agent.model.waste import WASTE_KINDS
 from agent.views.fleet_report.data import Group
 from agent.views.html_parts import class_badge, pct
 from agent.views.palette import class_colour, class_label, mfu_colour
 from agent.views.svg import esc
 
 
+DIGITS = 1
+"""Decimals of the GPU-hour cells."""
+
+
 def hours(value: float | None) -> str:
-    return "—" if value is None or not math.isfinite(value) else f"{value:,.1f}"
+    return "—" if value is None or not math.isfinite(value) else f"{value:,.{DIGITS}f}"
+
+
+def rounded_parts(values: Sequence[float], digits: int = DIGITS) -> list[float] | None:
+    """``values`` rounded to ``digits`` so that they add up to their own rounded total (largest remainder):
+    three cells of 0.14 h read 0.2, 0.1, 0.1 beside a row of 0.4, not 0.1 each. Each part moves by less than one
+    unit of the last digit. None when a value is not finite or is negative (shown as they are)."""
+    if not all(math.isfinite(v) and v >= 0 for v in values):
+        return None
+    scale = 10 ** digits
+    exact = [v * scale for v in values]
+    parts = [math.floor(x) for x in exact]
+    short = round(math.fsum(exact)) - sum(parts)
+    by_remainder = sorted(range(len(values)), key=lambda i: (-(exact[i] - parts[i]), i))
+    for i in by_remainder[:max(0, short)]:
+        parts[i] += 1
+    return [p / scale for p in parts]
+
+
+def hour_cells(values: Sequence[float]) -> list[str]:
+    """The cells of ``values`` and, last, of their total, rounded together so the cells add up to it."""
+    parts = rounded_parts(values)
+    if parts is None:
+        return [hours(v) for v in values] + [hours(math.fsum(values))]
+    return [hours(p) for p in parts] + [hours(math.fsum(parts))]
 
 
 def usd(value: float | None) -> str:
@@ -44,31 +73,39 @@ def class_table(groups: Sequence[Group], key: str = "cluster") -> str:
     head = "".join(f"<th>{esc(class_label(c))}</th>" for c in WORKLOAD_CLASSES)
     rows = "".join(
         f'<tr data-{key}="{esc(g.key.get(key, ""))}">{_cell(g, key)}<td>{share_bar(g)}</td>'
-        + "".join(f'<td class="num">{hours(g.hours.get(c, 0.0))}</td>' for c in WORKLOAD_CLASSES)
-        + f'<td class="num">{hours(g.total)}</td><td class="num">{usd(g.cost)}</td></tr>' for g in groups)
+        + "".join(f'<td class="num">{cell}</td>' for cell in hour_cells([g.hours.get(c, 0.0) for c in WORKLOAD_CLASSES]))
+        + f'<td class="num">{usd(g.cost)}</td></tr>' for g in groups)
     return (f'<table class="wide"><tr><th>{esc(key)}</th><th>time per class</th>{head}<th>GPU-h</th><th>cost</th></tr>'
             f"{rows}</table>")
 
 
-def waste_table(groups: Sequence[Group], keys: Iterable[str], table_id: str, limit: int = 25) -> str:
-    """Held GPU-hours and what of them was wasted (idle-allocated, starved, jittered), most costly first."""
+WASTE_TITLES = {"idle_held": "idle-allocated", "input_starved": "input-starved", "communication_jittered": "comm-jittered"}
+WASTE_COLUMNS = tuple((kind, WASTE_TITLES[kind]) for kind in WASTE_KINDS)
+"""The kinds of waste (agent.model.waste.WASTE_KINDS, in its order) and their column titles."""
+
+
+def waste_table(groups: Sequence[Group], keys: Iterable[str], table_id: str, limit: int = 25,
+                empty: str = "No GPUs in this period.") -> str:
+    """GPU-hours and what of them was wasted (idle-allocated, starved, jittered) or spare, most costly first.
+    The kinds' cells add up to the wasted cell as shown (:func:`hour_cells`)."""
     keys = tuple(keys)
     if not groups:
-        return '<p class="muted">No GPUs held in this period.</p>'
+        return f'<p class="muted" id="{table_id}-empty">{esc(empty)}</p>'
     rows = []
     for g in groups[:limit]:
         attrs = " ".join(f'data-{k}="{esc(g.key.get(k, ""))}"' for k in keys)
+        cells = hour_cells([g.waste_hours.get(k, 0.0) for k, _ in WASTE_COLUMNS])
         rows.append(
             f"<tr {attrs}>" + "".join(_cell(g, k) for k in keys)
-            + f'<td class="num">{hours(g.total)}</td><td class="num">{hours(g.hours.get("idle", 0.0))}</td>'
-            f'<td class="num">{hours(g.hours.get("input_starved", 0.0))}</td>'
-            f'<td class="num">{hours(g.hours.get("communication_jittered", 0.0))}</td>'
-            f'<td class="num"><b>{hours(g.wasted)}</b></td><td class="num">{pct(g.wasted / g.total if g.total else None)}</td>'
-            f'<td class="num"><b>{usd(g.wasted_cost)}</b>{"*" if g.assumed_price else ""}</td></tr>')
+            + f'<td class="num">{hours(g.total)}</td>' + "".join(f'<td class="num">{c}</td>' for c in cells[:-1])
+            + f'<td class="num"><b>{cells[-1]}</b></td><td class="num">{pct(g.wasted / g.total if g.total else None)}</td>'
+            f'<td class="num"><b>{usd(g.wasted_cost)}</b>{"*" if g.assumed_price else ""}</td>'
+            f'<td class="num muted">{hours(g.spare)}</td></tr>')
     more = f'<p class="muted small">{len(groups) - limit} more rows in the JSON data.</p>' if len(groups) > limit else ""
-    head = "".join(f"<th>{esc(k)}</th>" for k in keys)
-    return (f'<table id="{table_id}" class="wide"><tr>{head}<th>held GPU-h</th><th>idle-allocated</th><th>input-starved</th>'
-            f"<th>comm-jittered</th><th>wasted GPU-h</th><th>wasted share</th><th>wasted cost</th></tr>{''.join(rows)}</table>{more}")
+    head = "".join(f"<th>{esc(k)}</th>" for k in keys) + "<th>GPU-h</th>"
+    head += "".join(f"<th>{esc(title)}</th>" for _, title in WASTE_COLUMNS)
+    return (f'<table id="{table_id}" class="wide"><tr>{head}<th>wasted GPU-h</th><th>wasted share</th><th>wasted cost</th>'
+            f"<th>spare (idle, held by nobody)</th></tr>{''.join(rows)}</table>{more}")
 
 
 def jobs_table(jobs: Sequence[Group]) -> str:

@@ -36,6 +36,17 @@ def parse_duration(text: str) -> int:
     return seconds
 
 
+def span_text(seconds: float) -> str:
+    """A duration as people say it: ``10 min``, ``6 h``, ``2 d 3 h``, ``1 h 30 min`` (whole minutes: a report's
+    period and step are; seconds are shown only for what is shorter than a minute or not whole minutes)."""
+    total = max(0, round(seconds))
+    days, rest = divmod(total, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    parts = [f"{n} {unit}" for n, unit in ((days, "d"), (hours, "h"), (minutes, "min"), (secs, "s")) if n]
+    return " ".join(parts) or "0 s"
+
+
 def parse_time(text: str | None) -> float:
     """``now`` (or None), unix seconds, or an RFC 3339 time (``2026-11-24T00:00:00Z``)."""
     if text is None or text == "now":
