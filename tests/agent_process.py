@@ -139,11 +139,13 @@ def serving(server: BaseServer) -> Iterator[BaseServer]:
 @contextlib.contextmanager
 def serving_collector(collector) -> Iterator:
     """The agent's HTTP server over ``collector``'s snapshots, with a clock the test sets
-    (``server.test_clock["t"]``) so that staleness is decided by the test, not by time passing."""
+    (``server.test_clock["t"]``) so that staleness is decided by the test, not by time passing; its ``/`` page
+    is the one the agent registers."""
+    from agent.app.assemble import status_page
     from exporters.http import AgentHTTPServer
 
     now = {"t": collector.snapshot.health.last_cycle_ts}
     with serving(AgentHTTPServer(("127.0.0.1", 0), lambda: collector.snapshot, stale_after_s=10.0,
-                                 clock=lambda: now["t"])) as server:
+                                 clock=lambda: now["t"], page=status_page())) as server:
         server.test_clock = now  # type: ignore[attr-defined]
         yield server

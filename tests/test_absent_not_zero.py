@@ -23,6 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from agent.app.config import load_settings
 from agent.backends.dcgm_exporter import DcgmExporterBackend, ExporterReader
+from agent.backends.options import BackendOptions
 from agent.backends.registry import open_backend
 from agent.classifier.live import LiveClassifier
 from agent.classifier.thresholds import Thresholds
@@ -76,7 +77,7 @@ def test_every_capture_exports_no_zero_from_absence(capture):
 @pytest.mark.slow  # opening a virtual node and a dozen cycles of its fake driver take about 2 s
 @pytest.mark.parametrize("name", ["virtual", "nvml-virtual", "amd-virtual"])
 def test_every_virtual_backend_exports_no_zero_from_absence(name):
-    backend = open_backend(load_settings(backend=name))
+    backend = open_backend(BackendOptions.of(load_settings(backend=name)))
     families, collector = exposition(backend)
     collector.stop()
     assert families["roofwatch_gpu_up"], name

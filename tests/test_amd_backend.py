@@ -14,6 +14,7 @@ import pytest
 
 from agent.backends.amd_virtual import VirtualAmdBackend
 from agent.backends.base import BackendUnavailable, DeviceError, DeviceLostError
+from agent.backends.options import BackendOptions
 from agent.backends.registry import open_backend
 from agent.backends.virtual import VirtualBackend
 from agent.app.config import Settings
@@ -155,7 +156,7 @@ def test_import_failures_are_one_clear_line():
 
 
 def test_amd_virtual_defaults_to_the_mi300x_node():
-    backend = open_backend(Settings(backend="amd-virtual"))
+    backend = open_backend(BackendOptions.of(Settings(backend="amd-virtual")))
     try:
         devices = backend.discover()
         assert len(devices) == 8 and {d.model for d in devices} == {"AMD Instinct MI300X"}

@@ -17,7 +17,8 @@ from agent.backends.amd_exporter.gpumetrics import (BdfWatch, GpuMetricsError, g
                                                     parse_gpumetrics, read_gpumetrics)
 from agent.backends.amd_exporter.join import AmdExporterJoin, DmeKey, fallback, select
 from agent.backends.amd_virtual import VirtualAmdBackend
-from agent.backends.registry import open_backend, open_virtual
+from agent.backends.options import BackendOptions
+from agent.backends.registry import open_backend, open_virtual, with_amd_exporter
 from agent.context.workload.inference.fetch import HttpStatus
 from agent.diagnostics.amd import exporter_join_findings
 from agent.virtual.fake_dme import render, render_gpumetrics
@@ -164,7 +165,8 @@ class Dme:
 def amd_virtual(tmp_path):
     """``amd-virtual`` over a scenario whose simulation feeds DME's profiler, without the virtual DME's HTTP server
     (the tests hand its bodies to the reader's fetch)."""
-    return VirtualAmdBackend(open_virtual(Settings(backend="amd-virtual", scenario=scenario(tmp_path, dme=True))))
+    settings = Settings(backend="amd-virtual", scenario=scenario(tmp_path, dme=True))
+    return VirtualAmdBackend(open_virtual(BackendOptions.of(settings)))
 
 
 def without_serials(monkeypatch, amdsmi):
@@ -305,7 +307,10 @@ def test_doctor_names_the_devices_left_on_gpu_id_when_gpumetrics_lists_only_some
 
 @pytest.mark.slow  # the virtual exporter is an HTTP server on loopback
 def test_the_virtual_exporter_serves_gpumetrics_and_the_join_matches_by_bdf_over_http(tmp_path, monkeypatch):
-    backend = open_backend(Settings(backend="amd-virtual", scenario=scenario(tmp_path, dme=True)))
+    options = BackendOptions.of(Settings(backend="amd-virtual", scenario=scenario(tmp_path, dme=True)))
+    inner = VirtualAmdBackend(open_virtual(options))
+    served = inner.start_dme(serve=True)  # the demo reads it in process; here over loopback HTTP, as a real DME
+    backend = with_amd_exporter(options.replace(amd_exporter_url=served.url), inner)
     try:
         assert isinstance(backend, AmdExporterJoin)
         dme = backend.inner.dme

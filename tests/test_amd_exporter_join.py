@@ -14,6 +14,7 @@ import pytest
 from agent.app.config import Settings
 from agent.backends.amd_exporter.exposition import read_records
 from agent.backends.amd_exporter.join import AmdExporterJoin, DmeKey, select, shared_serials
+from agent.backends.options import BackendOptions
 from agent.backends.registry import open_backend
 from agent.diagnostics.amd import exporter_join_findings
 from agent.diagnostics.verdict_basis import basis_findings
@@ -52,7 +53,7 @@ def test_the_joined_gpus_get_the_profiler_counters_and_amdsmi_keeps_its_own():
     # is the simulation's own decode power too, so equal values could not tell whose power won.
     body = re.sub(r"^(gpu_package_power\{[^}]*\}) \S+$", r"\1 1", joined_body(), flags=re.M)
     with FakeExporter(body) as exporter:
-        backend = open_backend(Settings(backend="amd-virtual", amd_exporter_url=exporter.url))
+        backend = open_backend(BackendOptions.of(Settings(backend="amd-virtual", amd_exporter_url=exporter.url)))
         try:
             assert isinstance(backend, AmdExporterJoin)
             infos = backend.discover()
@@ -86,7 +87,7 @@ def test_the_joined_gpus_get_the_profiler_counters_and_amdsmi_keeps_its_own():
 def test_without_serials_the_join_matches_by_gpu_id_and_doctor_says_so():
     body = fx.FILES["mi300x-spx-profiler.prom"]().replace('serial_number="6924070042', 'card_serial="')
     with FakeExporter(body) as exporter:
-        backend = open_backend(Settings(backend="amd-virtual", amd_exporter_url=exporter.url))
+        backend = open_backend(BackendOptions.of(Settings(backend="amd-virtual", amd_exporter_url=exporter.url)))
         try:
             backend.discover()
             now = time.time()
@@ -151,7 +152,7 @@ def test_the_join_matches_gpus_whose_serials_are_shared_by_gpu_id_and_doctor_say
     shared = {"0": "S-A", "1": "S-A", "2": "S-B", "3": "S-C", "4": "S-C", "5": "S-D", "6": "S-D", "7": "S-E"}
     body = fx.replace_serials(fx.FILES["mi300x-spx-profiler.prom"](), shared)
     with FakeExporter(body) as exporter:
-        backend = open_backend(Settings(backend="amd-virtual", amd_exporter_url=exporter.url))
+        backend = open_backend(BackendOptions.of(Settings(backend="amd-virtual", amd_exporter_url=exporter.url)))
         try:
             amdsmi = backend.inner.amdsmi
             order = [getattr(h, "value", h) for h in amdsmi.amdsmi_get_processor_handles()]

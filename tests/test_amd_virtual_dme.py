@@ -1,5 +1,5 @@
 """The virtual AMD Device Metrics Exporter (agent.virtual.fake_dme): a scenario's ``amd: {device_metrics_exporter:
-true}`` makes ``amd-virtual`` serve DME's ``/metrics`` from the fake libamd_smi's own samples and join it, so the
+true}`` makes ``amd-virtual`` render DME's ``/metrics`` from the fake libamd_smi's own samples and join it, so the
 demo's AMD GPUs are judged on the profiler's counters. The fast tests run in process; the slow one is
 ``roofwatch demo`` as a real process."""
 
@@ -9,14 +9,16 @@ import json
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from agent.app.config import Settings
 from agent.backends.amd_exporter.exposition import read_records
 from agent.backends.amd_exporter.join import AmdExporterJoin
+from agent.backends.options import BackendOptions
 from agent.backends.registry import open_backend
 from agent.virtual.fake_amdsmi.api_identity import board_serial
-from agent.virtual.fake_dme import render
+from agent.virtual.fake_dme import IN_PROCESS_URL, render
 from tests.agent_process import AgentProcess, clean_env, http_get, poll
 
 SCENARIO = """\
@@ -51,18 +53,24 @@ def sampled(backend, rounds: int = 3) -> float:
 
 
 def test_without_the_scenario_key_amd_virtual_is_amdsmi_alone():
-    backend = open_backend(Settings(backend="amd-virtual"))
+    backend = open_backend(BackendOptions.of(Settings(backend="amd-virtual")))
     try:
         assert not isinstance(backend, AmdExporterJoin) and getattr(backend, "dme", None) is None
     finally:
         backend.close()
 
 
-@pytest.mark.slow  # the virtual exporter is an HTTP server on loopback
+def _listening_ports() -> set[int]:
+    return {c.laddr.port for c in psutil.Process().net_connections(kind="inet") if c.status == psutil.CONN_LISTEN}
+
+
 def test_the_virtual_exporter_speaks_dme_and_the_join_takes_the_simulations_counters(tmp_path):
-    backend = open_backend(Settings(backend="amd-virtual", scenario=scenario(tmp_path)))
+    """Read in process: the demo used to open the exporter on a random loopback port beside the one chosen."""
+    before = _listening_ports()
+    backend = open_backend(BackendOptions.of(Settings(backend="amd-virtual", scenario=scenario(tmp_path))))
     try:
-        assert isinstance(backend, AmdExporterJoin) and backend.reader.url.startswith("http://127.0.0.1:")
+        assert isinstance(backend, AmdExporterJoin) and backend.reader.url == IN_PROCESS_URL
+        assert _listening_ports() <= before, "no port is opened for the virtual exporter"
         sampled(backend)
         library = backend.inner.library
         records = read_records(render(library)).records
@@ -81,12 +89,11 @@ def test_the_virtual_exporter_speaks_dme_and_the_join_takes_the_simulations_coun
         assert joined["0"].tensor_active > 0.3 > joined["1"].tensor_active, "the GEMM, not the decode, is on MFMA"
     finally:
         backend.close()
-    assert backend.inner.dme._thread.is_alive() is False, "the exporter stops with the backend"
+    assert not backend.inner.dme.serving
 
 
-@pytest.mark.slow  # the virtual exporter is an HTTP server on loopback
 def test_cpx_partitions_are_listed_with_their_own_partition_ids_and_power_on_partition_0(tmp_path):
-    backend = open_backend(Settings(backend="amd-virtual", scenario=scenario(tmp_path, "CPX")))
+    backend = open_backend(BackendOptions.of(Settings(backend="amd-virtual", scenario=scenario(tmp_path, "CPX"))))
     try:
         sampled(backend)
         records = read_records(render(backend.inner.library)).records
@@ -123,12 +130,11 @@ def test_demo_amd_virtual_with_the_virtual_exporter_judges_its_gpus_on_counters(
         agent.kill()
 
 
-@pytest.mark.slow  # the virtual exporter is an HTTP server on loopback
 def test_the_built_in_mi300x_dme_scenario_joins_its_virtual_exporter():
     """``roofwatch demo --backend amd-virtual --scenario mi300x-dme``: the demo node with DME beside amdsmi."""
-    backend = open_backend(Settings(backend="amd-virtual", scenario="mi300x-dme"))
+    backend = open_backend(BackendOptions.of(Settings(backend="amd-virtual", scenario="mi300x-dme")))
     try:
-        assert isinstance(backend, AmdExporterJoin) and backend.reader.url.startswith("http://127.0.0.1:")
+        assert isinstance(backend, AmdExporterJoin) and backend.reader.url == IN_PROCESS_URL
         sampled(backend)
         assert sorted(read_records(render(backend.inner.library)).records, key=int) == [str(i) for i in range(8)]
         assert backend.reader.read_once() is None

@@ -130,11 +130,112 @@ def test_import_graph_resolves_relative_lazy_and_type_checking_imports(tmp_path:
     assert cycles(graph) == [["pkg.a", "pkg.b"]]
 
 
-@pytest.mark.slow
-def test_no_import_cycles_among_the_projects_modules() -> None:
+@pytest.fixture(scope="module")
+def tree() -> dict[str, set[str]]:
+    """The import graph of the whole tree, walked once for the tests that read it."""
     graph = import_graph(list(_sources()))
     assert "agent.model" in graph and "exporters.prometheus" in graph  # the walk saw the tree
-    assert cycles(graph) == []
+    return graph
+
+
+@pytest.mark.slow
+def test_no_import_cycles_among_the_projects_modules(tree: dict[str, set[str]]) -> None:
+    assert cycles(tree) == []
+
+
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("agent/__init__.py", "agent/model/", "agent/client/"),
+    ("agent/context/",),
+    ("agent/trace/", "agent/backends/base.py", "exporters/", "dashboards/"),
+    ("agent/classifier/", "agent/virtual/"),
+    ("agent/backends/",),
+    ("agent/collector/", "agent/views/", "agent/diagnostics/"),
+    ("agent/app/",),
+)
+"""The layer order of docs/architecture.md ("Dependencies point down the flow"), bottom first. A module
+imports its own room and the rooms of lower layers only: never a room of its own layer, never one above.
+A room is a folder or a file; a module belongs to the longest room that holds it (``agent/backends/base.py``,
+the interface every source implements, sits below the simulated fleet that implements it too)."""
+OUTSIDE = ("benchmarks/", "tests/")
+"""Outside the layers: they may import anything, and nothing in the layers imports them."""
+
+
+def room_of(path: str, rooms: Iterator[str] | tuple[str, ...]) -> str | None:
+    """The longest room (a folder ending in ``/``, or a file) that holds ``path``; None when none does."""
+    held = [room for room in rooms if path == room or (room.endswith("/") and path.startswith(room))]
+    return max(held, key=len, default=None)
+
+
+def climbs(graph: dict[str, set[str]], paths: dict[str, str],
+           layers: tuple[tuple[str, ...], ...] = LAYERS) -> list[str]:
+    """Every import that leaves its room for a room of the same layer or a higher one, or for a module in
+    no layer at all; imports of modules in no layer (``OUTSIDE``) are not checked."""
+    level = {room: number for number, layer in enumerate(layers, start=1) for room in layer}
+    found = []
+    for module, targets in graph.items():
+        source = room_of(paths[module], tuple(level))
+        if source is None:
+            continue
+        for target in sorted(targets):
+            room = room_of(paths[target], tuple(level))
+            if room is None:
+                found.append(f"{module} -> {target}: {paths[target]} is in no layer")
+            elif room != source and level[room] >= level[source]:
+                where = "beside it" if level[room] == level[source] else "above it"
+                found.append(f"{module} ({source}, layer {level[source]}) -> "
+                             f"{target} ({room}, layer {level[room]}, {where})")
+    return found
+
+
+def _paths() -> dict[str, str]:
+    return {_module_name(p): p.relative_to(REPO).as_posix() for p in _sources()}
+
+
+def test_the_layer_check_flags_a_climb_and_an_import_beside_and_lets_a_descent_and_its_own_room_pass() -> None:
+    layers = (("low/",), ("mid/a/base.py",), ("mid/a/", "mid/b/"), ("top/",))
+    paths = {"low.x": "low/x.py", "mid.a.y": "mid/a/y.py", "mid.a.v": "mid/a/v.py", "mid.a.base": "mid/a/base.py",
+             "mid.b.z": "mid/b/z.py", "top.w": "top/w.py", "tests.t": "tests/t.py"}
+    down = {"top.w": {"mid.a.y", "low.x"}, "mid.a.y": {"mid.a.base", "mid.a.v", "low.x"}, "mid.b.z": {"mid.a.base"},
+            "tests.t": {"top.w"}, "low.x": set(), "mid.a.base": {"low.x"}, "mid.a.v": set()}
+    assert climbs(down, paths, layers) == []
+    up = {"low.x": {"top.w"}, "mid.a.base": {"mid.a.y"}, "mid.b.z": {"mid.a.y"}, "mid.a.y": {"tests.t"}}
+    assert climbs(up, paths, layers) == [
+        "low.x (low/, layer 1) -> top.w (top/, layer 4, above it)",
+        "mid.a.base (mid/a/base.py, layer 2) -> mid.a.y (mid/a/, layer 3, above it)",
+        "mid.b.z (mid/b/, layer 3) -> mid.a.y (mid/a/, layer 3, beside it)",
+        "mid.a.y -> tests.t: tests/t.py is in no layer",
+    ]
+
+
+def test_every_module_of_the_product_is_in_a_layer_and_the_suite_and_benchmarks_in_none() -> None:
+    rooms = tuple(room for layer in LAYERS for room in layer)
+    paths = _paths()
+    assert len(paths) > 300
+    outside = sorted(path for path in paths.values() if room_of(path, rooms) is None)
+    assert outside and all(path.startswith(OUTSIDE) for path in outside), \
+        "a new top-level package needs its place in LAYERS and in docs/architecture.md"
+    assert not any(room_of(path, rooms) for path in paths.values() if path.startswith(OUTSIDE))
+
+
+@pytest.mark.slow
+def test_no_import_climbs_the_layer_order(tree: dict[str, set[str]]) -> None:
+    """Counting imports inside functions and under TYPE_CHECKING, as the cycle test does: a lower layer
+    that needs something from a higher one gets it handed down (docs/architecture.md says how)."""
+    assert climbs(tree, _paths()) == []
+
+
+def _layer_lines() -> list[str]:
+    doc = _architecture_doc()
+    section = doc[doc.index("Dependencies point down the flow"):]
+    section = section[:section.index("\n## ")]
+    return re.findall(r"^(\d+)\. (.*)$", section, re.M)
+
+
+def test_the_architecture_doc_states_the_layer_order_the_test_holds() -> None:
+    lines = _layer_lines()
+    assert [int(number) for number, _ in lines] == list(range(1, len(LAYERS) + 1))
+    stated = tuple(tuple(re.findall(r"`([^`]+)`", text.split(": ", 1)[0])) for _, text in lines)
+    assert stated == LAYERS, "docs/architecture.md and LAYERS must list the same rooms in the same layers"
 
 
 def test_no_hand_written_source_file_is_over_the_limit() -> None:

@@ -56,6 +56,43 @@ def test_record_live_from_virtual_backend(tmp_path):
 
 
 @pytest.mark.slow
+def test_record_shows_its_progress_on_a_terminal_and_nothing_in_a_pipe(tmp_path):
+    """A minute of recording used to print nothing until the end: on a terminal it now says how far it is."""
+    import os
+    import pty
+
+    out = tmp_path / "live.jsonl"
+    args = roofwatch_cmd("record", "--backend", "virtual", "--interval", "0.2", "--duration", "2.5", "--out", str(out))
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: the recording, its stderr on the terminal
+        os.execvpe(args[0], args, clean_env())
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:  # the terminal closed: the child ended
+            break
+        if not chunk:
+            break
+        seen += chunk
+    _, status = os.waitpid(pid, 0)
+    text = seen.decode(errors="replace")
+    assert os.waitstatus_to_exitcode(status) == 0, text
+    assert f"recording to {out}: 1 of 2.5 s" in text and " samples" in text, text
+    assert f"wrote " in text.rsplit("recording to", 1)[1], "the last line is the summary, on a line of its own"
+    piped = run("record", "--backend", "virtual", "--interval", "0.2", "--duration", "1.5", "--out", str(out))
+    assert piped.returncode == 0 and "recording to" not in piped.stderr + piped.stdout, piped.stderr
+
+
+@pytest.mark.slow
+def test_record_without_a_gpu_suggests_recording_a_simulation_not_the_demo(tmp_path):
+    result = run("record", "--backend", "auto", "--duration", "1", "--out", str(tmp_path / "x.jsonl"))
+    assert result.returncode == 1
+    assert "record --simulate" in result.stderr and "--backend nvml-virtual" in result.stderr, result.stderr
+    assert "roofwatch demo" not in result.stderr
+
+
+@pytest.mark.slow
 def test_record_bad_duration_is_usage_error(tmp_path):
     result = run("record", "--simulate", "--duration", "0", "--out", str(tmp_path / "x.jsonl"))
     assert result.returncode == 2 and "--duration" in result.stderr
@@ -103,11 +140,12 @@ def test_specs_json_lists_the_catalogue():
 
 
 def test_first_cycle_of_the_demo_already_shows_the_workloads():
+    from agent.backends.options import BackendOptions
     from agent.backends.registry import open_virtual
     from agent.collector import Collector
     from agent.app.config import load_settings
 
-    collector = Collector(open_virtual(load_settings(backend="virtual")), node="n")
+    collector = Collector(open_virtual(BackendOptions.of(load_settings(backend="virtual"))), node="n")
     first = {d.info.gpu: d.sample.gr_active for d in collector.collect_once().devices}
     collector.stop()
     assert first["0"] > 0.9 and first["2"] > 0.9 and first["6"] < 0.05

@@ -135,7 +135,7 @@ def test_doctor_says_how_to_name_a_gpu_nothing_identifies_and_the_entry_works(tm
     assert info.model in snippet, "keyed by the name the agent gives such GPUs"
     filled = snippet.replace("<dense TFLOP/s>", "125").replace("<TFLOP/s>", "15.7").replace("<TB/s>", "0.9")
     (tmp_path / "roofwatch.yaml").write_text(filled + "\n", encoding="utf-8")
-    install_spec_overrides(load_settings(tmp_path / "roofwatch.yaml"))
+    install_spec_overrides(load_settings(tmp_path / "roofwatch.yaml").specs)
     with discovered(text) as backend:
         (named,) = backend.devices.values()
         findings, _ = standalone_findings(backend, now=T0)

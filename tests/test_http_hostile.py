@@ -8,6 +8,7 @@ tests/test_load_hostile.py. Every test here failed against the http.server liste
 from __future__ import annotations
 
 import base64
+import dataclasses
 import gzip
 import http.client
 import socket
@@ -18,6 +19,7 @@ from typing import Iterator
 import bcrypt
 import pytest
 
+from agent.app.assemble import status_page
 from agent.context.workload.report_store import ReportStore
 from agent.model import CollectorHealth, NodeSnapshot
 from exporters.http import routes as http_routes
@@ -200,10 +202,11 @@ def test_accept_encoding_q_values_are_honoured(server, accept, gzipped):
 
 def test_refresh_values_reuse_one_rendering_per_snapshot(server, monkeypatch):
     renders = []
-    real = http_routes.status_page
-    monkeypatch.setattr(http_routes, "status_page", lambda *a, **k: renders.append(1) or real(*a, **k))
+    real = status_page()  # the / page the agent registers with its server
+    monkeypatch.setattr(server, "page", dataclasses.replace(
+        real, render=lambda *a, **k: renders.append(1) or real.render(*a, **k)))
     for refresh in ("5", "6", "7.5", "30", "3600", "0.01"):
-        page = server.status_page(http_routes.refresh_param(f"refresh={refresh}"))
+        page = server.status_page(http_routes.refresh_param(f"refresh={refresh}", real.default_refresh_s))
         assert f'data-refresh="{max(1.0, float(refresh)):g}"'.encode() in page and b"roofwatch-refresh" not in page
     assert len(renders) == 1, "one rendering with the refresh script, whatever the period"
     assert b'data-refresh="0"' in server.status_page(0.0) and len(renders) == 2

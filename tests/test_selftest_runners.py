@@ -171,8 +171,10 @@ def test_fp8_skips_with_the_libraries_reason_and_a_failing_phase_still_releases_
 @pytest.mark.slow
 def test_on_a_gpu_node_the_backend_the_library_and_the_runner_are_wired_to_the_gpu_asked_for(monkeypatch):
     """The real path with its two outside pieces stood in: NVML by the fake driver, torch by FakeOps."""
+    from agent.app.config import Settings
     from agent.backends import registry
     from agent.backends.nvml_virtual import VirtualNvmlBackend
+    from agent.backends.options import BackendOptions
     from agent.backends.virtual import VirtualBackend
     from agent.diagnostics.selftest import selftest as selftest_module
     from agent.diagnostics.selftest.phases import parse_phases
@@ -181,7 +183,7 @@ def test_on_a_gpu_node_the_backend_the_library_and_the_runner_are_wired_to_the_g
     opened: dict[str, Any] = {}
 
     def open_nvml(settings: Any, reports: Any) -> Any:
-        opened["reports"] = reports
+        opened["settings"], opened["reports"] = settings, reports
         return VirtualNvmlBackend(VirtualBackend("demo"))  # GPU 6 of the demo node: an idle notebook
 
     def open_runner(library: Library, device: DeviceInfo) -> CudaRunner:
@@ -191,7 +193,10 @@ def test_on_a_gpu_node_the_backend_the_library_and_the_runner_are_wired_to_the_g
     monkeypatch.setattr(registry, "open_nvml", open_nvml)
     monkeypatch.setattr(selftest_module, "load_library", lambda choice: Library("torch", object()))
     monkeypatch.setattr(selftest_module, "open_cuda_runner", open_runner)
-    summary = selftest_module.run_selftest(selftest_module.Options(gpu=6, phases=parse_phases("idle"), phase_seconds=4.0))
+    settings = BackendOptions.of(Settings(backend="nvml"))
+    summary = selftest_module.run_selftest(selftest_module.Options(gpu=6, phases=parse_phases("idle"), phase_seconds=4.0,
+                                                                   settings=settings))
+    assert opened["settings"] is settings  # the settings the command built, handed to the backend
     assert opened["device"] == "6" and opened["reports"].gpu == "6"
     assert summary.runner == "torch" and summary.device.gpu == "6" and not summary.virtual
     assert summary.results[0].verdict == "idle" and summary.exit_code == 0, summary.text()

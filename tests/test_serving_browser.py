@@ -24,10 +24,12 @@ SIZE = (1280, 1700)
 @contextlib.contextmanager
 def agent_over(snapshot):
     """The agent's HTTP server answering from ``snapshot``, with a clock that keeps it fresh."""
+    from agent.app.assemble import status_page
     from exporters.http import AgentHTTPServer
 
     now = snapshot.health.last_cycle_ts
-    with serving(AgentHTTPServer(("127.0.0.1", 0), lambda: snapshot, stale_after_s=10.0, clock=lambda: now)) as server:
+    with serving(AgentHTTPServer(("127.0.0.1", 0), lambda: snapshot, stale_after_s=10.0, clock=lambda: now,
+                                 page=status_page())) as server:
         yield f"http://127.0.0.1:{server.server_address[1]}/"
 
 

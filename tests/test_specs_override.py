@@ -47,7 +47,7 @@ def test_doctor_snippet_filled_in_gives_the_model_its_peaks(tmp_path: Path) -> N
               .replace("<TB/s>", "2.5"))
     settings = _config(tmp_path, filled + "\n")
     assert resolve_spec(vendor="nvidia", name=MYSTERY) is None  # not yet installed
-    install_spec_overrides(settings)
+    install_spec_overrides(settings.specs)
     spec = resolve_spec(vendor="nvidia", name=MYSTERY, pci_device_id=0xFFFF)
     assert spec.key.startswith("override:") and not spec.estimated
     assert spec.peak_flops["bf16"] == pytest.approx(400e12) and spec.peak_flops["fp16"] == spec.peak_flops["bf16"]
@@ -57,10 +57,10 @@ def test_doctor_snippet_filled_in_gives_the_model_its_peaks(tmp_path: Path) -> N
 
 def test_override_wins_over_catalogue_and_estimate(tmp_path: Path) -> None:
     settings = _config(tmp_path, 'specs:\n  "AMD Instinct MI308X": {bf16_tflops: 300, mem_bandwidth_tbs: 5}\n')
-    install_spec_overrides(settings)
+    install_spec_overrides(settings.specs)
     assert resolve_spec(vendor="amd", name="AMD Instinct MI308X", pci_device_id=0x74A2).peak_flops["bf16"] == 3e14
     assert resolve_spec(vendor="nvidia", name="NVIDIA H100 80GB HBM3").key == "h100-sxm"  # others untouched
-    install_spec_overrides(_config(tmp_path, "{}\n"))
+    install_spec_overrides(_config(tmp_path, "{}\n").specs)
     assert override_for("AMD Instinct MI308X") is None  # a reload without the entry removes it
 
 

@@ -1,7 +1,9 @@
 """Wiring the pipeline from settings: open the backend, build the collector with its classifier, attach a recorder.
 
 Shared by the daemon (run, demo) and the one-shot commands that collect (snapshot, record), so
-they all read the GPUs exactly as the agent does.
+they all read the GPUs exactly as the agent does. The lower layers never read the settings
+themselves (docs/architecture.md, layers): the backends get their part as a
+:class:`~agent.backends.options.BackendOptions`, the HTTP server its ``/`` page from :func:`status_page`.
 """
 
 from __future__ import annotations
@@ -12,23 +14,27 @@ from agent.app.cli_base import DEMO_BACKENDS, CliError
 from agent.app.config import Settings
 
 
-def open_backend_or_fail(settings: Settings, reports=None):
-    """The configured backend, or a one-line CliError saying what was looked for."""
+def open_backend_or_fail(settings: Settings, reports=None, *, without_gpu: str | None = None):
+    """The configured backend, or a one-line CliError saying what was looked for; ``without_gpu`` replaces
+    the closing hint when no GPU is found (``record`` suggests a simulated recording, not ``demo``)."""
     from agent.backends.base import BackendUnavailable
-    from agent.backends.registry import open_backend
+    from agent.backends.options import BackendOptions
+    from agent.backends.registry import DEMO_HINT, open_backend
 
     try:
-        return open_backend(settings, reports)
+        return open_backend(BackendOptions.of(settings), reports)
     except BackendUnavailable as exc:
-        raise CliError(str(exc)) from None
+        message = str(exc)
+        raise CliError(message.replace(DEMO_HINT, without_gpu) if without_gpu else message) from None
 
 
 def open_collector(settings: Settings, reports=None):
     """The backend opened and its GPUs discovered; BackendUnavailable when the driver does not answer."""
     from agent.backends.base import BackendUnavailable
+    from agent.backends.options import BackendOptions
     from agent.backends.registry import open_backend
 
-    backend = open_backend(settings, reports)
+    backend = open_backend(BackendOptions.of(settings), reports)
     try:
         return make_collector(settings, backend)
     except CliError as exc:
@@ -89,6 +95,16 @@ def attach_recorder(collector, path: str, settings: Settings):
         raise CliError(f"cannot write trace {path}: {exc.strerror or exc}") from None
     collector.add_listener(recorder)
     return recorder
+
+
+def status_page():
+    """The ``/`` page for the HTTP server: the view (agent.views.status_page) registered with the server at
+    assembly, since the exporters, a layer below the views, do not import it (docs/architecture.md, layers)."""
+    from agent.views.status_page import CONTENT_SECURITY_POLICY, DEFAULT_REFRESH_S
+    from agent.views.status_page import status_page as render
+    from exporters.http.page import HtmlPage
+
+    return HtmlPage(render, CONTENT_SECURITY_POLICY, DEFAULT_REFRESH_S)
 
 
 def open_otlp(settings: Settings, get_snapshot):

@@ -11,7 +11,7 @@ import threading
 from typing import Any, Callable
 
 from agent import __version__
-from agent.app.assemble import attach_recorder, open_collector, open_otlp
+from agent.app.assemble import attach_recorder, open_collector, open_otlp, status_page
 from agent.app.cli_base import (
     DEMO_BACKENDS,
     DEMO_LISTEN,
@@ -110,6 +110,7 @@ def serve(read_settings: Callable[[], Settings], record: str | None, *, announce
             reports=store if settings.report_http else None,
             web=web,
             limits=listener_limits(settings),
+            page=status_page(),
         )
     except OSError as exc:
         if collector is not None:

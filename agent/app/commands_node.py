@@ -115,6 +115,29 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+RECORD_WITHOUT_GPU = ("To record without a GPU: `roofwatch record --simulate` (a virtual fleet scenario, written as fast "
+                      "as it is computed) or `roofwatch record --backend nvml-virtual` (the NVML backend over the fake "
+                      "driver, in real time).")
+
+
+def _wait_showing_progress(requests: SignalRequests, duration_s: float, count: Callable[[], int], out: str) -> None:
+    """Wait out the recording (or a stop signal); on a terminal, one line overwritten each second says how far
+    it is, so a minute of silence does not read as a hang. Nothing is written to a pipe or a file."""
+    import sys
+    import time
+
+    tty = sys.stderr.isatty()
+    started = time.monotonic()
+    while (left := duration_s - (time.monotonic() - started)) > 0:
+        if requests.wait(min(1.0, left), ("stop",)):
+            break
+        if tty:
+            print(f"\rrecording to {out}: {time.monotonic() - started:.0f} of {duration_s:g} s, {count()} samples",
+                  end="", file=sys.stderr, flush=True)
+    if tty:
+        print(file=sys.stderr)
+
+
 def cmd_record(args: argparse.Namespace) -> int:
     from agent.trace import TraceWriteError
 
@@ -122,10 +145,11 @@ def cmd_record(args: argparse.Namespace) -> int:
         raise CliError("--duration: must be greater than 0 seconds", EXIT_USAGE)
     if args.simulate:
         settings = settings_from(args, backend="virtual")
-        from agent.trace.recorder import record_simulation
+        from agent.virtual.recording import record_simulation
 
         try:
-            count = record_simulation(settings, Path(args.out), duration_s=args.duration)
+            count = record_simulation(settings.scenario, Path(args.out), node=settings.virtual_node,
+                                      interval_s=settings.interval_s, duration_s=args.duration)
         except TraceWriteError as exc:
             raise CliError(str(exc)) from None
         print(f"wrote {count} samples to {args.out}")
@@ -134,12 +158,12 @@ def cmd_record(args: argparse.Namespace) -> int:
     from agent.app.logs import configure_logging
 
     configure_logging(settings.log_level, settings.log_format)
-    collector = make_collector(settings, open_backend_or_fail(settings))
+    collector = make_collector(settings, open_backend_or_fail(settings, without_gpu=RECORD_WITHOUT_GPU))
     recorder = attach_recorder(collector, args.out, settings)
     requests = SignalRequests()
     requests.install({signal.SIGTERM: "stop", signal.SIGINT: "stop"})
     collector.start()
-    requests.wait(args.duration, ("stop",))
+    _wait_showing_progress(requests, args.duration, lambda: recorder.count, args.out)
     collector.stop()
     requests.close()
     recorder.close()
@@ -165,6 +189,7 @@ def cmd_selftest(args: argparse.Namespace) -> int:
     import sys
     import time
 
+    from agent.backends.options import BackendOptions
     from agent.diagnostics.selftest.phases import parse_phases
     from agent.diagnostics.selftest.selftest import Options, SelftestError, run_selftest
 
@@ -205,7 +230,8 @@ def cmd_selftest(args: argparse.Namespace) -> int:
         raise CliError(f"cannot create {out}: {exc.strerror or exc}") from None
     options = Options(gpu=args.gpu, phases=phases, phase_seconds=args.phase_seconds,
                       interval_s=args.sample_interval_s, backend=settings.backend, runner=args.runner,
-                      real_time=args.real_time, thresholds=settings.classifier, settings=settings, scenario=scenario,
+                      real_time=args.real_time, thresholds=settings.classifier, settings=BackendOptions.of(settings),
+                      scenario=scenario,
                       virtual_node=settings.virtual_node, progress=lambda line: print(line, file=sys.stderr, flush=True))
     try:
         summary = run_selftest(options)

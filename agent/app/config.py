@@ -33,9 +33,9 @@ from agent.context.yaml_input import printable_name
 from agent.classifier.thresholds import Thresholds
 from agent.context.workload.inference.endpoint import InferenceEndpoint, ModelFacts
 from agent.model import Dtype
+from agent.model.terms import DEFAULT_PORT
 from agent.model.redact import safe_url  # a URL setting in an error: no user:password@, no query values
 
-DEFAULT_PORT = 9477
 MAX_TOKEN_FILE_BYTES = 64 * 2**10
 """A bearer token is tens of bytes; a file past 64 KiB is not a token file."""
 _config_data: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("roofwatch_config_data",

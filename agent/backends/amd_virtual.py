@@ -15,8 +15,8 @@ from agent.backends.amd.backend import AmdBackend
 from agent.backends.amd.library import import_error_message
 from agent.backends.base import BackendUnavailable
 from agent.backends.nvml_virtual import SimulatedHost
-from agent.backends.virtual import VirtualBackend
 from agent.model import GpuSample
+from agent.virtual.backend import VirtualBackend
 
 
 class VirtualAmdBackend(AmdBackend):
@@ -39,15 +39,16 @@ class VirtualAmdBackend(AmdBackend):
             raise BackendUnavailable(import_error_message(exc)) from None
         super().__init__(amdsmi, **kwargs)
 
-    def start_dme(self) -> str | None:
-        """Serve a virtual Device Metrics Exporter for this node when its scenario asks for one
-        (``amd: {device_metrics_exporter: true}``); its ``/metrics`` URL, or None."""
+    def start_dme(self, *, serve: bool = False) -> Any:
+        """The node's virtual Device Metrics Exporter when its scenario asks for one (``amd: {device_metrics_exporter:
+        true}``), or None. Rendered in process for the reader (``dme.fetch``, ``dme.url``): the demo opens no port
+        beside the one the user chose; ``serve`` also serves it on a loopback port (for tests over HTTP)."""
         if not self.library.profile.device_metrics_exporter:
             return None
         from agent.virtual.fake_dme import VirtualDme
 
-        self.dme = VirtualDme(self.library)
-        return self.dme.url
+        self.dme = VirtualDme(self.library, serve=serve)
+        return self.dme
 
     def warm_samples(self, now: float, seconds: float, interval_s: float = 1.0) -> list[GpuSample]:
         return self.virtual.warm_samples(now, seconds, interval_s)

@@ -17,10 +17,10 @@ from dataclasses import fields
 from typing import Any, Sequence
 
 from agent.backends.nvml.backend import NvmlBackend
-from agent.backends.virtual import VirtualBackend
 from agent.context.host.processes import ProcessFacts
 from agent.context.sources import HostFacts
 from agent.model import GpuSample
+from agent.virtual.backend import VirtualBackend
 
 _PROCESS_FACTS = tuple(f.name for f in fields(ProcessFacts))
 

@@ -11,12 +11,17 @@ text parsing and counter rates, exactly as on a real node. The backend's ``close
 
 from __future__ import annotations
 
-from agent.app.config import Settings
-from agent.backends.virtual import VirtualBackend
+from typing import TYPE_CHECKING
+
+from agent.backends.virtual_serving_warm import WarmFetch, warm_scrapes
 from agent.context.workload.inference.endpoint import InferenceEndpoint
 from agent.context.workload.inference.scraper import InferenceScraper
+from agent.virtual.backend import VirtualBackend
 from agent.virtual.serving.job import ServingJob
 from agent.virtual.serving.server import FakeInferenceServer
+
+if TYPE_CHECKING:
+    from agent.backends.options import BackendOptions
 
 
 def endpoint_for(job: ServingJob, url: str) -> InferenceEndpoint:
@@ -27,7 +32,7 @@ def endpoint_for(job: ServingJob, url: str) -> InferenceEndpoint:
                              model=job.model if job.server == "tgi" else None)  # TGI exports no model name
 
 
-def serve_virtual_endpoints(backend: VirtualBackend, settings: Settings) -> list[FakeInferenceServer]:
+def serve_virtual_endpoints(backend: VirtualBackend, settings: BackendOptions) -> list[FakeInferenceServer]:
     """Start the fake servers of ``backend``'s node and scrape them into its workload reports; [] when it serves nothing."""
     jobs = backend.engine.serving_jobs(backend.node)
     if not jobs:
@@ -40,9 +45,16 @@ def serve_virtual_endpoints(backend: VirtualBackend, settings: Settings) -> list
         for server in servers:
             server.close()
         raise
+    fetch = WarmFetch()
     scraper = InferenceScraper([endpoint_for(s.job, s.url) for s in servers], interval_s=settings.inference_interval_s,
-                               timeout_s=settings.inference_timeout_s, clock=backend.clock, models=settings.models)
+                               timeout_s=settings.inference_timeout_s, clock=backend.clock, models=settings.models,
+                               fetch=fetch)
+    # Serving figures from the first scrape, as the verdicts are (agent.backends.virtual_serving_warm).
+    now = backend.clock()
+    warmed = warm_scrapes(scraper, fetch, servers, now=now, start_time=backend.start_time,
+                          interval_s=settings.inference_interval_s)
     scraper.start()
     backend.attach_workloads(scraper, [g for job in jobs for g in job.gpus],
-                             closers=[scraper.close, *(s.close for s in servers)])
+                             closers=[scraper.close, *(s.close for s in servers)],
+                             scraped_since=now - settings.inference_interval_s if warmed else None)
     return servers

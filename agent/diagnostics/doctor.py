@@ -30,9 +30,11 @@ from agent.diagnostics.verdict_basis import basis_findings
 def run_doctor(settings: Any, *, root: Path = Path("/"), environ: dict[str, str] | None = None) -> Report:
     """Check the backend ``settings`` select (auto: NVML, then AMD) and the host around it."""
     from agent.backends.base import BackendUnavailable
+    from agent.backends.options import BackendOptions
     from agent.backends.registry import OPENERS, install_spec_overrides
 
-    install_spec_overrides(settings)  # the config's specs: entries, as the agent would resolve them
+    options = BackendOptions.of(settings)  # the backends' part of the settings, as the agent hands it down
+    install_spec_overrides(options.specs)  # the config's specs: entries, as the agent would resolve them
     report = Report()
     report.add(Finding("roofwatch", "info", f"python {sys.version.split()[0]}, "
                                             f"nvidia-ml-py {package_version('nvidia-ml-py') or 'not installed'}, "
@@ -45,7 +47,7 @@ def run_doctor(settings: Any, *, root: Path = Path("/"), environ: dict[str, str]
     names = ("nvml", "amd") if wanted == "auto" else (wanted,)
     for name in names:
         try:
-            backend = OPENERS[name](settings)
+            backend = OPENERS[name](options)
         except BackendUnavailable as exc:
             report.add(Finding(f"{name} backend", "fail" if wanted != "auto" or name == "nvml" else "info", str(exc),
                                "every metric from this vendor", _UNAVAILABLE_FIX.get(name, "")))

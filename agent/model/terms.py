@@ -67,3 +67,8 @@ CLOCK_EVENT_REASONS: dict[str, int] = {
 
 THROTTLE_REASON_MASK = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
 """Bits that mean the clock is held below what the workload asks for."""
+
+
+DEFAULT_PORT = 9477
+"""The agent's HTTP port unless ``listen`` says otherwise: the settings' default (agent.app.config), and where
+``roofwatch top`` (agent.views.top_source) looks when given no address; both read it here, below them."""

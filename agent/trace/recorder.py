@@ -1,13 +1,14 @@
-"""Writing traces: live samples from the collector, or the virtual engine's samples in virtual time."""
+"""Writing the collector's live samples to a trace (``roofwatch run --record``, ``roofwatch record``).
+
+A simulated scenario's trace is written by agent.virtual.recording, above this package.
+"""
 
 from __future__ import annotations
 
 import logging
-import time
 from pathlib import Path
 
 from agent import __version__
-from agent.app.config import Settings
 from agent.model import NodeSnapshot
 from agent.trace import TraceWriteError, TraceWriter
 
@@ -62,18 +63,3 @@ class SnapshotRecorder:
                 self.error = str(exc)
                 log.error("closing trace failed", extra={"path": str(self.path), "error": str(exc)})
 
-
-def record_simulation(settings: Settings, path: Path, *, duration_s: float) -> int:
-    """Write the virtual engine's samples for ``duration_s`` of virtual time, labelled, at once."""
-    from agent.virtual.engine import VirtualEngine
-    from agent.virtual.scenario import resolve_scenario
-
-    scenario = resolve_scenario(settings.scenario)
-    engine = VirtualEngine(scenario)
-    nodes = [settings.virtual_node] if settings.virtual_node else None
-    count = 0
-    with TraceWriter(path, node=settings.virtual_node, agent_version=__version__, note=f"simulated scenario {scenario.name}") as writer:
-        for sample in engine.iter_trace(duration_s, settings.interval_s, start_ts=time.time(), nodes=nodes):
-            writer.write(sample)
-            count += 1
-    return count

@@ -16,7 +16,7 @@ from typing import Mapping
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from agent.app.config import DEFAULT_PORT
+from agent.model.terms import DEFAULT_PORT
 from agent.model.text import one_line
 from agent.views.http_get import FetchError, agent_endpoint, bounded_get
 from agent.views.top_serving import PREFIX as SERVING_PREFIX
@@ -71,6 +71,10 @@ class GpuRow:
     pod: str | None = None
     basis: str | None = None
     """What the verdict rests on (the reason info's ``basis`` label, EVIDENCE_BASES)."""
+    waste: str | None = None
+    """Whether the GPU is wasted (the reason info's ``waste`` label: agent.model.waste.WASTE_LABELS)."""
+    lost: float | None = None
+    """Share of its window it lost (``roofwatch_gpu_waste_lost_ratio``): the lost-time measure."""
     comm_wait: float | None = None
     power_fabric_r: float | None = None
     step_cv: float | None = None
@@ -148,6 +152,7 @@ _GAUGES: dict[str, str] = {
     "roofwatch_gpu_power_fabric_correlation": "power_fabric_r",
     "roofwatch_gpu_step_time_cv": "step_cv",
     "roofwatch_gpu_step_time_seconds": "step_time_s",
+    "roofwatch_gpu_waste_lost_ratio": "lost",
 }
 _MHZ: dict[str, str] = {
     "roofwatch_gpu_sm_clock_hertz": "sm_clock_mhz",
@@ -234,6 +239,7 @@ def _gpu_fact(row: dict[str, object], sources: dict[str, dict[str, float]], name
     elif name == "roofwatch_gpu_workload_reason_info":
         row["detail"], row["throttle"] = labels.get("detail"), labels.get("throttle")
         row["basis"] = labels.get("basis") or None
+        row["waste"] = labels.get("waste") or None
     elif name == "roofwatch_gpu_job_info":
         row["job"] = labels.get("job_id") or None
     elif name == "roofwatch_gpu_pod_info":

@@ -174,22 +174,26 @@ def render_gpumetrics(library: Any, order: Sequence[int] | None = None) -> str:
     return json.dumps(_omit_zero({"Response": entries})) + "\n"
 
 
-class VirtualDme:
-    """DME's ``/metrics`` for one fake libamd_smi, on 127.0.0.1 and a free port, until :meth:`close`."""
+IN_PROCESS_URL = "http://virtual-amd-exporter.invalid/metrics"
+"""What the demo's reader is pointed at: no port is opened (``.invalid`` never resolves), the body is rendered
+in process by :meth:`VirtualDme.fetch`; a user who chose ``--listen`` finds no other port open."""
 
-    def __init__(self, library: Any, host: str = "127.0.0.1", port: int = 0) -> None:
+
+class VirtualDme:
+    """DME's ``/metrics`` and ``/gpumetrics`` for one fake libamd_smi, until :meth:`close`: rendered in process for
+    the reader that asks through :meth:`fetch` (the demo), and with ``serve`` on 127.0.0.1 and a free port too,
+    for a test or a tool that reads it over HTTP."""
+
+    def __init__(self, library: Any, host: str = "127.0.0.1", port: int = 0, *, serve: bool = True) -> None:
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:  # noqa: N802 - the http.server name
-                path = self.path.split("?")[0]
-                if path == "/metrics":
-                    body, kind = render(owner.library, owner.order).encode(), "text/plain; version=0.0.4; charset=utf-8"
-                elif path == "/gpumetrics" and owner.gpumetrics:
-                    body, kind = render_gpumetrics(owner.library, owner.order).encode(), "application/json"
-                else:
+                answer = owner.body(self.path)
+                if answer is None:
                     self.send_error(404)
                     return
+                body, kind = answer
                 self.send_response(200)
                 self.send_header("Content-Type", kind)
                 self.send_header("Content-Length", str(len(body)))
@@ -204,13 +208,45 @@ class VirtualDme:
         """amdsmi ordinals in this exporter's ``gpu_id`` order (None: amdsmi's own order)."""
         self.gpumetrics = True
         """False: ``/gpumetrics`` answers 404, as before DME 1.4.0."""
-        self._server = ThreadingHTTPServer((host, port), Handler)
-        self._server.daemon_threads = True
-        self.url = f"http://{host}:{self._server.server_address[1]}/metrics"
-        self._thread = threading.Thread(target=self._server.serve_forever, name="virtual-dme", daemon=True)
-        self._thread.start()
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+        self.url = IN_PROCESS_URL
+        if serve:
+            self._server = ThreadingHTTPServer((host, port), Handler)
+            self._server.daemon_threads = True
+            self.url = f"http://{host}:{self._server.server_address[1]}/metrics"
+            self._thread = threading.Thread(target=self._server.serve_forever, name="virtual-dme", daemon=True)
+            self._thread.start()
+
+    def body(self, url_or_path: str) -> tuple[bytes, str] | None:
+        """(body, content type) of a path (or a URL's path), or None for a path DME does not serve."""
+        path = "/" + url_or_path.split("://", 1)[-1].split("/", 1)[-1] if "://" in url_or_path else url_or_path
+        path = path.split("?")[0]
+        if path == "/metrics":
+            return render(self.library, self.order).encode(), "text/plain; version=0.0.4; charset=utf-8"
+        if path == "/gpumetrics" and self.gpumetrics:
+            return render_gpumetrics(self.library, self.order).encode(), "application/json"
+        return None
+
+    def fetch(self, url: str, timeout_s: float, max_bytes: int) -> bytes:
+        """The exporter reader's fetch (agent.backends.exporter_reader.Fetch), answered in process; a 404 and a
+        body over ``max_bytes`` fail as the HTTP fetch does."""
+        from agent.context.workload.inference.fetch import HttpStatus, ResponseTooLarge
+
+        answer = self.body(url)
+        if answer is None:
+            raise HttpStatus(404, "Not Found")
+        if len(answer[0]) > max_bytes:
+            raise ResponseTooLarge(f"answer larger than {max_bytes} bytes")
+        return answer[0]
+
+    @property
+    def serving(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
 
     def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)

@@ -16,7 +16,7 @@ from urllib.parse import parse_qs
 from prometheus_client.exposition import choose_encoder
 
 from agent.model import NodeSnapshot
-from agent.views.status_page import CONTENT_SECURITY_POLICY, DEFAULT_REFRESH_S, status_page
+from exporters.http.page import HtmlPage
 from exporters.prometheus import ExpositionCache
 from exporters.snapshot_json import snapshot_to_dict
 from exporters.web_config import REALM, UNAUTHENTICATED_PATHS, WebConfig
@@ -67,6 +67,8 @@ class Served(Protocol):
 
     web: WebConfig
     exposition: ExpositionCache
+    page: HtmlPage | None
+    """The ``/`` page the app registered (exporters.http.page); None: ``/`` is not found."""
 
     def health(self) -> tuple[bool, str]: ...
 
@@ -110,17 +112,18 @@ def answer_get(server: Served, request: Request, *, inline: bool = False) -> Res
         if inline:
             raise NeedsWorker
         return Response(HTTPStatus.OK, server.snapshot_json(), "application/json")
-    if path == "/" and inline:
+    page = server.page
+    if path == "/" and page is not None and inline:
         raise NeedsWorker
-    if path == "/":
+    if path == "/" and page is not None:
         try:
-            refresh_s = refresh_param(request.query)
+            refresh_s = refresh_param(request.query, page.default_refresh_s)
         except ValueError as exc:
             return text(HTTPStatus.BAD_REQUEST, str(exc))
         return Response(HTTPStatus.OK, server.status_page(refresh_s), "text/html; charset=utf-8",
-                        {"Content-Security-Policy": CONTENT_SECURITY_POLICY, "Cache-Control": "no-store",
+                        {"Content-Security-Policy": page.content_security_policy, "Cache-Control": "no-store",
                          "X-Content-Type-Options": "nosniff"})
-    return text(HTTPStatus.NOT_FOUND, "not found; try /metrics, /healthz, /api/v1/snapshot or /")
+    return text(HTTPStatus.NOT_FOUND, f"not found; try /metrics, /healthz, /api/v1/snapshot{' or /' if page else ''}")
 
 
 def accepts_gzip(header: str | None) -> bool:
@@ -148,11 +151,12 @@ def accepts_gzip(header: str | None) -> bool:
     return weight is not None and weight > 0  # NaN compares False: not gzip
 
 
-def refresh_param(query: str) -> float:
-    """``?refresh=SECONDS`` for the status page: 0 stops it, default 5 s; anything else is a 400."""
+def refresh_param(query: str, default_s: float) -> float:
+    """``?refresh=SECONDS`` for the status page: 0 stops it, absent is the page's ``default_s``; anything else
+    is a 400."""
     values = parse_qs(query).get("refresh")
     if not values:
-        return DEFAULT_REFRESH_S
+        return default_s
     try:
         value = float(values[-1])
     except ValueError:
@@ -174,11 +178,11 @@ class _Placeholder(float):
         return self.MARK
 
 
-def page_template(snapshot: NodeSnapshot, *, refreshing: bool, stale: str | None) -> bytes:
+def page_template(page: HtmlPage, snapshot: NodeSnapshot, *, refreshing: bool, stale: str | None) -> bytes:
     """The ``/`` page with the refresh period left as a marker, rendered once per snapshot: any
     ``?refresh=`` value is then a byte replacement, not a render (13x the CPU when it was one)."""
-    refresh = _Placeholder(DEFAULT_REFRESH_S) if refreshing else 0.0
-    return status_page(snapshot_to_dict(snapshot), refresh_s=refresh, stale=stale).encode()
+    refresh = _Placeholder(page.default_refresh_s) if refreshing else 0.0
+    return page.render(snapshot_to_dict(snapshot), refresh_s=refresh, stale=stale).encode()
 
 
 def fill_page(template: bytes, refresh_s: float) -> bytes:

@@ -1,4 +1,4 @@
-"""The agent's HTTP endpoint: ``/metrics``, ``/healthz``, ``/api/v1/snapshot``, the ``/`` status page, and
+"""The agent's HTTP endpoint: ``/metrics``, ``/healthz``, ``/api/v1/snapshot``, the ``/`` page the app registers, and
 ``POST /api/v1/report`` for workload reports (when a :class:`~agent.context.workload.report_store.ReportStore` is given).
 
 Every GET reads the last published snapshot and nothing else, so a request can never wait on a GPU;
@@ -22,6 +22,7 @@ from agent.context.workload.report_store import ReportStore
 from agent.model import NodeSnapshot
 from exporters.http.limits import ListenerLimits
 from exporters.http.listener import Listener, bind
+from exporters.http.page import HtmlPage
 from exporters.http.routes import fill_page, page_template, snapshot_json
 from exporters.prometheus import ExpositionCache
 from exporters.render_cache import PerSnapshotCache
@@ -48,7 +49,10 @@ class AgentHTTPServer:
         optional_metrics: Sequence[str] = (),
         web: WebConfig | None = None,
         limits: ListenerLimits | None = None,
+        page: HtmlPage | None = None,
     ) -> None:
+        """``page``: the ``/`` page, registered by the app (agent.app.assemble.status_page); without one
+        ``/`` is not found. This layer renders no view itself (docs/architecture.md, layers)."""
         limits = limits or ListenerLimits()
         overrides = {"max_in_flight": max_concurrent, "max_connections": max_connections}
         limits = dataclasses.replace(limits, **{k: v for k, v in overrides.items() if v is not None})
@@ -65,6 +69,7 @@ class AgentHTTPServer:
         self.draining = threading.Event()
         """Set by :meth:`drain`: a request that finds no free slot is told the agent is stopping."""
         self.pages = PerSnapshotCache()
+        self.page = page
         self.web = web or WebConfig.none()
         self.socket = bind(address)
         self.server_address = self.socket.getsockname()
@@ -124,13 +129,16 @@ class AgentHTTPServer:
     def status_page(self, refresh_s: float) -> bytes:
         """The ``/`` page: rendered once per snapshot (one with the refresh script, one without), the
         period filled in per request. A stale snapshot is rendered afresh so its banner shows the age."""
+        page = self.page
+        if page is None:
+            raise LookupError("no / page was registered with this server")
         ok, reason = self.health()
         snapshot = self.get_snapshot()
         refreshing = refresh_s > 0
         if not ok:
-            return fill_page(page_template(snapshot, refreshing=refreshing, stale=reason), refresh_s)
+            return fill_page(page_template(page, snapshot, refreshing=refreshing, stale=reason), refresh_s)
         template = self.pages.get(snapshot, ("page", refreshing),
-                                  lambda s: page_template(s, refreshing=refreshing, stale=None))
+                                  lambda s: page_template(page, s, refreshing=refreshing, stale=None))
         return fill_page(template, refresh_s)
 
     def health(self) -> tuple[bool, str]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from agent.backends.base import BackendUnavailable
 from agent.classifier.thresholds import DEFAULT_THRESHOLDS, Thresholds
@@ -22,6 +22,9 @@ from agent.diagnostics.selftest.report import Summary
 from agent.diagnostics.selftest.runner import UsageError, Library, PhaseRunner, RunnerUnavailable, load_library
 from agent.diagnostics.selftest.sampler import PhaseReports, Sampler, Window
 from agent.model import DeviceInfo
+
+if TYPE_CHECKING:
+    from agent.backends.options import BackendOptions
 
 log = logging.getLogger("roofwatch.selftest")
 
@@ -52,8 +55,9 @@ class Options:
     real_time: bool = False
     """``nvml-virtual`` only: play in wall-clock time, sampling from a thread as on a GPU."""
     thresholds: Thresholds = DEFAULT_THRESHOLDS
-    settings: Any = None
-    """The agent's settings (node name, host sources) for the real backend."""
+    settings: BackendOptions | None = None
+    """The backends' part of the agent's settings (node name, host sources): required on a real GPU, where the
+    command builds it from the settings (agent.app.commands_node), as the agent does."""
     scenario: Any = None
     """``nvml-virtual``: the scenario whose node is simulated (None: one H100 SXM)."""
     virtual_node: str | None = None
@@ -121,12 +125,12 @@ def _play(phase: Phase, rig: _Rig, sampler: Sampler, reports: PhaseReports, opti
 def _open_real(options: Options, reports: PhaseReports) -> _Rig:
     from agent.backends.registry import open_nvml
 
-    from agent.app.config import Settings
-
+    if options.settings is None:
+        raise SelftestError("cannot run on a real GPU without the agent's settings (Options.settings)")
     problems = []
     backend = None
     try:
-        backend = open_nvml(options.settings or Settings(), reports)
+        backend = open_nvml(options.settings, reports)
     except BackendUnavailable as exc:
         problems.append(f"no NVIDIA GPU to test: {exc}")
     library = None

@@ -19,12 +19,12 @@ import time
 from typing import Any, Callable, Sequence
 
 from agent.backends.nvml_virtual import SimulatedHost, VirtualNvmlBackend
-from agent.backends.virtual import VirtualBackend
 from agent.diagnostics.selftest.phases import STARVED_BURST_S, STARVED_LOADER_S, STREAM_WAIT_COMPUTE_S, Phase, lateness
 from agent.diagnostics.selftest.runner import UsageError, Measured, PhaseWindow, RunnerUnavailable
 from agent.diagnostics.selftest.sampler import PhaseReports, ReportingHost
 from agent.model import GpuSpec
 from agent.model.specs import spec_by_key
+from agent.virtual.backend import VirtualBackend
 from agent.virtual.clock import ManualClock
 from agent.virtual.scenario import Scenario, ScenarioError, parse_scenario
 

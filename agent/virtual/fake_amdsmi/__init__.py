@@ -7,7 +7,7 @@ GPUs and hangs. It plays the libamd_smi of whichever amdsmi release is loaded ov
 7.0: that release's C symbols and structures), and fails the way the real one does (a lost GPU
 keeps its handle; what amdsmi computes from the metrics table fails with it)::
 
-    from agent.backends.virtual import VirtualBackend
+    from agent.virtual.backend import VirtualBackend
     from agent.virtual.fake_amdsmi import FakeAmdSmiLibrary, load_amdsmi
 
     amdsmi = load_amdsmi(FakeAmdSmiLibrary(VirtualBackend("mi300x")))  # or load_amdsmi(lib, "<dir>/amdsmi")

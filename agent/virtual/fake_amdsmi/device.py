@@ -22,7 +22,7 @@ from agent.virtual.fake_nvml.ctypes_io import Fail
 from agent.virtual.fake_nvml.device import KEY_INDEX, Counters
 
 if TYPE_CHECKING:
-    from agent.backends.virtual import VirtualBackend
+    from agent.virtual.backend import VirtualBackend
 
 POWER_LIMIT_BITS = 0x4 | 0x80
 """Clock-event reasons that mean the package power tracker (PPT) holds the clock: SW power cap, power brake."""

@@ -24,7 +24,7 @@ import threading
 from dataclasses import dataclass
 from typing import Callable
 
-from agent.backends.virtual import FaultWindow
+from agent.virtual.backend import FaultWindow
 from agent.virtual.fake_amdsmi import codes
 from agent.virtual.fake_amdsmi.arguments import Fail
 from agent.virtual.fake_amdsmi.device import AmdDevice, AmdSocket

@@ -32,9 +32,9 @@ import ctypes
 import threading
 from typing import Any
 
-from agent.backends.virtual import VirtualBackend
 from agent.model import GpuSample
 from agent.model.specs import spec_by_key
+from agent.virtual.backend import VirtualBackend
 from agent.virtual.devices import HIDDEN_FIELDS, default_counters, driver_view
 from agent.virtual.fake_amdsmi import codes
 from agent.virtual.fake_amdsmi.api_bus import BusFunctions

@@ -37,8 +37,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent.backends.base import DeviceError
-from agent.backends.virtual import VirtualBackend
 from agent.model import DeviceInfo, GpuSample
+from agent.virtual.backend import VirtualBackend
 from agent.virtual.scenario import parse_scenario
 
 PROFILING_FIELDS: dict[int, str] = {

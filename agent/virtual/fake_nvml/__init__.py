@@ -4,7 +4,7 @@ The real pynvml runs unchanged on top of it, so the NVML backend can be tested (
 without a GPU, including the parts that are hard to reach on hardware: old drivers without GPM,
 NoPermission containers, unsupported fields, lost GPUs, hangs and XID events::
 
-    from agent.backends.virtual import VirtualBackend
+    from agent.virtual.backend import VirtualBackend
     from agent.virtual.fake_nvml import FakeNvmlLibrary, load_pynvml
 
     nvml = load_pynvml(FakeNvmlLibrary(VirtualBackend("demo")))

@@ -4,7 +4,7 @@ A real GPU keeps free-running counters (activity cycles, bytes, energy, time spe
 and every NVML reading is a view of them: GPM metrics and PCIe/NVLink/energy fields are
 differences of two readings, utilisation is the last driver window. So each device here holds
 *integrals*: whenever a call needs fresh data, the span since the last advance is sampled from
-the :class:`~agent.backends.virtual.VirtualBackend` (which returns the average over exactly that
+the :class:`~agent.virtual.backend.VirtualBackend` (which returns the average over exactly that
 span) and ratio x dt / rate x dt is added. A GPM pair over [t1, t2] therefore reads exactly the
 virtual sample over [t1, t2], so the NVML backend and the virtual backend agree.
 
@@ -26,7 +26,7 @@ from agent.virtual.fake_nvml.ctypes_io import Fail
 from agent.virtual.sampling import mem_busy_share
 
 if TYPE_CHECKING:
-    from agent.backends.virtual import VirtualBackend
+    from agent.virtual.backend import VirtualBackend
 
 ADVANCE_MIN_S = 0.005
 """Calls closer than this to the previous advance reuse it (one collector cycle = one advance)."""

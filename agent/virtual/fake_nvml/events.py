@@ -16,7 +16,7 @@ import itertools
 import threading
 from dataclasses import dataclass, field
 
-from agent.backends.virtual import FaultWindow
+from agent.virtual.backend import FaultWindow
 from agent.virtual.fake_nvml import codes
 
 

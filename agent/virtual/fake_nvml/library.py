@@ -18,9 +18,9 @@ import dataclasses
 import threading
 from typing import Any
 
-from agent.backends.virtual import FaultWindow, VirtualBackend
 from agent.model import DeviceInfo, GpuSample
 from agent.model.specs import mig_slice_spec, spec_by_key
+from agent.virtual.backend import FaultWindow, VirtualBackend
 from agent.virtual.devices import (
     HIDDEN_FIELDS,
     MIG_HIDDEN_FIELDS,
