@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import json
 import os
-import resource
+import signal
 import socket
+import sys
 import stat
 import subprocess
 import tempfile
@@ -34,7 +35,7 @@ import pytest
 from agent.app.config import ConfigError, load_settings
 from agent.virtual.scenario import ScenarioError, load_scenario, resolve_scenario
 from exporters.web_config import WebConfigError, load_web_config
-from tests.agent_process import clean_env, poll, roofwatch_cmd
+from tests.agent_process import clean_env, roofwatch_cmd
 
 MEMORY_LIMIT = 1024 * 2**20
 """Address space for a command that should refuse its input at once (the interpreter takes ~300 MiB)."""
@@ -69,30 +70,39 @@ class Finished:
     max_rss_mib: float
 
 
-def _limit_memory() -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
+LAUNCHER = """
+import os, resource, sys
+limit, args = int(sys.argv[1]), sys.argv[2:]
+pid = os.fork()
+if pid == 0:
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # the command's stdout is not the launcher's report
+    os.execv(args[0], args)
+_, status, usage = os.wait4(pid, 0)
+print(os.waitstatus_to_exitcode(status), usage.ru_maxrss, flush=True)
+"""
+"""Starts the command from a small process and reports its exit status and peak RSS. Why not from the test's own
+process: Linux counts the memory a child had before ``exec`` in its peak (``ru_maxrss`` keeps the high-water mark of
+the address space ``exec`` replaced), so a child forked from a pytest worker of 300 MiB "peaked" at 300 MiB
+whatever it did; forked from this launcher, it starts from a few MiB."""
 
 
 def run_measured(*args: str, env: dict[str, str] | None = None, timeout: float = 30.0) -> Finished:
     """A ``roofwatch`` command under :data:`MEMORY_LIMIT`; its exit status, stderr and its own peak RSS."""
     with tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen(roofwatch_cmd(*args), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
-                                env=clean_env(**(env or {})), preexec_fn=_limit_memory)
-
-        def reaped() -> tuple[int, os.struct_rusage] | None:
-            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-            return (status, usage) if pid else None
-
+        proc = subprocess.Popen([sys.executable, "-c", LAUNCHER, str(MEMORY_LIMIT), *roofwatch_cmd(*args)],
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err, text=True,
+                                env=clean_env(**(env or {})), start_new_session=True)
         try:
-            status, usage = poll(reaped, timeout, what=f"roofwatch {' '.join(args)} to exit")
-        except AssertionError:
-            proc.kill()
-            proc.wait()
+            out, _ = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)  # the launcher and the command: one session of their own
+            proc.communicate()
             err.seek(0)
             raise AssertionError(f"still running after {timeout} s: {err.read()[-2000:]!r}") from None
-        proc.returncode = os.waitstatus_to_exitcode(status)
+        status, max_rss_kib = (int(x) for x in out.split())
         err.seek(0)
-        return Finished(proc.returncode, err.read().decode(errors="replace"), usage.ru_maxrss / 1024)
+        return Finished(status, err.read().decode(errors="replace"), max_rss_kib / 1024)
 
 
 def refused_in_one_line(result: Finished, status: int, *words: str) -> str:

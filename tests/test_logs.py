@@ -59,3 +59,20 @@ def test_json_lines_escape_control_and_format_characters_and_round_trip():
     assert _controls(line) == [], line
     data = json.loads(line)
     assert data["msg"] == "scraped model " + HOSTILE and data["model"] == HOSTILE and data["pod"] == "pod\x1b[2J"
+
+
+def test_credentials_are_hidden_in_every_line_and_words_about_them_are_not():
+    """Every log line passes agent.model.redact.hide: tokens go, "basic auth" stays (a reload's warning said
+    "basic <hidden>" once, which no operator can read)."""
+    from agent.model.redact import hide, remember
+
+    remember(["planted-SECRET-1"])
+    kept = ["basic auth is on", "bearer token missing", "Basic Authentication required", "turning basic auth off"]
+    for text in kept:
+        assert hide(text) == text
+    hidden = {"Bearer sk-live-SECRET": "Bearer <hidden>", "Basic dXNlcjpwYXNz": "Basic <hidden>",
+              "auth=Bearer abcdefghijklmnopqrstuvwxyz": "auth=Bearer <hidden>",
+              "GET http://u:pw@h:1/m?token=x": "GET http://<hidden>@h:1/m?token=<hidden>",
+              "it said planted-SECRET-1 back": "it said <hidden> back", "password: hunter2": "password: <hidden>"}
+    for text, shown in hidden.items():
+        assert hide(text) == shown, text

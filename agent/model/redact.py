@@ -23,7 +23,17 @@ MIN_SECRET_CHARS = 4
 
 _USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@?#]*@")
 _QUERY_VALUE = re.compile(r"([?&][^=\s&#?]+=)[^&\s#]+")
-_SCHEME_TOKEN = re.compile(r"(?i)\b(bearer|basic)(\s+)[A-Za-z0-9._~+/=-]+")
+_SCHEME_TOKEN = re.compile(r"(?i)\b(bearer|basic)(\s+)([A-Za-z0-9._~+/=-]{6,})")
+
+
+def _credential_word(word: str) -> bool:
+    """Whether the word after ``Bearer``/``Basic`` is a credential: it holds a digit or a token character
+    (``+/=._~-``), a capital past its first letter (base64, ``dXNlcjpwYXNz``), or is 20 characters long;
+    "basic auth", "Bearer token" and "Basic Authentication" are words, not credentials."""
+    return (any(c.isdigit() or c in "+/=._~-" for c in word) or any(c.isupper() for c in word[1:])
+            or len(word) >= 20)
+
+
 _NAMED_SECRET = re.compile(r"(?i)\b(token|api[-_]?key|password|secret)(\s*[=:]\s*)[^\s,;&]+")
 
 
@@ -69,8 +79,9 @@ def hide(text: object, secrets: Iterable[str] = ()) -> str:
             line = line.replace(secret, HIDDEN)
     line = _USERINFO.sub(lambda m: m.group(1) + HIDDEN + "@", line)
     line = _QUERY_VALUE.sub(lambda m: m.group(1) + HIDDEN, line)
-    for pattern in (_SCHEME_TOKEN, _NAMED_SECRET):
-        line = pattern.sub(lambda m: m.group(1) + m.group(2) + HIDDEN, line)
+    line = _SCHEME_TOKEN.sub(lambda m: m.group(1) + m.group(2) + HIDDEN if _credential_word(m.group(3)) else m.group(0),
+                             line)
+    line = _NAMED_SECRET.sub(lambda m: m.group(1) + m.group(2) + HIDDEN, line)
     return line
 
 
