@@ -14,7 +14,7 @@ from grafana_foundation_sdk.models import common as cm
 from dashboards.common import (
     DATASOURCE,
     MFU_STEPS,
-    WASTED_CLASSES,
+    WASTED,
     class_colour_overrides,
     cluster_variable,
     column_link,
@@ -35,11 +35,11 @@ from dashboards.common import (
 
 UID = "roofwatch-cluster"
 C = 'cluster=~"$cluster"'
-WASTED = "|".join(WASTED_CLASSES)
 
 
 def build() -> Dashboard:
-    wasted_by_job = (f'sum by (cluster, job_id) (roofwatch_job:gpu_hours:sum_1h{{{C}, class=~"{WASTED}"}})')
+    wasted_by_job = f'sum by (cluster, job_id) (roofwatch_job:gpu_waste_hours:sum_1h{{{C}, waste=~"{WASTED}"}})'
+    lost_by_job = f"sum by (cluster, job_id) (roofwatch_job:gpu_lost_hours:sum_1h{{{C}}})"
     top_jobs = f"topk(10, {wasted_by_job})"
 
     return (
@@ -83,7 +83,8 @@ def build() -> Dashboard:
             .thresholds(steps((None, "green"), (1, "red"))).color_mode(cm.BigValueColorMode.BACKGROUND))
         .with_panel(
             stat_panel("Idle but allocated",
-                  "GPUs that run nothing while a job or process holds them: paid for, producing nothing. "
+                  "GPUs that run nothing while a job or process holds them (the agent's waste label idle_held; "
+                  "an idle GPU nobody holds is spare, not counted): paid for, producing nothing. "
                   "Ask the owners (table below) to release them, or set scheduler idle timeouts.",
                   f"sum(roofwatch_cluster:gpu_idle_allocated:sum{{{C}}})", "none")
             .thresholds(steps((None, "green"), (1, "orange"), (4, "red"))).color_mode(cm.BigValueColorMode.BACKGROUND))
@@ -131,13 +132,34 @@ def build() -> Dashboard:
                 timeseries_panel(
                     "GPU-hours by class, trailing hour",
                     "GPU-hours spent in each class over the hour before each point (stacked). At a steady "
-                    "state the total equals the GPU count. Hours in idle, input_starved and "
-                    "communication_jittered are the waste to chase.",
+                    "state the total equals the GPU count. Which of them were wasted (an idle GPU nobody "
+                    "holds is spare, not waste) is in the Waste row below, by the agent's waste label.",
                     "h", w=12, h=8).min(0).stacking(stacked())
                 .fill_opacity(60).line_width(1)
                 .with_target(prom(f"sum by (class) (roofwatch_cluster:gpu_hours:sum_1h{{{C}}})", "{{class}}"))))
 
         .with_row(Row("Waste"))
+        .with_panel(
+            timeseries_panel(
+                "GPUs wasted, by kind",
+                "GPUs wasted now by the agent's one definition (agent/model/waste.py, the waste label): held but "
+                "idle, input-starved, communication-jittered, each counted for its whole verdict window; spare "
+                "GPUs (idle, nobody holds them) apart, as capacity rather than waste. The status page, roofwatch "
+                "top and the fleet report count the same GPUs.",
+                "none", w=12, h=8).min(0).stacking(stacked()).fill_opacity(60).line_width(1)
+            .with_target(prom(f'sum by (waste) (roofwatch_cluster:gpus_by_waste:sum{{{C}, waste=~"{WASTED}|spare"}})',
+                              "{{waste}}")))
+        .with_panel(
+            timeseries_panel(
+                "GPU-hours wasted and lost, trailing hour",
+                "Two measures of the same waste over the hour before each point: whole windows (every wasted GPU "
+                "counted for the whole window it was classified in, an upper bound) and the time actually lost "
+                "(the share no kernel ran, or kernels waited on peers). A big gap means GPUs that are wasted only "
+                "part of the time: starved or waiting, not idle.",
+                "h", w=12, h=8).min(0)
+            .with_target(prom(f'sum(roofwatch_cluster:gpu_waste_hours:sum_1h{{{C}, waste=~"{WASTED}"}})',
+                              "whole windows", ref="A"))
+            .with_target(prom(f"sum(roofwatch_cluster:gpu_lost_hours:sum_1h{{{C}}})", "time lost", ref="B")))
         .with_panel(
             timeseries_panel(
                 "Idle but allocated GPUs",
@@ -162,10 +184,13 @@ def build() -> Dashboard:
         .with_panel(
             column_link(
                 table.Panel().title("Top jobs by wasted GPU-hours").datasource(DATASOURCE).span(24).height(9)
-                .description("Jobs ranked by GPU-hours spent idle, input-starved or communication-jittered in "
-                             "the last hour, with their GPU count, MFU and energy. Start at the top: a job "
-                             "wasting many GPU-hours at low MFU is the cheapest win. Click a job to open it.")
+                .description("Jobs ranked by GPU-hours wasted in the last hour (held idle, input-starved or "
+                             "communication-jittered, by the agent's waste label: whole windows), with the hours "
+                             "actually lost, their GPU count, MFU and energy. Start at the top: a job wasting "
+                             "many GPU-hours at low MFU is the cheapest win. Click a job to open it.")
                 .with_target(prom(top_jobs, instant=True, table=True, ref="A"))
+                .with_target(prom(f"{lost_by_job} and on (cluster, job_id) {top_jobs}", instant=True, table=True,
+                                  ref="E"))
                 .with_target(prom(f"roofwatch_job:gpus:count{{{C}}} and on (cluster, job_id) {top_jobs}",
                                   instant=True, table=True, ref="B"))
                 .with_target(prom(f"roofwatch_job:gpu_mfu:avg{{{C}}} and on (cluster, job_id) {top_jobs}",
@@ -175,8 +200,10 @@ def build() -> Dashboard:
                 .transformations(merged())
                 .with_transformation(organize(
                     {"cluster": "Cluster", "job_id": "Job", "Value #A": "Wasted GPU-hours (1h)",
-                     "Value #B": "GPUs", "Value #C": "MFU", "Value #D": "Energy (1h)"}))
+                     "Value #E": "Lost GPU-hours (1h)", "Value #B": "GPUs", "Value #C": "MFU",
+                     "Value #D": "Energy (1h)"}))
                 .sort_by([sort_desc("Wasted GPU-hours (1h)")])
+                .override_by_name("Lost GPU-hours (1h)", [unit_override("h")])
                 .override_by_name("MFU", [unit_override("percentunit")])
                 .override_by_name("Energy (1h)", [unit_override("kwatth")])
                 .override_by_name("Wasted GPU-hours (1h)", [unit_override("h")]),

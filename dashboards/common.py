@@ -27,7 +27,7 @@ from grafana_foundation_sdk.models import dashboard as model
 from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 
 from agent.model import WORKLOAD_CLASSES
-from agent.views.palette import WASTED_CLASSES  # noqa: F401 - re-exported for the dashboards
+from agent.model.waste import WASTE_KINDS
 
 DATASOURCE = model.DataSourceRef(type_val="prometheus", uid="${datasource}")
 TAGS = ["roofwatch", "gpu"]
@@ -42,6 +42,9 @@ CLASS_COLOURS: dict[str, str] = {
     "unknown": "#4a4a4a",
 }
 """One colour per class on every panel, so a colour means the same thing everywhere."""
+
+WASTED = "|".join(WASTE_KINDS)
+"""The ``waste`` label values of a wasted GPU (agent.model.waste: the one definition every panel counts by)."""
 
 CLASS_CODES: dict[str, int] = {name: code for code, name in enumerate(WORKLOAD_CLASSES, start=1)}
 """A state timeline needs a number per state: the class's position in the model's list."""

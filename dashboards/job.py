@@ -163,13 +163,15 @@ def build() -> Dashboard:
             .min(0).max(1).stacking(stacked()).fill_opacity(60)))
         .with_panel(column_link(
             table.Panel().title("The job's GPUs now").datasource(DATASOURCE).span(12).height(8)
-            .description("Each GPU of the job with its class, reason and MFU. Click a node to see its GPUs.")
+            .description("Each GPU of the job with its class, reason, whether it is wasted (the agent's waste label: held "
+                         "but idle, input-starved, communication-jittered; agent/model/waste.py) and MFU. Click a node "
+                         "to see its GPUs.")
             .with_target(prom(by_job(f"roofwatch_gpu_workload_reason_info{{{G}}}", J), instant=True, table=True, ref="A"))
             .with_target(prom(by_job(f"roofwatch:gpu_mfu:ratio{{{G}}}", J), instant=True, table=True, ref="B"))
             .transformations(merged())
             .with_transformation(organize(
                 {"node": "Node", "gpu": "GPU", "class": "Class", "detail": "Reason", "throttle": "Throttle",
-                 "basis": "Evidence", "Value #B": "MFU"},
+                 "basis": "Evidence", "waste": "Waste", "Value #B": "MFU"},
                 hide=("Time", "Value #A", "uuid", "cluster", "job", "job_id", "instance", "__name__")))
             .override_by_name("MFU", [unit_override("percentunit")]),
             "Node", link_to("roofwatch-node", "Open node", "node")))

@@ -147,7 +147,7 @@ def jitter_evidence_panel() -> table.Panel:
         .with_transformation(organize(
             {"gpu": "GPU", "class": "Class", "detail": "Reason", "basis": "Evidence", "Value #B": "Comm wait",
              "Value #C": "Power-fabric r", "Value #D": "Step-time CV", "Value #E": "Step time"},
-            hide=("Time", "Value #A", "throttle", "uuid", "node", "cluster", "job", "instance", "__name__")))
+            hide=("Time", "Value #A", "throttle", "waste", "uuid", "node", "cluster", "job", "instance", "__name__")))
         .override_by_name("Comm wait", [unit_override("percentunit")])
         .override_by_name("Power-fabric r", [unit_override("none"), model.DynamicConfigValue(id_val="decimals", value=2)])
         .override_by_name("Step-time CV", [unit_override("percentunit")])
@@ -186,8 +186,11 @@ def build() -> Dashboard:
                 "...), throttling, what the verdict rests on (Evidence: counters = compute and DRAM counters; "
                 "power_and_mem_busy = an NVML-only GPU before Hopper, judged by power and memory busy time; "
                 "reported_mfu = the job's own MFU; for communication_jittered what the jitter was seen in, with its "
-                "figures in the Jitter evidence panel; docs/classification.md), confidence, MFU from counters and from "
-                "the workload, and the job. Low confidence means the window was mixed or counters are missing; "
+                "figures in the Jitter evidence panel; docs/classification.md), whether it is wasted (Waste: held but "
+                "idle, input-starved or communication-jittered; spare = idle and nobody holds it, capacity rather "
+                "than waste; agent/model/waste.py) and the share of its time lost (0 when not wasted, blank while "
+                "unknown), confidence, MFU from counters and "
+                "from the workload, and the job. Low confidence means the window was mixed or counters are missing; "
                 "wait a window before acting.")
             .with_target(prom(f"roofwatch_gpu_workload_reason_info{{{SEL}}}", instant=True, table=True, ref="A"))
             .with_target(prom(f"roofwatch_gpu_workload_confidence_ratio{{{SEL}}}", instant=True, table=True, ref="B"))
@@ -198,12 +201,17 @@ def build() -> Dashboard:
             .with_target(prom(f'max without (source) (roofwatch_gpu_mbu_ratio{{{SEL}}})',
                               instant=True, table=True, ref="E"))
             .with_target(prom(f"roofwatch_gpu_job_info{{{SEL}}}", instant=True, table=True, ref="F"))
+            .with_target(prom(f"max without (waste) (roofwatch_gpu_waste_lost_ratio{{{SEL}}})\n"
+                              f"or on (node, gpu, uuid) max without (class, detail, throttle, basis, waste) "
+                              f'(roofwatch_gpu_workload_reason_info{{{SEL}, waste=~"none|spare"}}) * 0',
+                              instant=True, table=True, ref="G"))
             .transformations(merged())
             .with_transformation(organize(
                 {"gpu": "GPU", "class": "Class", "detail": "Reason", "throttle": "Throttle", "basis": "Evidence",
-                 "Value #B": "Confidence", "Value #C": "MFU (counters)", "Value #D": "MFU (workload)",
-                 "Value #E": "MBU", "job_id": "Job"},
+                 "waste": "Waste", "Value #G": "Time lost", "Value #B": "Confidence", "Value #C": "MFU (counters)",
+                 "Value #D": "MFU (workload)", "Value #E": "MBU", "job_id": "Job"},
                 hide=("Time", "Value #A", "Value #F", "uuid", "node", "cluster", "job", "instance", "__name__")))
+            .override_by_name("Time lost", [unit_override("percentunit")])
             .override_by_name("Confidence", [unit_override("percentunit")])
             .override_by_name("MFU (counters)", [unit_override("percentunit")])
             .override_by_name("MFU (workload)", [unit_override("percentunit")])

@@ -14,6 +14,8 @@ from grafana_foundation_sdk.builders.dashboard import Dashboard, Row
 from grafana_foundation_sdk.models import common as cm
 from grafana_foundation_sdk.models import dashboard as model
 
+from agent.model.attention import SERVING_ATTENTION
+from agent.model.serving import SERVING_ADVICE
 from dashboards.common import (
     DATASOURCE,
     DASHED,
@@ -76,6 +78,8 @@ RUNNING = server("requests:max", f'{S}, state="running"')
 WAITING = server("requests:max", f'{S}, state="waiting"')
 SATURATED = server("info:max", f'{S}, state="kv_saturated"')
 PREFILL_HEAVY = server("info:max", f'{S}, state="prefill_heavy"')
+NEEDS_ATTENTION = server("info:max", f'{S}, state=~"{"|".join(SERVING_ATTENTION)}"')
+"""The replicas in a state that needs attention (agent.model.attention: the status page and ``top`` list the same)."""
 
 
 def state_colours(panel):
@@ -173,6 +177,16 @@ def build() -> Dashboard:
                        f"sum({WAITING})", "none", w=3)
             .thresholds(steps((None, "green"), (1, "orange"))))
 
+        .with_row(Row("Needs attention"))
+        .with_panel(
+            stat_panel("Servers needing attention", "Replicas in a state with a knob to turn: KV cache saturated "
+                       "with a queue, under-batched, prefill-heavy or far above their decode floor (the agent's "
+                       "one definition, agent/model/attention.py: the status page and roofwatch top list the "
+                       "same servers). The table beside says what to do for each.",
+                       f"count({NEEDS_ATTENTION}) or vector(0)", "none", w=4)
+            .height(8).thresholds(steps((None, "green"), (1, "orange"))).color_mode(cm.BigValueColorMode.BACKGROUND))
+        .with_panel(attention_table())
+
         .with_row(Row("Fleet over time"))
         .with_panel(state_colours(
             timeseries_panel("Servers by state", "Replicas in each serving state (stacked). at_floor and near_floor "
@@ -268,6 +282,57 @@ def build() -> Dashboard:
     )
 
 
+def advice_mappings() -> list[model.ValueMap]:
+    """Advice code -> what to do, as agent.model.attention words it (docs/serving.md)."""
+    return [model.ValueMap(options={
+        SERVING_ADVICE[state]: model.ValueMappingResult(text=words, index=i)  # type: ignore[index]
+        for i, (state, words) in enumerate(SERVING_ATTENTION.items())})]
+
+
+def server_table(title: str, description: str, targets: dict[str, str], rename: dict[str, str],
+                 units: dict[str, str], *, w: int = 24, h: int = 10) -> table.Panel:
+    """A table of replicas, one row each (target A: their info series), furthest above the floor first: the state
+    coloured, each figure in its unit, a click on a server showing only it."""
+    panel = table.Panel().title(title).datasource(DATASOURCE).span(w).height(h).description(description)
+    for ref, expr in targets.items():
+        panel = panel.with_target(prom(expr, instant=True, table=True, ref=ref))
+    panel = (panel.transformations(merged())
+             .with_transformation(organize(
+                 {"server": "Server", "node": "Node", "model": "Model", "state": "State", **rename, "cluster": "Cluster"},
+                 hide=("Time", "Value #A", "__name__", "job", "instance")))
+             .sort_by([sort_desc("TPOT / floor")])
+             .override_by_name("State", [
+                 model.DynamicConfigValue(id_val="mappings", value=state_mappings()),
+                 model.DynamicConfigValue(id_val="custom.cellOptions", value={"type": "color-text"})]))
+    for column, unit in units.items():
+        panel = panel.override_by_name(column, [unit_override(unit)])
+    return column_link(panel, "Server", link_to(UID, "Show only this server", "server"))
+
+
+def attention_table() -> table.Panel:
+    """The replicas that need attention, each with its state, the figures that decided it and what to do."""
+    def of_needs(expr: str) -> str:
+        return f"{expr}\nand on ({KEY}) {NEEDS_ATTENTION}"
+    targets = {
+        "A": NEEDS_ATTENTION, "B": of_needs(MULTIPLE),
+        "C": of_needs(f"max by ({KEY}) ({WAITING})"),
+        "D": of_needs(server("kv_cache_usage_ratio:max")), "E": of_needs(server("prefill_time_ratio:max")),
+        "F": of_needs(FILL), "G": of_needs(GPUS),
+    }
+    panel = server_table(
+        "Servers that need attention",
+        "Each replica in a state that needs attention, with the figure that decided it: KV cache usage and waiting "
+        "requests (kv_saturated: scale out), batch fill with requests waiting or the batch at its cap (under_batched: "
+        "raise the batch cap), the prefill share (prefill_heavy: chunk or disaggregate prefill), the floor multiple "
+        "(above_floor: profile a step). What to do is the advice of docs/serving.md. Click a server to show only it.",
+        targets,
+        {"advice": "What to do", "Value #B": "TPOT / floor", "Value #C": "Waiting", "Value #D": "KV cache",
+         "Value #E": "Prefill", "Value #F": "Batch fill", "Value #G": "GPUs"},
+        {"TPOT / floor": TIMES, "KV cache": "percentunit", "Prefill": "percentunit", "Batch fill": "percentunit"},
+        w=20, h=8)
+    return panel.override_by_name("What to do", [model.DynamicConfigValue(id_val="mappings", value=advice_mappings())])
+
+
 def servers_table() -> table.Panel:
     """Every selected replica with its verdict, advice and figures, furthest above its floor first."""
     one = lambda metric, selector=S: f"max by ({KEY}) ({server(metric, selector)})"  # noqa: E731
@@ -278,31 +343,18 @@ def servers_table() -> table.Panel:
         "I": one("requests:max", f'{S}, state="waiting"'), "J": server("kv_cache_usage_ratio:max"),
         "K": server("prefill_time_ratio:max"), "L": server("preemptions_per_second:max"),
     }
-    panel = (table.Panel().title("Servers now").datasource(DATASOURCE).span(24).height(10)
-             .description("Every selected replica with the agent's verdict and advice code, furthest above its "
-                          "floor first. The advice: raise_batch (raise the batch cap), scale_out (more "
-                          "replicas), chunk_or_disaggregate_prefill, find_overhead (CUDA graphs, CPU), "
-                          "faster_memory_or_fewer_bytes (at the floor: quantise), report_model_bytes (the agent "
-                          "cannot compute a floor). Click a server to show only it, a node to open it."))
-    for ref, expr in targets.items():
-        panel = panel.with_target(prom(expr, instant=True, table=True, ref=ref))
-    units = {"TPOT / floor": TIMES, "TPOT": "s", "Floor": "s", "Tokens/s per GPU": "short", "KV cache": "percentunit",
-             "Prefill": "percentunit", "Preemptions/s": "reqps"}
-    panel = (panel.transformations(merged())
-             .with_transformation(organize(
-                 {"server": "Server", "node": "Node", "model": "Model", "state": "State", "advice": "Advice",
-                  "Value #B": "GPUs", "Value #C": "TPOT / floor", "Value #D": "TPOT", "Value #E": "Floor",
-                  "Value #F": "Tokens/s per GPU", "Value #G": "Running", "Value #H": "Possible batch",
-                  "Value #I": "Waiting", "Value #J": "KV cache", "Value #K": "Prefill", "Value #L": "Preemptions/s",
-                  "cluster": "Cluster"},
-                 hide=("Time", "Value #A", "__name__", "job", "instance")))
-             .sort_by([sort_desc("TPOT / floor")])
-             .override_by_name("State", [
-                 model.DynamicConfigValue(id_val="mappings", value=state_mappings()),
-                 model.DynamicConfigValue(id_val="custom.cellOptions", value={"type": "color-text"})]))
-    for column, unit in units.items():
-        panel = panel.override_by_name(column, [unit_override(unit)])
-    panel = column_link(panel, "Server", link_to(UID, "Show only this server", "server"))
+    panel = server_table(
+        "Servers now",
+        "Every selected replica with the agent's verdict and advice code, furthest above its floor first. The "
+        "advice: raise_batch (raise the batch cap), scale_out (more replicas), chunk_or_disaggregate_prefill, "
+        "find_overhead (CUDA graphs, CPU), faster_memory_or_fewer_bytes (at the floor: quantise), report_model_bytes "
+        "(the agent cannot compute a floor). Click a server to show only it, a node to open it.",
+        targets,
+        {"advice": "Advice", "Value #B": "GPUs", "Value #C": "TPOT / floor", "Value #D": "TPOT", "Value #E": "Floor",
+         "Value #F": "Tokens/s per GPU", "Value #G": "Running", "Value #H": "Possible batch", "Value #I": "Waiting",
+         "Value #J": "KV cache", "Value #K": "Prefill", "Value #L": "Preemptions/s"},
+        {"TPOT / floor": TIMES, "TPOT": "s", "Floor": "s", "Tokens/s per GPU": "short", "KV cache": "percentunit",
+         "Prefill": "percentunit", "Preemptions/s": "reqps"})
     return column_link(panel, "Node", link_to("roofwatch-node", "Open node", "node"))
 
 

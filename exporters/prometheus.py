@@ -23,6 +23,7 @@ from prometheus_client.registry import Collector
 
 from agent import __version__
 from agent.model import CLOCK_EVENT_REASONS, WORKLOAD_CLASSES, DeviceState, NodeSnapshot
+from agent.model.waste import NOT_WASTED, waste_of
 from exporters import metrics as m
 from exporters.encoding import encode_exposition
 from exporters.families import Families, add_known, rejected_values
@@ -258,16 +259,19 @@ def _device_families(fam: Families, node: str, devices: tuple[DeviceState, ...],
 
 
 def _verdict_families(fam: Families, node: str, snapshot: NodeSnapshot, *, zeros: bool = False) -> list[Metric]:
-    """Class, confidence, scores, reasons, roofline and MFU/MBU per GPU.
+    """Class, confidence, scores, reasons, waste, roofline and MFU/MBU per GPU.
 
     Every GPU has, at all times, its class's one-hot series at 1 (a GPU without a verdict yet, or
     down, reads ``unknown``), its confidence and its reason series, so their count per GPU is
     fixed; the six other classes' 0 series only with ``zeros`` (optional ``one_hot_zeros``). The
-    measured values are absent while unknown, as everywhere else in roofwatch.
+    measured values are absent while unknown, as everywhere else in roofwatch. Whether a GPU is
+    wasted is the ``waste`` label of its reason series and the share a wasted GPU lost is one gauge
+    (none for the others: the series budget of docs/performance.md), both from agent.model.waste
+    (the one definition the views, rules and dashboards count by).
     """
     gauge = fam.gauge
     one_hot, confidence, scores = gauge(m.WORKLOAD_CLASS), gauge(m.WORKLOAD_CONFIDENCE), gauge(m.WORKLOAD_SCORE)
-    reason = fam.info(m.WORKLOAD_REASON)
+    reason, lost = fam.info(m.WORKLOAD_REASON), gauge(m.WASTE_LOST)
     throttled, duty, wait, step_cv, skew = (gauge(d) for d in (m.THROTTLED, m.DUTY_CYCLE, m.COMM_WAIT, m.STEP_TIME_CV, m.RANK_SKEW))
     suspect, correlation, step_time = gauge(m.COUNTERS_SUSPECT), gauge(m.POWER_FABRIC_CORRELATION), gauge(m.STEP_TIME)
     flops, bandwidth, intensity, ridge, headroom, mfu, mbu = (gauge(d) for d in (
@@ -284,10 +288,13 @@ def _verdict_families(fam: Families, node: str, snapshot: NodeSnapshot, *, zeros
         confidence.add_metric(labels, verdict.confidence if verdict else 0.0)
         if verdict is None:
             reason.add_metric(labels, {"class": "unknown", "detail": "warming_up" if device.up else "gpu_down", "throttle": "none",
-                                       "basis": "none"})
+                                       "basis": "none", "waste": NOT_WASTED})
             continue
+        waste = waste_of(verdict)
         reason.add_metric(labels, {"class": cls, "detail": verdict.detail, "throttle": verdict.throttle,
-                                   "basis": verdict.basis})
+                                   "basis": verdict.basis, "waste": waste.label})
+        if waste.wasted:  # a GPU not wasted lost nothing: its reason info says so, no series per GPU for a 0
+            add_known(lost, labels + [waste.label], waste.lost_fraction)
         for name, value in verdict.scores.items():
             scores.add_metric(labels + [name], value)
         if verdict.features.throttle_known:  # no clock-event reasons: unknown is absent, never 0
@@ -311,7 +318,7 @@ def _verdict_families(fam: Families, node: str, snapshot: NodeSnapshot, *, zeros
         add_known(mfu, labels + ["workload", r.dtype], r.mfu_workload)
         add_known(mbu, labels + ["counters"], r.mbu_counters)
         add_known(mbu, labels + ["workload"], r.mbu_workload)
-    return [one_hot, confidence, scores, reason, throttled, suspect, duty, wait, correlation, step_cv, step_time, skew,
+    return [one_hot, confidence, scores, reason, lost, throttled, suspect, duty, wait, correlation, step_cv, step_time, skew,
             flops, bandwidth, intensity, ridge, headroom, mfu, mbu]
 
 

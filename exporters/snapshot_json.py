@@ -14,6 +14,8 @@ import math
 from typing import Any
 
 from agent.model import NodeSnapshot, Verdict
+from agent.model.attention import attention_of
+from agent.model.waste import waste_of
 from exporters.metrics import clip_label
 
 LABEL_FIELDS = frozenset({
@@ -61,9 +63,19 @@ def verdict_evidence(verdict: Verdict) -> dict[str, Any]:
     return out
 
 
+def verdict_waste(verdict: Verdict) -> dict[str, Any]:
+    """Whether the verdict's GPU is wasted (agent.model.waste): ``label`` (a waste kind, ``spare`` or ``none``),
+    ``wasted`` (counted in whole verdict windows) and ``lost_fraction`` (the lost-time measure; None when unknown)."""
+    w = waste_of(verdict)
+    return {"label": w.label, "wasted": w.wasted,
+            "lost_fraction": None if w.lost_fraction is None else round(w.lost_fraction, 4)}
+
+
 def verdict_to_dict(verdict: Verdict) -> dict[str, Any]:
-    """One verdict of ``/api/v1/snapshot``: its JSON line plus its ``evidence`` object."""
-    return to_jsonable({**verdict.to_json(), "evidence": verdict_evidence(verdict)})
+    """One verdict of ``/api/v1/snapshot``: its JSON line plus its ``evidence``, its ``waste`` and the reasons it
+    needs ``attention`` (agent.model.attention), which the ``/`` page lists as they are here."""
+    return to_jsonable({**verdict.to_json(), "evidence": verdict_evidence(verdict), "waste": verdict_waste(verdict),
+                        "attention": [a.to_json() for a in attention_of(verdict)]})
 
 
 def snapshot_to_dict(snapshot: NodeSnapshot) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from the agents' own expositions, not from the rules or the dashboard.
 from __future__ import annotations
 
 from collections import defaultdict
+from pathlib import Path
 
 import pytest
 import yaml
@@ -30,6 +31,7 @@ pytestmark = pytest.mark.slow
 grafana_js = test_dashboard_transforms.grafana_js
 """Node with @grafana/data (a fixture of test_dashboard_transforms)."""
 
+DOCS = Path(__file__).resolve().parent.parent / "docs"
 CLUSTERS = ("serve-east", "serve-west")
 VIEW = {"datasource": "prometheus", "cluster": ".*", "model": ".*", "server": ".*"}
 SCENARIO = resolve_scenario("serving")
@@ -218,23 +220,58 @@ def test_the_table_links_a_server_to_this_dashboard_and_a_node_to_the_node_dashb
     assert set(mapping[0]["options"]) == set(SERVING_STATES) == set(serving.STATE_COLOURS)
 
 
-def test_the_servers_table_shows_one_row_per_replica(served, grafana_js):
-    prom, _ = served
-    table = the_panel("Servers now")
+def table_columns(prom: PrometheusServer, table: dict, rows: int, what: str) -> dict[str, list]:
+    """The table as Grafana shows it once every query has data (its own transformations run in Node): one table of
+    ``rows`` rows, column name -> values."""
     seen: dict[str, list[dict]] = {}
 
     def check() -> list[str]:
         seen["frames"], seen["out"] = transformed(prom, table, VIEW)
         problems = table_problems(table, seen["frames"], seen["out"])
-        if not problems and seen["out"][0]["length"] != len(CLUSTERS) * len(REPLICA_GPUS):
-            problems.append(f"{seen['out'][0]['length']} rows, not one per replica")
+        if not problems and seen["out"][0]["length"] != rows:
+            problems.append(f"{seen['out'][0]['length']} rows, not {what}")
         return problems
 
     problems = until_no_problems(check, lambda: every_query_has_data(seen))
     assert problems == [], "\n".join(problems + ["Grafana's input frames:", describe(seen["frames"]),
                                                  "after the transformations:", describe(seen["out"], 10)])
     (out,) = seen["out"]
-    columns = {f["name"]: f["values"] for f in out["fields"]}
+    return {f["name"]: f["values"] for f in out["fields"]}
+
+
+def test_the_servers_table_shows_one_row_per_replica(served, grafana_js):
+    prom, _ = served
+    table = the_panel("Servers now")
+    columns = table_columns(prom, table, len(CLUSTERS) * len(REPLICA_GPUS), "one per replica")
     assert set(columns["state"]) <= set(SERVING_STATES) and all(columns["advice"])
     assert [v for v in columns["Value #C"] if v is not None], "no TPOT / floor in the table"
     assert table["options"]["sortBy"] == [{"desc": True, "displayName": "TPOT / floor"}]
+
+
+# --- needs attention (issue 43, item 2) -------------------------------------------------------
+
+NEEDS_A_KNOB = {"kv_saturated", "under_batched", "prefill_heavy", "above_floor"}
+"""The states the issue names as needing attention: a full KV cache with a queue, under-batched,
+prefill-heavy, far above the floor (the status page and ``top`` list the same servers)."""
+
+
+def test_the_attention_row_lists_the_replicas_in_a_state_with_a_knob_and_what_to_do(served, grafana_js):
+    prom, agents = served
+    replicas = exported(agents)
+    expected = {key for key, r in replicas.items() if r["state"] in NEEDS_A_KNOB}
+    assert len(expected) == 4 * len(CLUSTERS), "the scenario's four servers in each cluster"
+    stat = the_panel("Servers needing attention")["targets"][0]
+    assert float(instant(prom, stat)[0]["value"][1]) == len(expected)
+    table = the_panel("Servers that need attention")
+    columns = table_columns(prom, table, len(expected), "one per replica that needs attention")
+    assert set(zip(columns["cluster"], columns["server"])) == expected
+    assert {(c, s): st for c, s, st in zip(columns["cluster"], columns["server"], columns["state"])} == {
+        key: replicas[key]["state"] for key in expected}
+    waiting = {(c, s): w for c, s, w in zip(columns["cluster"], columns["server"], columns["Value #C"])}
+    assert all(waiting[key] == pytest.approx(replicas[key].get("requests{waiting}", 0)) for key in expected)
+    mapping = next(p["value"] for o in table["fieldConfig"]["overrides"] if o["matcher"]["options"] == "What to do"
+                   for p in o["properties"] if p["id"] == "mappings")[0]["options"]
+    docs = " ".join(DOCS.joinpath("serving.md").read_text().replace("`", "").lower().split())
+    assert set(columns["advice"]) <= set(mapping), "every advice code shown has its words"
+    for code, result in mapping.items():
+        assert result["text"].lower() in docs, f"{code}: the advice is docs/serving.md's ({result['text']})"

@@ -359,3 +359,30 @@ def test_cluster_variable_filters(fleet):
     by_node = next(p for p in panels(dashboards()[cluster.UID]) if p["title"] == "MFU by node")
     lab = run_target(fleet, by_node["targets"][0], {**VIEWS[cluster.UID], "cluster": "lab"})
     assert {s["metric"]["node"] for s in lab} == {"demo-node"}
+
+
+@pytest.mark.slow
+def test_waste_panels_count_the_gpus_the_agents_label_wasted(fleet):
+    """Issue 43: the cluster dashboard counts waste by the agents' own waste label, so it names the same GPUs as
+    their status pages and ``top``: per kind, and idle-but-allocated only where the agent says held."""
+    kinds = {"idle_held", "input_starved", "communication_jittered"}
+    by_kind = next(p for p in panels(dashboards()[cluster.UID]) if p["title"] == "GPUs wasted, by kind")
+    held = next(p for p in panels(dashboards()[cluster.UID]) if p["title"] == "Idle but allocated")
+
+    def problems() -> list[str]:
+        exported: dict[str, int] = {}
+        for series in fleet.query("roofwatch_gpu_workload_reason_info"):
+            exported[series["metric"]["waste"]] = exported.get(series["metric"]["waste"], 0) + 1
+        if not kinds <= set(exported):
+            return [f"the demo node has held idle, starved and jittered GPUs: {exported}"]
+        shown = {s["metric"]["waste"]: float(s["value"][1])
+                 for s in run_target(fleet, {**by_kind["targets"][0], "instant": True}, VIEWS[cluster.UID])}
+        (value,) = run_target(fleet, {**held["targets"][0], "instant": True}, VIEWS[cluster.UID])
+        out = []
+        if shown != {w: n for w, n in exported.items() if w in kinds | {"spare"}}:
+            out.append(f"by kind {shown} against the agents' {exported}")
+        if float(value["value"][1]) != exported["idle_held"]:
+            out.append(f"idle but allocated {value['value'][1]} against the agents' {exported['idle_held']}")
+        return out
+
+    assert until_no_problems(problems) == []

@@ -144,10 +144,36 @@ def test_promtool_check_metrics_is_silent(full_collector, tmp_path):
     assert result.stdout.strip() == "" and result.stderr.strip() == ""
 
 
+WASTED_ONLY = {"roofwatch_gpu_waste_lost_ratio"}
+"""Families only a wasted GPU has (agent.model.waste): the full backend's GPUs are busy."""
+
+
+class StarvedBackend(FullBackend):
+    """GPU 0 runs kernels every other second only: input-starved, so wasted, so it has a share of time lost."""
+
+    def sample(self, gpu: str, now: float) -> GpuSample:
+        sample = super().sample(gpu, now)
+        busy = 0.4 if int(now) % 2 else 0.0
+        return dataclasses.replace(sample, gr_active=busy, util_gpu=busy) if gpu == "0" else sample
+
+
 def test_every_documented_metric_is_exported_and_vice_versa(full_collector):
     everything = scrape_text(full_collector, optional=tuple(OPTIONAL_GROUPS))
-    assert exported_names(everything) == {d.name for d in METRICS}
-    assert exported_names(scrape_text(full_collector)) == {d.name for d in METRICS if not d.optional}
+    assert exported_names(everything) == {d.name for d in METRICS} - WASTED_ONLY
+    assert exported_names(scrape_text(full_collector)) == {d.name for d in METRICS if not d.optional} - WASTED_ONLY
+    clock = {"t": 1_800_000_000.0}
+    starved = Collector(StarvedBackend(), node="n1", interval_s=1.0, clock=lambda: clock["t"],
+                        monotonic=lambda: clock["t"], analyzer=LiveClassifier())
+    for _ in range(25):
+        starved.collect_once()
+        clock["t"] += 1.0
+    try:
+        fams = families(scrape_text(starved))
+        (sample,) = fams["roofwatch_gpu_waste_lost_ratio"].samples
+        assert (sample.labels["gpu"], sample.labels["waste"]) == ("0", "input_starved") and 0 < sample.value <= 1
+        assert exported_names(scrape_text(starved)) >= WASTED_ONLY
+    finally:
+        starved.stop()
 
 
 def test_docs_table_matches_code():

@@ -49,14 +49,24 @@ def test_summary_names_each_gpus_main_class_as_labelled(trace):
 
 
 def test_findings_rank_the_wasted_gpus(trace):
+    """The GPUs wasted in 5% of their windows or more (held idle, input-starved, comm-jittered: an idle GPU nobody
+    holds is spare), worst first by the time they lost, each naming both measures."""
     samples, verdicts = trace
     html = build_report(samples, verdicts)
     findings = re.search(r'<ul id="findings">(.*?)</ul>', html, re.S).group(1)
-    flagged = re.findall(r'<li data-gpu="(\w+)">', findings)
-    wasted = {h.key: sum(h.durations()[c] for c in ("idle", "input_starved", "communication_jittered")) / sum(h.durations().values())
-              for h in histories(samples, verdicts)}
-    expected = [g for g, share in sorted(wasted.items(), key=lambda kv: -kv[1]) if share >= 0.05]
-    assert flagged[: len(expected)] == expected and "6" in expected and "0" not in flagged
+    items = re.findall(r'<li data-gpu="(\w+)" data-lost="([0-9.]+)" data-windows="([0-9.]+)">(.*?)</li>', findings)
+    wasted_windows = {h.key: sum(end - start for start, end, v in h.spans()
+                                 if v.cls in ("input_starved", "communication_jittered")
+                                 or (v.cls == "idle" and v.detail != "idle_free")) / sum(h.durations().values())
+                      for h in histories(samples, verdicts)}
+    expected = {g for g, share in wasted_windows.items() if share >= 0.05}
+    assert {g for g, *_ in items} == expected and "6" in expected and "0" not in expected
+    lost = [float(x) for _, x, _, _ in items]
+    assert lost == sorted(lost, reverse=True), "worst first, by the time lost"
+    for gpu, lost_share, windows, text in items:
+        assert f"lost {float(lost_share) * 100:.0f}% of its time" in text, text
+        assert f"in {float(windows) * 100:.0f}% of its windows (whole windows)" in text, text
+        assert float(windows) == pytest.approx(wasted_windows[gpu], abs=1e-3)
 
 
 def test_timeline_merges_windows_into_runs_and_shows_labels(trace):

@@ -17,8 +17,9 @@ from rich.console import Console
 from agent.views.serving_cards import ServingGroup, decode_point, floor_sentence, serving_groups
 from agent.views.status_page import status_page
 from agent.views.top_render import TopState, render_frame
+from agent.views.top_attention import render_attention
 from agent.views.top_serving import ServingRow, render_serving
-from agent.views.top_source import parse_exposition
+from agent.views.top_source import GpuRow, parse_exposition
 from exporters.snapshot_json import snapshot_to_dict
 from tests.serving_fixtures import HOSTILE, LLAMA_70B, demo_snapshot, exposition, serving_snapshot
 from tests.test_status_page import elements, svg_of
@@ -242,3 +243,25 @@ def test_serving_rows_of_several_nodes_name_their_node(view):
     assert lines[1].split()[:2] == ["NODE", "SERVER"]
     assert lines[3].startswith("demo-node") and lines[4].startswith("other")
     assert "at the floor" in lines[4] and "1.1x of 12 ms" in lines[4]
+
+
+# -- needs attention (issue 43, item 2) -------------------------------------------------------
+
+
+def test_the_attention_list_names_each_server_with_its_figure_and_as_text(data):
+    html = status_page(data, refresh_s=0)
+    panel = re.search(r'<div class="attention" id="attention">(.*?)</div>', html, re.S).group(1)
+    listed = dict(re.findall(r'<li data-server="([^"]+)" data-gpus="([^"]+)" data-kind="serving"', panel))
+    assert listed == {"vllm 10.0.0.7:8000": "1,2", escape(HOSTILE): "6"}, "the under-batched pair and the saturated one"
+    assert "batch 24 of a possible ~120, 40 requests waiting" in panel
+    assert "KV cache 97% full, 0.5 requests preempted a second, 12 requests waiting" in panel
+    assert "<script" not in panel and f"<b>{escape(HOSTILE)}</b>" in panel
+
+
+def test_top_names_servers_that_need_attention_as_text():
+    row = GpuRow(node="n", gpu="0", uuid="U0", up=True, cls="memory_bound", waste="none")
+    server = ServingRow(node="n", server="[bold]evil[/]\x1b]52;c;aGk=\x07", gpus=("0",), state="kv_saturated",
+                        kv_usage=0.95, waiting=7.0)
+    text = rendered(render_attention([row], [server]), 200)
+    assert "[bold]evil[/]" in text and "\x1b]52" not in text and "\x07" not in text
+    assert "KV cache 95% full, 7 requests waiting: add replicas (scale out)" in text

@@ -18,6 +18,7 @@ import pytest
 
 from agent.app.assemble import make_collector, open_backend_or_fail
 from agent.app.config import Settings
+from agent.model.waste import MEASURES
 from agent.views.html_parts import script_hash
 from agent.views.status_page import CONTENT_SECURITY_POLICY, REFRESH_SCRIPT, status_page
 from exporters.snapshot_json import snapshot_to_dict
@@ -76,9 +77,12 @@ def test_summary_counts_classes_and_wasted_gpus(data):
     html = status_page(data)
     summary = re.search(r'<div class="summary" id="summary">(.*?)</div>', html).group(1)
     classes = [v["class"] for v in data["verdicts"]]
-    wasted = sum(c in ("idle", "input_starved", "communication_jittered") for c in classes)
-    assert f"{wasted} wasted" in summary
+    wasted = sum(v["class"] in ("input_starved", "communication_jittered")
+                 or (v["class"] == "idle" and v["detail"] != "idle_free") for v in data["verdicts"])
+    assert f"{wasted} of {len(data['devices'])} GPUs wasted" in summary and wasted == 4
     assert f"{classes.count('compute_bound')} compute-bound" in summary
+    note = re.search(r'<p class="muted small" id="measures">(.*?)</p>', html).group(1)
+    assert escape(MEASURES["windows"]) in note and escape(MEASURES["lost"]) in note  # each figure names its measure
 
 
 def test_chart_plots_every_gpu_with_a_position_and_lists_the_rest(data):
@@ -156,7 +160,10 @@ def test_served_with_a_strict_policy_and_cached_per_snapshot(server):
 
 
 def test_refresh_parameter(server):
-    assert 'data-refresh="0"' in get(server.url + "?refresh=0")[2]
+    stopped = get(server.url + "?refresh=0")[2]
+    assert 'data-refresh="0"' in stopped
+    assert "refreshes every 0 s" not in stopped and 'id="no-refresh">does not refresh itself' in stopped
+    assert "refreshes every 5 s" in get(server.url)[2]
     assert 'data-refresh="30"' in get(server.url + "?refresh=30")[2]
     assert 'data-refresh="1"' in get(server.url + "?refresh=0.01")[2]  # never faster than once a second
     for bad in ("abc", "-1", "nan", "99999"):
@@ -181,18 +188,20 @@ def test_attention_lists_wasted_down_and_throttled_gpus_first(data):
     data["devices"][1]["error"] = "GPU is lost"
     html = status_page(data)
     panel = re.search(r'<div class="attention" id="attention">(.*?)</div>', html, re.S).group(1)
-    listed = re.findall(r'<li data-gpu="([^"]+)">', panel)
+    listed = re.findall(r'<li data-gpu="([^"]+)" data-kind="([^"]+)"', panel)
     verdicts = {v["gpu"]: v for v in data["verdicts"]}
-    wasted = [g for g, v in verdicts.items() if v["class"] in ("idle", "input_starved", "communication_jittered") and g != "1"]
+    wasted = [g for g, v in verdicts.items() if g != "1" and (v["class"] in ("input_starved", "communication_jittered")
+                                                              or (v["class"] == "idle" and v["detail"] != "idle_free"))]
     throttled = [g for g, v in verdicts.items() if v["throttled"] and g != "1"]
-    assert listed[0] == "1" and "GPU is lost" in panel, "a down GPU comes first"
-    assert set(wasted) | set(throttled) == set(listed[1:]) and wasted
-    if throttled:  # throttling is listed after the wasted GPUs: it slows work, the others waste it
-        assert listed.index(wasted[-1]) < listed.index(throttled[0])
-    for verdict in data["verdicts"]:
-        verdict["class"], verdict["throttled"], verdict["mfu"] = "memory_bound", False, 0.5
+    assert listed[0] == ("1", "down") and "GPU is lost" in panel, "a down GPU comes first"
+    assert [g for g, kind in listed if kind == "waste"] == wasted and wasted
+    assert [g for g, kind in listed if kind == "throttled"] == throttled
+    kinds = [kind for _, kind in listed]
+    assert kinds == sorted(kinds, key=["down", "waste", "serving", "low_mfu", "throttled"].index)
+    for verdict in data["verdicts"]:  # a node where every GPU does its own work
+        verdict["attention"], verdict["waste"] = [], {"label": "none", "wasted": False, "lost_fraction": 0.0}
     data["devices"][1]["up"] = True
-    assert "Nothing wasted" in status_page(data)
+    assert "Nothing needs attention" in status_page(data)
 
 
 def test_gpus_without_a_flop_counter_are_placed_from_their_jobs_reports():

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from agent.model.waste import WASTED_CLASSES
 from agent.views import palette
 from tests.agent_process import AgentProcess, clean_env, poll, roofwatch_cmd, running_demo
 from tests.prometheus_server import free_port
@@ -157,7 +158,7 @@ def test_s_cycles_the_sort_order_and_reorders_rows(demo, tmux):
     assert "s sort: class" in screen and sorted(gpu_ids(screen)) == [str(i) for i in range(8)]
 
     tmux("send-keys", "-t", "top", "s")
-    wasted = {palette.class_label(c) for c in palette.WASTED_CLASSES}
+    wasted = {palette.class_label(c) for c in WASTED_CLASSES}  # the demo's idle GPU is held: every idle one is wasted
 
     def wasted_first():
         screen = full_frame(tmux, "class")

@@ -18,6 +18,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from agent.app.config import Settings
+from agent.backends.options import BackendOptions
 from agent.backends.registry import open_virtual
 from agent.backends.virtual_serving import endpoint_for
 from agent.context.workload.inference.scraper import InferenceScraper
@@ -203,10 +204,16 @@ def test_only_get_metrics_answers() -> None:
 
 
 def test_the_virtual_backend_scrapes_its_fake_servers_and_closes_them() -> None:
-    backend = open_virtual(Settings(backend="virtual", scenario="serving", inference_interval_s=0.5))
+    backend = open_virtual(BackendOptions.of(Settings(backend="virtual", scenario="serving", inference_interval_s=0.5)))
     try:
-        warm = backend.warm_samples(backend.clock(), 3.0)
-        assert warm and all(s.workload is None for s in warm)  # nothing was scraped before the agent started
+        now = backend.clock()
+        warm = backend.warm_samples(now, 3.0)
+        # the scraper was played the servers' pages of two and one interval before it started (issue 43: serving
+        # figures from the first scrape, agent.backends.virtual_serving_warm); before those, nothing was scraped
+        older = [s for s in warm if s.ts < now - 0.5 - 0.25]
+        newest = [s for s in warm if s.ts >= now - 0.5 + 0.25 and s.gpu == "3"]
+        assert older and all(s.workload is None for s in older)
+        assert newest and all(s.workload is not None and s.workload.serving.server == "chat-70b" for s in newest)
 
         def scraped():
             s = backend.sample("3", backend.clock())

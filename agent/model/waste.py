@@ -39,6 +39,9 @@ WASTE_KINDS: tuple[WasteKind, ...] = ("idle_held", "input_starved", "communicati
 NOT_WASTED = "none"
 SPARE = "spare"
 """An idle GPU nobody holds: capacity, not waste."""
+SPARE_DETAIL = "idle_free"
+"""The detail code of an idle GPU nobody holds (:data:`SPARE`); an idle GPU with any other detail is held. Readers
+that have only a store's series (the fleet report's PromQL) tell the two apart by it."""
 WASTE_LABELS: tuple[str, ...] = (*WASTE_KINDS, SPARE, NOT_WASTED)
 """Every value the exported ``waste`` label takes: a bounded set."""
 WASTED_CLASSES: tuple[str, ...] = ("idle", "input_starved", "communication_jittered")
@@ -71,7 +74,7 @@ def waste_of(verdict: Verdict) -> Waste:
     """The waste of one verdict's GPU (by its published class and detail)."""
     cls, f = verdict.cls, verdict.features
     if cls == "idle":
-        if verdict.detail == "idle_free":
+        if verdict.detail == SPARE_DETAIL:
             return Waste(SPARE, 0.0)
         return Waste("idle_held", 1.0)
     if cls == "input_starved":

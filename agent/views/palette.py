@@ -7,6 +7,7 @@ classes, so the terminal, the status page, the report and the dashboards agree.
 from __future__ import annotations
 
 from agent.model import SERVING_STATES, WORKLOAD_CLASSES
+from agent.model.attention import MFU_POOR
 
 CLASS_COLOURS: dict[str, str] = {
     "idle": "#8e8e8e",
@@ -29,12 +30,9 @@ CLASS_LABELS: dict[str, str] = {
     "unknown": "unknown",
 }
 
-WASTED_CLASSES = ("idle", "input_starved", "communication_jittered")
-"""A held GPU in these classes waits on something other than its own math or memory."""
-
-MFU_POOR = 0.2
 MFU_TARGET = 0.4
-"""Below 20% MFU is poor; 40% is the practical target for training (docs/classification.md)."""
+"""Below MFU_POOR (20%, agent.model.attention: a compute-bound GPU there needs attention) is poor; 40% is the
+practical target for training (docs/classification.md). Which GPUs are wasted is agent.model.waste's to say."""
 
 _MFU_COLOURS = ((MFU_TARGET, "#73bf69"), (MFU_POOR, "#ff9830"), (float("-inf"), "#f2495c"))
 

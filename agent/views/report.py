@@ -17,8 +17,9 @@ from agent import __version__
 from agent.classifier.peaks import spec_for_sample
 from agent.model import WORKLOAD_CLASSES, GpuSample, Verdict
 from agent.model.indexes import gpu_order
+from agent.model.waste import MEASURES, SPARE, waste_of
 from agent.views.html_parts import class_badge, mfu_html, page, pct
-from agent.views.palette import CLASS_LABELS, MFU_POOR, MFU_TARGET, WASTED_CLASSES, class_colour, class_label
+from agent.views.palette import CLASS_LABELS, MFU_POOR, MFU_TARGET, class_colour, class_label
 from agent.views.report_serving import serving_section
 from agent.views.roofline_chart import ChartPoint, Roof, position, roof_for, roofline_svg
 from agent.views.svg import LinearScale, esc, line, num, polyline, text
@@ -66,6 +67,22 @@ class GpuHistory:
             previous = verdict.window_end
         return out
 
+    def waste(self) -> "WasteTime":
+        """Seconds wasted (whole windows), lost, of unknown loss, and spare, by agent.model.waste."""
+        out = WasteTime()
+        for start, end, verdict in self.spans():
+            w, span = waste_of(verdict), end - start
+            out.total += span
+            if w.wasted:
+                out.wasted += span
+                if w.lost_fraction is None:
+                    out.unmeasured += span
+                else:
+                    out.lost += span * w.lost_fraction
+            elif w.label == SPARE:
+                out.spare += span
+        return out
+
     def throttled_s(self) -> float:
         return sum(end - start for start, end, v in self.spans() if v.throttled)
 
@@ -75,6 +92,24 @@ class GpuHistory:
     def mfu_source(self) -> str | None:
         sources = Counter(v.roofline.mfu_source for v in self.verdicts if v.roofline.mfu_source)
         return sources.most_common(1)[0][0] if sources else None
+
+
+@dataclass
+class WasteTime:
+    """One GPU's time by agent.model.waste's two measures (seconds)."""
+
+    total: float = 0.0
+    wasted: float = 0.0
+    """Whole verdict windows whose GPU was wasted: an upper bound on the time lost."""
+    lost: float = 0.0
+    """The time actually lost in them (each window's lost share x its time)."""
+    unmeasured: float = 0.0
+    """Wasted windows whose lost share is unknown (not in ``lost``)."""
+    spare: float = 0.0
+    """Windows idle with nobody holding the GPU: capacity, not waste."""
+
+    def share(self, seconds: float) -> float | None:
+        return seconds / self.total if self.total else None
 
 
 def histories(samples: Iterable[GpuSample], verdicts: Iterable[Verdict]) -> list[GpuHistory]:
@@ -139,16 +174,28 @@ def _summary_table(gpus: list[GpuHistory]) -> str:
         total = sum(spent.values())
         mfus = h.mfu_values()
         dominant = spent.most_common(1)[0][0] if spent else None
-        wasted = sum(spent[c] for c in WASTED_CLASSES)
+        waste = h.waste()
+        lost = pct(waste.share(waste.lost))
         rows.append(
             f'<tr data-gpu="{esc(h.key)}"><td>{esc(h.key)}</td><td>{esc(h.model)}</td><td>{esc(", ".join(h.jobs) or "—")}</td>'
             f"<td>{_share_bar(spent, total)}</td><td>{class_badge(dominant) if dominant else '—'}</td>"
             f'<td class="num">{mfu_html(sum(mfus) / len(mfus) if mfus else None, h.mfu_source())}</td>'
-            f'<td class="num">{pct(wasted / total if total else None)}</td>'
+            f'<td class="num" data-measure="windows">{pct(waste.share(waste.wasted))}</td>'
+            f'<td class="num" data-measure="lost">{"≥ " + lost if waste.unmeasured else lost}</td>'
+            f'<td class="num" data-measure="spare">{pct(waste.share(waste.spare))}</td>'
             f'<td class="num">{pct(h.throttled_s() / total if total else None)}</td></tr>'
         )
     return ('<h2>At a glance</h2><table id="summary"><tr><th>GPU</th><th>model</th><th>job</th><th>time per class</th>'
-            '<th>mostly</th><th>mean MFU</th><th>wasted</th><th>throttled</th></tr>' + "".join(rows) + "</table>")
+            f'<th>mostly</th><th>mean MFU</th><th title="{esc(MEASURES["windows"])}">wasted (whole windows)</th>'
+            f'<th title="{esc(MEASURES["lost"])}">time lost</th><th>spare (nobody held it)</th><th>throttled</th></tr>'
+            + "".join(rows) + "</table>" + _measures_note())
+
+
+def _measures_note() -> str:
+    return (f'<p class="muted small" id="measures">Wasted (agent/model/waste.py): held idle, input-starved or '
+            f'communication-jittered; an idle GPU nobody holds is spare capacity, not waste. Wasted counts '
+            f'{esc(MEASURES["windows"])}. Time lost counts {esc(MEASURES["lost"])}; "≥" where a jittered GPU\'s wait '
+            f"is not measured.</p>")
 
 
 def _share_bar(spent: Counter[str], total: float) -> str:
@@ -162,35 +209,51 @@ def _share_bar(spent: Counter[str], total: float) -> str:
 
 
 def _findings(gpus: list[GpuHistory]) -> str:
-    """The GPUs that wasted the most time, worst first, each with the reason of its longest wasted run."""
+    """The GPUs that lost the most time, worst first. The headline is the lost-time measure, the one the reason
+    beside it gives ("no kernel ran in 46% of the time"); the share of whole windows follows, named as such."""
     items = []
     for h in gpus:
-        spent = h.durations()
-        total = sum(spent.values())
-        wasted = sum(spent[c] for c in WASTED_CLASSES)
-        if not total or wasted / total < 0.05:
+        waste = h.waste()
+        windows = waste.share(waste.wasted)
+        if windows is None or windows < 0.05:
             continue
-        cls, run, verdict = _longest_run(h, WASTED_CLASSES)
+        cls, run, verdict = _longest_wasted_run(h)
         who = f" ({esc(', '.join(h.jobs))})" if h.jobs else ""
         why = f": {esc(verdict.reasons[0])}" if verdict is not None and verdict.reasons else ""
-        items.append((wasted / total, f'<li data-gpu="{esc(h.key)}">GPU {esc(h.key)}{who} was wasted {pct(wasted / total)} of the '
-                                      f"time; longest run {class_label(cls)} for {_duration(run)}{why}</li>"))
+        lost = waste.share(waste.lost) or 0.0
+        headline = (f"lost {'at least ' if waste.unmeasured else ''}{pct(lost)} of its time{why}" if lost or not
+                    waste.unmeasured else f"lost time not measured (no wait counter, no rank spread){why}")
+        kinds = {v.cls for _, _, v in h.spans() if waste_of(v).wasted}
+        what = class_label(cls) if len(kinds) == 1 else "wasted"
+        items.append(((lost, windows), f'<li data-gpu="{esc(h.key)}" data-lost="{lost:.4f}" data-windows="{windows:.4f}">'
+                      f"GPU {esc(h.key)}{who} {headline}; {esc(what)} in {pct(windows)} of its windows (whole "
+                      f"windows); longest run {esc(class_label(cls))} for {_duration(run)}</li>"))
     low = [h for h in gpus if h.mfu_values() and sum(h.mfu_values()) / len(h.mfu_values()) < MFU_POOR
            and h.durations().most_common(1)[0][0] == "compute_bound"]
     for h in low:
-        items.append((0.0, f'<li data-gpu="{esc(h.key)}">GPU {esc(h.key)} is compute-bound at a mean MFU under '
-                           f"{MFU_POOR:.0%}: check the precision and the clocks</li>"))
+        items.append(((0.0, 0.0), f'<li data-gpu="{esc(h.key)}">GPU {esc(h.key)} is compute-bound at a mean MFU under '
+                                  f"{MFU_POOR:.0%}: check the precision and the clocks</li>"))
     if not items:
-        return '<h2>Findings</h2><p id="findings">No GPU spent more than 5% of the trace idle, input-starved or communication-jittered.</p>'
-    items.sort(key=lambda kv: -kv[0])
+        return ('<h2>Findings</h2><p id="findings">No GPU was wasted (held idle, input-starved or '
+                "communication-jittered) in more than 5% of its windows.</p>")
+    items.sort(key=lambda kv: kv[0], reverse=True)
     return '<h2>Findings</h2><ul id="findings">' + "".join(text for _, text in items) + "</ul>"
 
 
-def _longest_run(h: GpuHistory, classes: Sequence[str]) -> tuple[str | None, float, Verdict | None]:
+def _longest_wasted_run(h: GpuHistory) -> tuple[str | None, float, Verdict | None]:
+    """The class, length and first verdict of the GPU's longest run of wasted windows (agent.model.waste)."""
     best: tuple[str | None, float, Verdict | None] = (None, 0.0, None)
-    for cls, start, end, first in _runs(h):
-        if cls in classes and end - start > best[1]:
-            best = (cls, end - start, first)
+    run: tuple[str, float, float, Verdict] | None = None
+    for start, end, verdict in h.spans():
+        if not waste_of(verdict).wasted:
+            run = None
+            continue
+        if run is not None and run[0] == verdict.cls and abs(run[2] - start) < 1e-6:
+            run = (run[0], run[1], end, run[3])
+        else:
+            run = (verdict.cls, start, end, verdict)
+        if run[2] - run[1] > best[1]:
+            best = (run[0], run[2] - run[1], run[3])
     return best
 
 

@@ -21,8 +21,10 @@ def _num(value: Any, unit: str, scale: float = 1.0) -> str:
 
 
 def snapshot_table(data: dict[str, Any]) -> str:
-    """One line per GPU: state, duty, SM, tensor, DRAM, power, clock, memory, and the verdict."""
-    header = ("GPU", "MODEL", "STATE", "ENGINE", "SM", "TENSOR", "DRAM", "POWER", "SM CLOCK", "MEMORY USED", "CLASS", "MFU")
+    """One line per GPU: state, duty, SM, tensor, DRAM, power, clock, memory, and the verdict with its waste (the
+    ``waste`` the snapshot carries: agent.model.waste); the summary counts wasted GPUs in whole windows and spare ones."""
+    header = ("GPU", "MODEL", "STATE", "ENGINE", "SM", "TENSOR", "DRAM", "POWER", "SM CLOCK", "MEMORY USED", "CLASS",
+              "WASTE", "MFU")
     rows = [header]
     verdicts = {v["gpu"]: v for v in data.get("verdicts") or []}
     for device in data["devices"]:
@@ -45,17 +47,40 @@ def snapshot_table(data: dict[str, Any]) -> str:
     health = data["health"]
     summary = printable(
         f"node {data['node']}: {data['visible_devices']}/{data['expected_devices']} GPUs up, "
-        f"backend {health['backend']}, cycle {health['cycles_total']}"
+        f"backend {health['backend']}, cycle {health['cycles_total']}{_waste_summary(data, verdicts)}"
     )
     return "\n".join([summary, *lines])
 
 
-def _verdict_cells(verdict: dict[str, Any] | None) -> tuple[str, str]:
+def _waste_of(verdict: dict[str, Any] | None) -> dict[str, Any]:
+    waste = (verdict or {}).get("waste")
+    return waste if isinstance(waste, dict) else {}
+
+
+def _waste_summary(data: dict[str, Any], verdicts: dict[str, Any]) -> str:
+    """``, wasted 4/8 (whole windows), time lost 24%, spare 1``; nothing for an agent whose snapshot has no waste."""
+    up = [verdicts.get(d["info"]["gpu"]) for d in data["devices"] if d["up"] and d["info"]["gpu"] in verdicts]
+    wastes = [_waste_of(v) for v in up if _waste_of(v)]
+    if not wastes:
+        return ""
+    wasted = sum(1 for w in wastes if w.get("wasted") is True)
+    lost = sum(w["lost_fraction"] for w in wastes if isinstance(w.get("lost_fraction"), (int, float)))
+    unmeasured = any(w.get("wasted") is True and w.get("lost_fraction") is None for w in wastes)
+    spare = sum(1 for w in wastes if w.get("label") == "spare")
+    return (f", wasted {wasted}/{len(data['devices'])} (whole windows), time lost {'≥ ' if unmeasured else ''}"
+            f"{lost / len(wastes) * 100:.0f}%" + (f", spare {spare}" if spare else ""))
+
+
+def _verdict_cells(verdict: dict[str, Any] | None) -> tuple[str, str, str]:
     if verdict is None:
-        return "—", "—"
+        return "—", "—", "—"
     cls = verdict["class"] + (" (throttled)" if verdict.get("throttled") else "")
     mfu = _pct(verdict.get("mfu"))
-    return cls, mfu if verdict.get("mfu_source") != "counters" else f"{mfu} est."
+    waste = _waste_of(verdict)
+    label = str(waste.get("label") or "—")
+    if waste.get("wasted") is True and isinstance(waste.get("lost_fraction"), (int, float)):
+        label += f" (lost {waste['lost_fraction'] * 100:.0f}%)"
+    return cls, label, mfu if verdict.get("mfu_source") != "counters" else f"{mfu} est."
 
 
 class SnapshotFetchError(Exception):

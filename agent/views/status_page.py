@@ -14,9 +14,11 @@ from typing import Any
 
 from agent import __version__
 from agent.model import EVIDENCE_BASES
+from agent.model.waste import SPARE
+from agent.views.attention_html import attention_panel, measures_note, waste_chips, waste_counts
 from agent.views.html_parts import bar, class_badge, class_chip, fmt, mfu_html, page, pct, script_hash
 from agent.views.jitter_evidence import snapshot_evidence
-from agent.views.palette import CLASS_LABELS, DOWN_COLOUR, MFU_POOR, WASTED_CLASSES, class_colour, class_label
+from agent.views.palette import CLASS_LABELS, DOWN_COLOUR, class_colour, class_label
 from agent.views.roofline_chart import ChartPoint, Roof, position, roof_for, roofline_svg
 from agent.views.serving_cards import SERVING_CSS, ServingGroup, decode_points, serving_groups, serving_section
 from agent.views.svg import esc, si
@@ -60,7 +62,7 @@ def status_page(data: dict[str, Any], *, refresh_s: float = DEFAULT_REFRESH_S, s
         f'<div id="live" data-sequence="{esc(data.get("sequence", 0))}">'
         + _header(data, verdicts, stale)
         + '<div class="overview"><div class="chart-box"><h2>Roofline</h2>' + _chart(devices, verdicts, servers) + "</div>"
-        + _attention(devices, verdicts) + "</div>"
+        + attention_panel(devices, verdicts) + "</div>"
         + serving_section(servers)
         + '<h2>GPUs</h2><div class="cards">' + "".join(_card(d, verdicts.get(d["info"]["gpu"])) for d in devices) + "</div>"
         + "</div>"
@@ -70,18 +72,26 @@ def status_page(data: dict[str, Any], *, refresh_s: float = DEFAULT_REFRESH_S, s
         '<div id="conn" class="banner" hidden></div>'
         + live
         + f'<footer>roofwatch {esc(__version__)} · <a href="metrics">/metrics</a> · <a href="healthz">/healthz</a> · '
-        '<a href="api/v1/snapshot">/api/v1/snapshot</a> · refreshes every '
-        f'{refresh_s:g} s (<a href="?refresh=0">stop</a>)</footer>'
+        f'<a href="api/v1/snapshot">/api/v1/snapshot</a> · {_refresh_note(refresh_s)}</footer>'
     )
     return page(f"roofwatch · {data.get('node', '')}", body, script=REFRESH_SCRIPT if refresh_s > 0 else "",
                 body_attrs=f' data-refresh="{refresh_s:g}"', extra_css=PAGE_CSS + SERVING_CSS)
 
 
+def _refresh_note(refresh_s: float) -> str:
+    """How the page refreshes: every N s with a link to stop, or (``?refresh=0``) that it does not, with a link back."""
+    if refresh_s > 0:
+        return f'refreshes every {refresh_s:g} s (<a href="?refresh=0">stop</a>)'
+    return (f'<span id="no-refresh">does not refresh itself</span> (<a href="?refresh={DEFAULT_REFRESH_S:g}">refresh '
+            f'every {DEFAULT_REFRESH_S:g} s</a>)')
+
+
 def _header(data: dict[str, Any], verdicts: dict[str, dict[str, Any]], stale: str | None) -> str:
     health = data.get("health") or {}
-    up = [d for d in data.get("devices") or [] if d.get("up")]
+    devices = data.get("devices") or []
+    up = [d for d in devices if d.get("up")]
     counts = Counter(verdicts[d["info"]["gpu"]]["class"] for d in up if d["info"]["gpu"] in verdicts)
-    wasted = sum(counts[c] for c in WASTED_CLASSES)
+    waste = waste_counts(devices, verdicts)
     mfus = [v["mfu"] for gpu, v in verdicts.items() if v.get("mfu") is not None]
     chips = [class_chip(c, f"{n} {CLASS_LABELS[c]}") for c, n in sorted(counts.items(), key=lambda kv: -kv[1])]
     down = len(data.get("devices") or []) - len(up)
@@ -91,9 +101,9 @@ def _header(data: dict[str, Any], verdicts: dict[str, dict[str, Any]], stale: st
     lines = [
         f'<p class="muted">{data.get("visible_devices", len(up))}/{data.get("expected_devices", "?")} GPUs up · '
         f'backend {esc(health.get("backend", "?"))} · snapshot {when} (cycle {esc(health.get("cycles_total", 0))})</p>',
-        f'<div class="summary" id="summary">{"".join(chips)}'
-        f'<span class="chip" style="background:#eee">{wasted} wasted</span>'
+        f'<div class="summary" id="summary">{"".join(chips)}{waste_chips(waste)}'
         f'<span class="chip" style="background:#eee">mean MFU {pct(sum(mfus) / len(mfus)) if mfus else "—"}</span></div>',
+        measures_note(waste),
     ]
     if stale:
         lines.insert(0, f'<div class="banner" id="stale">{esc(stale)}</div>')
@@ -135,34 +145,6 @@ def _chart(devices: list[dict[str, Any]], verdicts: dict[str, dict[str, Any]], s
     return roofline_svg(roofs, points, decodes=decodes) + note + decode_note
 
 
-def _attention(devices: list[dict[str, Any]], verdicts: dict[str, dict[str, Any]]) -> str:
-    """The GPUs a person should look at first, each with the one sentence that says why."""
-    items = []
-    for device in devices:
-        gpu = device["info"]["gpu"]
-        verdict = verdicts.get(gpu)
-        if not device.get("up"):
-            items.append((0, gpu, f'<span class="badge dark" style="background:{DOWN_COLOUR}">DOWN</span>',
-                          device.get("error") or "no answer"))
-            continue
-        if verdict is None:
-            continue
-        reason = (verdict.get("reasons") or [""])[0]
-        if verdict["class"] in WASTED_CLASSES:
-            items.append((1, gpu, class_badge(verdict["class"]), reason))
-        elif verdict["class"] == "compute_bound" and verdict.get("mfu") is not None and verdict["mfu"] < MFU_POOR:
-            items.append((2, gpu, class_badge("compute_bound", f" at {pct(verdict['mfu'])} MFU"), reason))
-        if verdict.get("throttled"):
-            why = next((r for r in verdict.get("reasons") or [] if "clock" in r), "clocks held down")
-            items.append((3, gpu, '<span class="pill">throttled</span>', why))
-    if not items:
-        body = '<p class="muted">Nothing wasted: every GPU is busy with its own math or memory.</p>'
-    else:
-        body = "<ul>" + "".join(f'<li data-gpu="{esc(gpu)}"><b>GPU {esc(gpu)}</b> {badge}<br><span class="small">'
-                                f"{esc(why)}</span></li>" for _, gpu, badge, why in sorted(items, key=lambda i: i[0])) + "</ul>"
-    return f'<div class="attention" id="attention"><h2>Needs attention</h2>{body}</div>'
-
-
 def _point_title(gpu: str, verdict: dict[str, Any], reported: bool = False) -> str:
     rl = verdict.get("roofline") or {}
     where = "from the job's reported FLOPs" if reported else f"{rl.get('intensity')} FLOP/B, {si(rl.get('achieved_flops') or 0, 'FLOP/s')}"
@@ -194,7 +176,7 @@ def _card(device: dict[str, Any], verdict: dict[str, Any] | None) -> str:
         verdict_html = (f'{class_badge(cls)} <span class="muted small">{pct(verdict.get("confidence"))} confident'
                         f'{" · " + esc(verdict["detail"]) if verdict.get("detail") else ""}</span>{flag}'
                         f'<div class="mfu-line">{mfu_html(verdict.get("mfu"), verdict.get("mfu_source"))}'
-                        f' <span class="muted small">· MBU {pct(verdict.get("mbu"))}</span></div>')
+                        f' <span class="muted small">· MBU {pct(verdict.get("mbu"))}</span></div>' + _waste_line(verdict))
     reasons = "".join(f"<li>{esc(r)}</li>" for r in (verdict or {}).get("reasons") or [])
     basis = EVIDENCE_BASES.get(str((verdict or {}).get("basis"))) if verdict else None
     if basis:
@@ -212,6 +194,18 @@ def _card(device: dict[str, Any], verdict: dict[str, Any] | None) -> str:
         + bar("tensor", sample.get("tensor_active"), "#73bf69") + memory_bar
         + f'<div class="facts small">{_facts(sample)}</div>{_owner(sample)}</div>'
     )
+
+
+def _waste_line(verdict: dict[str, Any]) -> str:
+    """Under the verdict: what a wasted GPU lost (the model's words), or that an idle GPU nobody holds is spare."""
+    label = (verdict.get("waste") or {}).get("label")
+    figure = next((a["figure"] for a in verdict.get("attention") or [] if a.get("kind") == "waste"), None)
+    if figure:
+        return f'<div class="waste small" data-waste="{esc(label)}">wasted: {esc(figure)}</div>'
+    if label == SPARE:
+        return (f'<div class="waste small muted" data-waste="{SPARE}">spare: idle and nobody holds it (capacity, '
+                "not waste)</div>")
+    return ""
 
 
 def _facts(sample: dict[str, Any]) -> str:
@@ -252,4 +246,7 @@ PAGE_CSS = """
 .card .reasons{margin:4px 0 6px;padding-left:18px;color:#333}
 .card .facts span{margin-right:8px;white-space:nowrap}
 .card .owner{margin-top:4px;color:#333}
+.card .waste{margin-top:2px;color:#8a1c12}
+.card .waste.muted{color:#666}
+.attention .advice{color:#333}
 """

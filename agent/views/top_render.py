@@ -20,10 +20,12 @@ from rich.text import Text
 
 from agent.model import WORKLOAD_CLASSES
 from agent.model.indexes import gpu_order
+from agent.model.waste import WASTE_KINDS
 from agent.views import palette
 from agent.model.text import printable
+from agent.views.top_attention import render_attention, summary_text
 from agent.views.top_jitter import render_jitter
-from agent.views.top_serving import render_serving
+from agent.views.top_serving import ServingRow, render_serving
 from agent.views.top_source import GpuKey, GpuRow, NodeView
 
 SORT_ORDERS = ("gpu", "mfu", "class", "power")
@@ -56,13 +58,13 @@ def _live_mfu(row: GpuRow) -> float | None:
 
 
 def _class_rank(row: GpuRow) -> int:
-    """Wasted classes first (the order of palette.WASTED_CLASSES), then the others; down or unknown last."""
+    """Wasted GPUs first (by their ``waste`` label, in the order of agent.model.waste.WASTE_KINDS), then the others
+    by class (a spare idle GPU among them); down or unknown last."""
     if row.up is False or row.cls is None:
-        return len(WORKLOAD_CLASSES) + len(palette.WASTED_CLASSES) + 1
-    if row.cls in palette.WASTED_CLASSES:
-        return palette.WASTED_CLASSES.index(row.cls)
-    others = [c for c in WORKLOAD_CLASSES if c not in palette.WASTED_CLASSES]
-    return len(palette.WASTED_CLASSES) + (others.index(row.cls) if row.cls in others else len(others))
+        return len(WORKLOAD_CLASSES) + len(WASTE_KINDS) + 1
+    if row.waste in WASTE_KINDS:
+        return WASTE_KINDS.index(row.waste)  # type: ignore[arg-type]
+    return len(WASTE_KINDS) + (WORKLOAD_CLASSES.index(row.cls) if row.cls in WORKLOAD_CLASSES else len(WORKLOAD_CLASSES))
 
 
 def sort_rows(rows: Iterable[GpuRow], order: str) -> list[GpuRow]:
@@ -244,8 +246,9 @@ def render_header(state: TopState) -> Text:
     return text
 
 
-def render_summary(rows: Sequence[GpuRow]) -> Text:
-    """GPUs per class, how many wait on something other than their own work, and the mean MFU."""
+def render_summary(rows: Sequence[GpuRow], servers: Sequence[ServingRow] = ()) -> Text:
+    """GPUs per class, how many are wasted (whole windows), the time they lost, the spare ones, how many need
+    attention (agent.views.top_attention), and the mean MFU."""
     live = [r for r in rows if r.up is not False]
     counts = collections.Counter(r.cls for r in live if r.cls is not None)
     text = Text()
@@ -256,8 +259,7 @@ def render_summary(rows: Sequence[GpuRow]) -> Text:
     down = len(rows) - len(live)
     if down:
         text.append(f"DOWN {down}  ", style=f"bold {palette.DOWN_COLOUR}")
-    wasted = sum(1 for r in live if r.cls in palette.WASTED_CLASSES)
-    text.append(f"wasted {wasted}/{len(rows)}", style="bold" if wasted else "")
+    text.append_text(summary_text(rows, servers))
     mfus = [m for m in (_live_mfu(r) for r in rows) if m is not None]
     if mfus:
         mean = sum(mfus) / len(mfus)
@@ -346,7 +348,10 @@ def render_frame(state: TopState, width: int = 200, interactive: bool = True) ->
         parts.append(Text(f"waiting for {printable(state.url)} …" if not state.error else "no data yet", style="dim"))
     else:
         rows = sort_rows(state.view.rows, state.sort)
-        parts += [render_summary(rows), render_table(rows, state.history, width)]
+        parts += [render_summary(rows, state.view.serving), render_table(rows, state.history, width)]
+        needs = render_attention(rows, state.view.serving)
+        if needs is not None:
+            parts.append(needs)
         jitter = render_jitter(rows, width)
         if jitter is not None:
             parts.append(jitter)

@@ -29,9 +29,20 @@ WORKLOAD_SCORE = MetricDef(
 WORKLOAD_REASON = MetricDef(
     "roofwatch_gpu_workload_reason_info", "info", "",
     "Why: the class, a bounded detail code (e.g. dataloader, straggler, at_roof), throttle severity (none, moderate, "
-    "severe; unknown or likely_power_capped where the source exports no clock-event reasons), and the "
-    "evidence the verdict rests on (basis: counters, power_and_mem_busy, reported_mfu, ...; docs/classification.md).",
-    GPU_LABELS + ("class", "detail", "throttle", "basis"), nvidia=_CLS, amd=_CLS, virtual=_CLS,
+    "severe; unknown or likely_power_capped where the source exports no clock-event reasons), the "
+    "evidence the verdict rests on (basis: counters, power_and_mem_busy, reported_mfu, ...; docs/classification.md), "
+    "and whether the GPU is wasted (waste: idle_held, input_starved, communication_jittered; spare for an idle GPU "
+    "nobody holds; none), by the one definition in agent/model/waste.py that every view, rule and dashboard counts by.",
+    GPU_LABELS + ("class", "detail", "throttle", "basis", "waste"), nvidia=_CLS, amd=_CLS, virtual=_CLS,
+)
+WASTE_LOST = MetricDef(
+    "roofwatch_gpu_waste_lost_ratio", "gauge", "ratio",
+    "Share of the verdict window's time a wasted GPU lost, by its waste kind (the waste label, as on the reason "
+    "info): 1 held but idle, the share without a kernel when input-starved, the share spent waiting on peers when "
+    "communication-jittered. Only wasted GPUs have it (a GPU whose reason info says waste none or spare lost "
+    "nothing), and not while the loss is unknown (a jittered GPU with no wait counter and no rank spread). "
+    "agent/model/waste.py, the lost-time measure.",
+    GPU_LABELS + ("waste",), nvidia=_CLS, amd=_CLS, virtual=_CLS,
 )
 THROTTLED = MetricDef(
     "roofwatch_gpu_throttled", "gauge", "boolean",
@@ -117,6 +128,6 @@ MBU = MetricDef(
     GPU_LABELS + ("source",), nvidia=_CLS, amd="umc_activity (a proxy)", virtual=_CLS,
 )
 VERDICT_METRICS: tuple[MetricDef, ...] = (
-    WORKLOAD_CLASS, WORKLOAD_CONFIDENCE, WORKLOAD_SCORE, WORKLOAD_REASON, THROTTLED, COUNTERS_SUSPECT, DUTY_CYCLE, COMM_WAIT,
+    WORKLOAD_CLASS, WORKLOAD_CONFIDENCE, WORKLOAD_SCORE, WORKLOAD_REASON, WASTE_LOST, THROTTLED, COUNTERS_SUSPECT, DUTY_CYCLE, COMM_WAIT,
     POWER_FABRIC_CORRELATION, STEP_TIME_CV, STEP_TIME, RANK_SKEW, ACHIEVED_FLOPS, ACHIEVED_BANDWIDTH, INTENSITY, RIDGE_POINT, ROOF_HEADROOM, MFU, MBU,
 )
