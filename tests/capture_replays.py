@@ -260,9 +260,13 @@ SERVED = [
     Served("sglang/smg813-underscore-names-excerpt.txt", "sglang", "meta-llama/Llama-3.1-8B-Instruct", None, None, None),
     # tgi_batch_current_size 0.0, tgi_queue_size 0.0; TGI exports no model name.
     Served("tgi-style/ibmvllm18-tgis-excerpt.txt", "tgi", "", 0.0, 0.0, None),
+    # llamacpp:prompt_tokens_total 143, tokens_predicted_total 673 (both counters: a static body is 0 tokens/s),
+    # no requests_processing / requests_deferred in the excerpt, no labels: no model name.
+    Served("llamacpp/llamacpp-pr13196-vulkan-metrics-excerpt.txt", "llamacpp", "", None, None, None,
+           tokens_per_gpu=0.0),
 ]
 SERVED_OF = {s.file: s for s in SERVED}
-INFERENCE_CAPTURES = sorted(str(p.relative_to(CAPTURES)) for d in ("vllm", "sglang", "tgi-style")
+INFERENCE_CAPTURES = sorted(str(p.relative_to(CAPTURES)) for d in ("vllm", "sglang", "tgi-style", "llamacpp")
                             for p in (CAPTURES / d).glob("*.txt"))
 SMG813 = "sglang/smg813-underscore-names-excerpt.txt"
 

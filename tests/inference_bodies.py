@@ -15,7 +15,10 @@ Recipes (``recipe`` argument):
 - ``padded-<n>``: one honest engine and ``<n>`` bucket lines of a family the agent does not keep, for a body
   as large as a bomb without one (52,000 lines: 3.9 MB);
 - ``longnames-<chars>-<count>``: ``<count>`` models, each named by ``<chars>`` characters (:func:`long_names`);
-- ``backwards``: one engine whose counters are lower at every scrape than at the one before.
+- ``backwards``: one engine whose counters are lower at every scrape than at the one before;
+- ``advance-<stem>``: the fixture pair ``tests/fixtures/inference/<stem>-{1,2}.prom`` carried on, scrape ``n``
+  holding every sample at its value in ``-1`` plus ``n - 1`` times its step to ``-2`` (:func:`advance`), so a
+  real agent reading a server for as long as it likes sees its counters move at the fixtures' rates.
 """
 
 from __future__ import annotations
@@ -85,4 +88,27 @@ def generated(recipe: str, n: int) -> str:
         return body(n, [replica(0, name) for name in long_names(chars, count)], families=1)
     if kind == "backwards":
         return body(1_000_000 - n, [replica(0)])
+    if kind == "advance":
+        return advance(rest, n)
     raise ValueError(f"unknown recipe {recipe!r}")
+
+
+def advance(stem: str, n: int) -> str:
+    """Scrape ``n`` (from 1) of the fixture pair ``<stem>-{1,2}.prom``: each sample line of ``-1`` with its
+    value moved ``n - 1`` steps of its change to ``-2`` (the pair's gauges hold, so they stay put); every
+    other line as it is. The two files have the same lines in the same order."""
+    from pathlib import Path
+
+    fixtures = Path(__file__).parent / "fixtures" / "inference"
+    first = (fixtures / f"{stem}-1.prom").read_text().splitlines()
+    second = (fixtures / f"{stem}-2.prom").read_text().splitlines()
+    assert len(first) == len(second), f"{stem}: the pair must have the same lines"
+    out = []
+    for a, b in zip(first, second):
+        head, _, value = a.rpartition(" ")
+        if a.startswith("#") or not head or b.rpartition(" ")[0] != head:
+            out.append(a)
+            continue
+        v1, v2 = float(value), float(b.rpartition(" ")[2])
+        out.append(f"{head} {v1 + (n - 1) * (v2 - v1)!r}")
+    return "\n".join(out) + "\n"

@@ -1,6 +1,6 @@
 """Inference servers as the field has them: published ``/metrics`` bodies read as the agent reads them.
 
-Each capture under tests/fixtures/captures/{vllm,sglang,tgi-style} (copied byte for byte from the
+Each capture under tests/fixtures/captures/{vllm,sglang,tgi-style,llamacpp} (copied byte for byte from the
 project's shared set; README.md there says where each was published) is parsed, recognised and
 totalled. The expected kind, model and figures are read off the capture's own lines, quoted next to
 each case, never taken from the parser's output. Excerpts, old releases, forks and re-exporters lack
@@ -71,6 +71,11 @@ SHAPES = [
     # The prefill histogram is cut before its _sum and _count: no time to first token yet.
     Shape("tgi-style/ibmvllm18-tgis-excerpt.txt", "tgi", (),
           {"running": 0.0, "waiting": 0.0, "kv_usage": None, "itl": None, "ttft": None}, {"prompt": None, "steps": None}),
+    # llamacpp:prompt_tokens_total 143, prompt_seconds_total 8.168, tokens_predicted_total 673,
+    # tokens_predicted_seconds_total 29.567; no gauges, no labels, no n_decode_total in the excerpt.
+    Shape("llamacpp/llamacpp-pr13196-vulkan-metrics-excerpt.txt", "llamacpp", (),
+          {"running": None, "waiting": None, "kv_usage": None, "prefill_s": 8.168, "decode_s": 29.567},
+          {"prompt": 143.0, "generated": 673.0, "steps": None}),
 ]
 
 
@@ -79,7 +84,7 @@ def capture(file: str) -> str:
 
 
 SHAPE_OF = {shape.file: shape for shape in SHAPES}
-INFERENCE_CAPTURES = sorted(str(p.relative_to(CAPTURES)) for d in ("vllm", "sglang", "tgi-style")
+INFERENCE_CAPTURES = sorted(str(p.relative_to(CAPTURES)) for d in ("vllm", "sglang", "tgi-style", "llamacpp")
                             for p in (CAPTURES / d).glob("*.txt"))
 
 

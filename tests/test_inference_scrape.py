@@ -162,7 +162,7 @@ def test_endpoint_validation_names_the_field():
         ({"url": "http://h/m", "gpus": []}, "gpus", "at least 1"),
         ({"url": "http://h/m", "gpus": ["0 1"]}, "gpus", "GPU indices or UUIDs"),
         ({"url": "http://h/m", "dtype": "int4"}, "dtype", "fp8"),
-        ({"url": "http://h/m", "kind": "triton"}, "kind", "vllm"),
+        ({"url": "http://h/m", "kind": "tensorrt"}, "kind", "'llamacpp' or 'triton'"),
         ({"url": "http://h/m", "modle_bytes": 1}, "modle_bytes", "Extra inputs are not permitted"),
     ]
     for kwargs, field, message in bad:

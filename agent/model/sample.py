@@ -71,7 +71,7 @@ class WorkloadReport:
     model_bytes: NonNegative | None = None
     dtype: Dtype | None = None
     """Math precision the job runs its matrix math in (picks the peak its MFU is measured against)."""
-    source: Literal["client", "vllm", "sglang", "tgi"] | None = None
+    source: Literal["client", "vllm", "sglang", "tgi", "llamacpp", "triton"] | None = None
     """Where the report came from: the job's own client calls, or an inference server's metrics."""
     serving: ServingReport | None = None
     """An inference server's batch, queue, KV-cache and latency figures (agent.model.serving)."""

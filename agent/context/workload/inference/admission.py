@@ -21,15 +21,19 @@ from agent.model.text import printable
 LABEL_VALUE_BOUNDS: Mapping[str, int] = {
     "model_name": 16,
     "name": 16,
+    "model": 64,
     "engine": 64,
     "dp_rank": 64,
 }
-"""Distinct values one endpoint may give a label: the model (``model_name``, SGLang 0.3's ``name``), the
-vLLM data-parallel engine and the SGLang data-parallel rank. A server serves one model (16 leaves room for
-aliases and re-exporters); 64 engines is past any data-parallel deployment behind one port."""
+"""Distinct values one endpoint may give a label: the model (``model_name``, SGLang 0.3's ``name``), Triton's
+model (``model``), the vLLM data-parallel engine and the SGLang data-parallel rank. A server serves one model
+(16 leaves room for aliases and re-exporters); a Triton model repository holds several (a TensorRT-LLM
+ensemble is five: ensemble, pre- and post-processing, BLS and the engine), and 64 is past any repository one
+LLM server loads; 64 engines is past any data-parallel deployment behind one port. llama.cpp labels nothing."""
 OTHER_LABEL_VALUES = 256
 """Distinct values of any other label (tensor, pipeline and expert ranks, ``method``, ``stage``, the
-``cache_config_info`` labels): 256 expert-parallel ranks is past the largest deployment published."""
+``cache_config_info`` labels, vLLM's ``reason``, Triton's ``version``, ``request_type`` and
+``kv_cache_block_type``): 256 expert-parallel ranks is past the largest deployment published."""
 MAX_LABEL_NAMES = 64
 """Distinct label names over the kept samples of one body (vLLM's ``cache_config_info`` has about 20)."""
 MAX_SERIES = 4096

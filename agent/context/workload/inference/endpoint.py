@@ -12,6 +12,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from agent.context.workload.inference.parse import Kind
 from agent.model import Dtype
 
 DEFAULT_PATH = "/metrics"
@@ -51,8 +52,8 @@ class InferenceEndpoint(BaseModel):
 
     url: str = Field(..., max_length=2048, description="http(s) URL of the server's Prometheus metrics; "
                      "a URL without a path gets /metrics.")
-    kind: Literal["auto", "vllm", "sglang", "tgi"] = Field("auto", description="Server kind; auto detects it "
-                                                           "from the metric names.")
+    kind: Literal["auto", Kind] = Field("auto", description="Server kind (vllm, sglang, tgi, llamacpp, triton); "
+                                        "auto detects it from the metric names.")
     gpus: list[str] | None = Field(None, min_length=1, max_length=1024, description="GPU indices or UUIDs the "
                                    "server runs on; default: found from the PID listening on the URL's port.")
     flops_per_token: float | None = Field(None, gt=0.0, le=1e16, description="Forward FLOPs per token.")

@@ -25,6 +25,12 @@ HTTP or threads. Which series each server exports was checked against the server
   text-generation-inference fork; opendatahub-io/vllm-tgis-adapter ``tgis_metrics.py``) export
   ``tgi_queue_size``, ``tgi_batch_current_size`` and ``tgi_batch_inference_duration`` under the same
   names, so they read as TGI.
+* **vLLM of 2026**, **llama.cpp** and **Triton** with its TensorRT-LLM backend: their families, and the series
+  derived from them, are in agent.context.workload.inference.vllm, llamacpp and triton. vLLM's cached prompt
+  tokens come from ``vllm:prefix_cache_hits_total`` where a release lacks ``prompt_tokens_cached``;
+  llama.cpp's prompt counter already leaves out the tokens its prefix cache served; TensorRT-LLM's token
+  counts are the ``_sum`` of its per-request histograms ``nv_llm_input_token_len`` / ``nv_llm_output_token_len``
+  and its steps the executor's iteration counter.
 
 A server is recognised by any family it exports (:data:`KIND_FAMILIES`), not only by its token
 counters: a queue or a full KV cache needs no token counter, and excerpts, old releases and forks
@@ -44,7 +50,9 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
+from agent.context.workload.inference import llamacpp, triton, vllm
 from agent.context.workload.inference.admission import MAX_SERIES, Admission
+from agent.context.workload.inference.derive import Derive, is_derived
 from agent.context.workload.inference.figures import (
     Rejected,
     Rejections,
@@ -65,11 +73,16 @@ from agent.context.workload.inference.serving_parse import (
     serving_totals,
 )
 
-Kind = Literal["vllm", "sglang", "tgi"]
-KINDS: tuple[Kind, ...] = ("vllm", "sglang", "tgi")
+Kind = Literal["vllm", "sglang", "tgi", "llamacpp", "triton"]
+KINDS: tuple[Kind, ...] = ("vllm", "sglang", "tgi", "llamacpp", "triton")
+"""In the order :func:`detect` tries them: Triton's vLLM backend exports vLLM's own counters beside Triton's
+families, and is read as vLLM."""
+KIND_NAMES: dict[Kind, str] = {"vllm": "vLLM", "sglang": "SGLang", "tgi": "TGI", "llamacpp": "llama.cpp",
+                               "triton": "Triton"}
 
-_MODEL_LABELS = ("model_name", "name")
-"""Labels naming the served model: ``name`` is SGLang's up to 0.3 (sgl-project/sglang PR #1853's capture)."""
+_MODEL_LABELS = ("model_name", "name", "model")
+"""Labels naming the served model: ``name`` is SGLang's up to 0.3 (sgl-project/sglang PR #1853's capture),
+``model`` Triton's (the model repository's name for it)."""
 
 
 class ExpositionError(ValueError):
@@ -82,30 +95,37 @@ class MetricNames:
 
     prompt: str
     generated: str
-    cached: str | None
+    cached: tuple[str, ...]
+    """Counters of prompt tokens the server did not compute (a prefix-cache hit), first present wins."""
     steps: tuple[str, ...]
     """Step counters, first present wins."""
     flops: str | None
     read_bytes: str | None
     write_bytes: str | None
-    prefix: str
+    prefixes: tuple[str, ...]
 
 
 NAMES: dict[Kind, MetricNames] = {
     "vllm": MetricNames(
-        prompt="vllm:prompt_tokens", generated="vllm:generation_tokens", cached="vllm:prompt_tokens_cached",
+        prompt="vllm:prompt_tokens", generated="vllm:generation_tokens", cached=vllm.CACHED,
         steps=("vllm:iteration_tokens_total_count",), flops="vllm:estimated_flops_per_gpu",
         read_bytes="vllm:estimated_read_bytes_per_gpu", write_bytes="vllm:estimated_write_bytes_per_gpu",
-        prefix="vllm:"),
+        prefixes=("vllm:",)),
     "sglang": MetricNames(
-        prompt="sglang:prompt_tokens", generated="sglang:generation_tokens", cached="sglang:cached_tokens",
+        prompt="sglang:prompt_tokens", generated="sglang:generation_tokens", cached=("sglang:cached_tokens",),
         steps=("sglang:cuda_graph_passes",), flops="sglang:estimated_flops_per_gpu",
         read_bytes="sglang:estimated_read_bytes_per_gpu", write_bytes="sglang:estimated_write_bytes_per_gpu",
-        prefix="sglang:"),
+        prefixes=("sglang:",)),
     "tgi": MetricNames(
-        prompt="tgi_request_input_length_sum", generated="tgi_request_generated_tokens_sum", cached=None,
+        prompt="tgi_request_input_length_sum", generated="tgi_request_generated_tokens_sum", cached=(),
         steps=("tgi_batch_inference_count", "tgi_batch_forward_duration_count"), flops=None,
-        read_bytes=None, write_bytes=None, prefix="tgi_"),
+        read_bytes=None, write_bytes=None, prefixes=("tgi_",)),
+    "llamacpp": MetricNames(
+        prompt=llamacpp.PROMPT, generated=llamacpp.PREDICTED, cached=(), steps=(llamacpp.DECODES,), flops=None,
+        read_bytes=None, write_bytes=None, prefixes=("llamacpp:",)),
+    "triton": MetricNames(
+        prompt=triton.PROMPT, generated=triton.GENERATED, cached=(), steps=(triton.STEPS,), flops=None,
+        read_bytes=None, write_bytes=None, prefixes=triton.PREFIXES),
 }
 
 TGI_ROUTER_FAMILIES = frozenset({
@@ -125,10 +145,22 @@ MAX_FAMILIES = 4096
 """Distinct server family names remembered from one body (vLLM V1 exports about 60): bounds a hostile body."""
 
 
+DERIVE: dict[Kind, Derive] = {"vllm": vllm.derive, "llamacpp": llamacpp.derive, "triton": triton.derive}
+"""Each server module's derivation (agent.context.workload.inference.derive): run on the kept samples before
+the totals are read."""
+SOURCES: dict[Kind, frozenset[str]] = {"vllm": vllm.SOURCES, "llamacpp": llamacpp.SOURCES, "triton": triton.SOURCES}
+"""What each derivation reads: kept besides the names the tables here and in serving_parse give."""
+OTHER_FAMILIES: dict[Kind, frozenset[str]] = {"vllm": vllm.FAMILIES, "llamacpp": llamacpp.FAMILIES,
+                                              "triton": triton.FAMILIES}
+"""Families that tell a server (besides those read), from each module's reading of the server's sources."""
+
+
 def _kind_sample_names(kind: Kind) -> frozenset[str]:
+    """The real sample names kept for ``kind`` (a derived series is made from them, never kept from a body)."""
     n = NAMES[kind]
-    own = (n.prompt, n.generated, n.cached, *n.steps, n.flops, n.read_bytes, n.write_bytes)
-    return frozenset(name for name in own if name) | serving_sample_names(kind)
+    own = (n.prompt, n.generated, *n.cached, *n.steps, n.flops, n.read_bytes, n.write_bytes)
+    return (frozenset(name for name in own if name and not is_derived(name)) | serving_sample_names(kind)
+            | SOURCES.get(kind, frozenset()))
 
 
 def _family(name: str) -> str:
@@ -141,12 +173,12 @@ def _family(name: str) -> str:
 
 KIND_FAMILIES: dict[Kind, frozenset[str]] = {
     kind: frozenset(f for name in _kind_sample_names(kind) for f in (name, _family(name)))
-    | (TGI_ROUTER_FAMILIES if kind == "tgi" else frozenset())
+    | (TGI_ROUTER_FAMILIES if kind == "tgi" else OTHER_FAMILIES.get(kind, frozenset()))
     for kind in KINDS
 }
-"""The families that identify each server kind: every one the agent reads, and for TGI the router's others."""
+"""The families that identify each server kind: every one the agent reads, and the others its module lists."""
 _WANTED = frozenset({_START_TIME} | SERVING_WANTED).union(*(_kind_sample_names(kind) for kind in KINDS))
-_PREFIXES = tuple(NAMES[kind].prefix for kind in KINDS)
+_PREFIXES = tuple(prefix for kind in KINDS for prefix in NAMES[kind].prefixes)
 
 
 def _normalise(name: str) -> str:
@@ -163,7 +195,8 @@ class Exposition:
     samples: dict[str, Series]
     prefixes: frozenset[str]
     families: frozenset[str] = frozenset()
-    """Normalised family names (``vllm:``, ``sglang:``, ``tgi_``) seen, whether or not their samples are kept."""
+    """Normalised family names of the servers' prefixes (``vllm:``, ``sglang:``, ``tgi_``, ``llamacpp:``,
+    ``nv_inference_`` ...) seen, whether or not their samples are kept."""
     skipped: int = 0
     """Lines that were neither blank, comments nor readable samples."""
     first_bad: str | None = None
@@ -209,14 +242,14 @@ def parse(text: str | bytes) -> Exposition:
         lines = "line" if tally.skipped == 1 else "lines"
         raise ExpositionError(f"not a Prometheus text exposition: no sample line ({tally.skipped} unreadable "
                               f"{lines}{why})")
-    prefixes = frozenset(kind for kind in KINDS if any(f.startswith(NAMES[kind].prefix) for f in families))
+    prefixes = frozenset(kind for kind in KINDS if any(f.startswith(NAMES[kind].prefixes) for f in families))
     return Exposition(samples, prefixes, frozenset(families), tally.skipped, tally.first_bad, admission.refused,
                       admission.note())
 
 
 def detect(expo: Exposition) -> Kind | None:
-    """The server kind whose token counters are present (vLLM, then SGLang, then TGI); else the kind with
-    the most families in the body (a server without token counters still has a queue); else None."""
+    """The server kind whose token counters are present (in :data:`KINDS` order); else the kind with the
+    most families in the body (a server without token counters still has a queue); else None."""
     for kind in KINDS:
         n = NAMES[kind]
         if n.prompt in expo.samples and n.generated in expo.samples:
@@ -229,11 +262,12 @@ def detect(expo: Exposition) -> Kind | None:
 def recognise(expo: Exposition, configured: str) -> Kind:
     """The configured kind, or the detected one for ``auto``; :class:`ExpositionError` when none is found."""
     if configured != "auto":
-        return configured  # type: ignore[return-value]  # the settings allow only the three kinds
+        return configured  # type: ignore[return-value]  # the settings allow only the kinds of KINDS
     kind = detect(expo)
     if kind is None:
         seen = ", ".join(sorted(expo.prefixes)) or "none"
-        raise ExpositionError(f"no vLLM, SGLang or TGI metrics in the response (server metric families seen: {seen})")
+        servers = ", ".join(KIND_NAMES[kind] for kind in KINDS[:-1]) + f" or {KIND_NAMES[KINDS[-1]]}"
+        raise ExpositionError(f"no {servers} metrics in the response (server metric families seen: {seen})")
     return kind
 
 
@@ -252,6 +286,8 @@ class Totals:
     start_time: float | None
     models: tuple[str, ...]
     serving: ServingTotals | None = None
+    cached_name: str | None = None
+    """Which of the kind's cached-token counters ``cached`` was read from (to name a rejected rate)."""
     """Batch, queue, KV-cache and latency figures (agent.context.workload.inference.serving_parse)."""
 
     @property
@@ -260,32 +296,42 @@ class Totals:
         return self.prompt is not None and self.generated is not None
 
 
+MODEL_FAMILIES: dict[Kind, frozenset[str]] = {"triton": frozenset(triton.LLM_SOURCES)}
+"""Where a server's model names are read first: Triton names every model of its repository (an ensemble's
+pre- and post-processing too), and the one that serves tokens is the one with TensorRT-LLM families."""
+
+
 def _models(expo: Exposition, kind: Kind) -> tuple[str, ...]:
-    """The model names on any series of ``kind`` (``model_name``, or SGLang 0.3's ``name``), sorted."""
-    found = {value for name, series in expo.samples.items() if name in KIND_FAMILIES[kind]
-             for key in series for label, value in key if label in _MODEL_LABELS}
-    return tuple(sorted(found))
+    """The model names on any series of ``kind`` (``model_name``, SGLang 0.3's ``name``, Triton's ``model``),
+    sorted: those on :data:`MODEL_FAMILIES` where the kind has some and any is there."""
+    def named(families: frozenset[str]) -> set[str]:
+        return {value for name, series in expo.samples.items() if name in families
+                for key in series for label, value in key if label in _MODEL_LABELS}
+    return tuple(sorted(named(MODEL_FAMILIES.get(kind, frozenset())) or named(KIND_FAMILIES[kind])))
 
 
 def totals(expo: Exposition, kind: Kind) -> Totals:
     """What ``kind`` exports of the figures read here; :class:`ExpositionError` when it exports none of them
     (a queue or KV gauge alone is enough: token counters are not required)."""
     n = NAMES[kind]
-    s = expo.samples
+    derive = DERIVE.get(kind)
+    s = {**expo.samples, **derive(expo.samples)} if derive is not None else expo.samples
 
     def get(name: str | None) -> Series | None:
         return s.get(name) if name else None
 
     steps = next((s[name] for name in n.steps if name in s), None)
+    cached = next((name for name in n.cached if name in s), None)
     starts = list(s.get(_START_TIME, {}).values())
     serving = serving_totals(s, kind)
-    current = Totals(kind=kind, prompt=get(n.prompt), generated=get(n.generated), cached=get(n.cached), steps=steps,
+    current = Totals(kind=kind, prompt=get(n.prompt), generated=get(n.generated), cached=get(cached), steps=steps,
                      flops=get(n.flops), read_bytes=get(n.read_bytes), write_bytes=get(n.write_bytes),
-                     start_time=starts[0] if starts else None, models=_models(expo, kind), serving=serving)
+                     start_time=starts[0] if starts else None, models=_models(expo, kind), serving=serving,
+                     cached_name=cached)
     if not (serving.any_figure or any(series is not None for series in (
             current.prompt, current.generated, current.steps, current.flops, current.read_bytes, current.write_bytes))):
         seen = ", ".join(sorted(expo.prefixes)) or "none"
-        raise ExpositionError(f"no {kind} token counters ({n.prompt}_total / {n.generated}_total) or serving metrics "
+        raise ExpositionError(f"no {kind} token counters ({n.prompt} / {n.generated}) or serving metrics "
                               f"in the response; server metric families seen: {seen}")
     return current
 
@@ -336,7 +382,9 @@ def rates(prev: Totals, cur: Totals, dt_s: float) -> Rates:
     if prev.start_time is not None and cur.start_time is not None and prev.start_time != cur.start_time:
         raise CounterReset  # restarted: counters may have grown past their old values already
     n, checks = NAMES[cur.kind], Rejections()
-    pairs = ((prev.prompt, cur.prompt), (prev.generated, cur.generated), (prev.cached, cur.cached),
+    # Two counters of cached tokens (vLLM's cached-token counter, or its prefix-cache hits) are no one series.
+    cached = (prev.cached, cur.cached) if prev.cached_name == cur.cached_name else (None, None)
+    pairs = ((prev.prompt, cur.prompt), (prev.generated, cur.generated), cached,
              (prev.steps, cur.steps), (prev.flops, cur.flops), (prev.read_bytes, cur.read_bytes),
              (prev.write_bytes, cur.write_bytes))
     for a, b in pairs:
@@ -363,7 +411,7 @@ def rates(prev: Totals, cur: Totals, dt_s: float) -> Rates:
         dt_s=dt_s,
         prompt_per_s=rate(prev.prompt, cur.prompt, "prompt tokens per second", n.prompt),
         generated_per_s=rate(prev.generated, cur.generated, "generated tokens per second", n.generated),
-        cached_per_s=rate(prev.cached, cur.cached, "cached prompt tokens per second", n.cached),
+        cached_per_s=rate(*cached, "cached prompt tokens per second", cur.cached_name),
         steps_per_s=rate(prev.steps, cur.steps, "engine steps per second", n.steps[0]),
         steps_total=finite_total(cur.steps, "engine steps", n.steps[0], checks),
         flops_per_gpu_per_s=flops,

@@ -43,6 +43,14 @@ the servers' sources (the newest name first; an older one stands in where a rele
   ``method="prefill"|"decode"`` (whole batch calls): ``next_token`` marks TGIS, and a plain ``prefill`` is
   read as time to first token only beside it.
 
+* **vLLM of 2026** (agent.context.workload.inference.vllm): the waiting figure is the ``capacity`` series of
+  ``vllm:num_requests_waiting_by_reason`` where exported (requests deferred for a KV transfer or a LoRA slot
+  do not wait for room in the batch); ``vllm:request_time_per_output_token_seconds`` (per request) stands in
+  for the inter-token latency where a body lacks it.
+* **llama.cpp** (agent.context.workload.inference.llamacpp) and **Triton** with TensorRT-LLM
+  (agent.context.workload.inference.triton): their figures are series derived from their families
+  (agent.context.workload.inference.derive), named ``family[what]``; the modules say what each is.
+
 Sample names are normalised as in parse (a trailing ``_total`` dropped).
 """
 
@@ -52,6 +60,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from agent.context.workload.inference import llamacpp, triton, vllm
+from agent.context.workload.inference.derive import is_derived
 from agent.context.workload.inference.figures import (
     Hist,
     Rejected,
@@ -97,10 +107,11 @@ class ServingNames:
 
 SERVING_NAMES: dict[str, ServingNames] = {
     "vllm": ServingNames(
-        running=("vllm:num_requests_running",), waiting=("vllm:num_requests_waiting",),
+        running=("vllm:num_requests_running",), waiting=(vllm.WAITING_CAPACITY, "vllm:num_requests_waiting"),
         kv_usage=("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"), kv_tokens_used=None, kv_tokens_total=None,
         preemptions=("vllm:num_preemptions",),
-        itl=("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
+        itl=("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds",
+             "vllm:request_time_per_output_token_seconds"),
         ttft=("vllm:time_to_first_token_seconds",), prefill_time="vllm:request_prefill_time_seconds",
         decode_time="vllm:request_decode_time_seconds", phase_time=None, device_time=None,
         cache_config="vllm:cache_config_info"),
@@ -119,6 +130,15 @@ SERVING_NAMES: dict[str, ServingNames] = {
         itl=("tgi_request_mean_time_per_token_duration",), ttft=(), prefill_time=None, decode_time=None,
         phase_time="tgi_batch_forward_duration", device_time=None, cache_config=None,
         pool_tokens="tgi_batch_max_total_tokens", tgis_latency="tgi_batch_inference_duration"),
+    "llamacpp": ServingNames(
+        running=(llamacpp.RUNNING,), waiting=(llamacpp.WAITING,), kv_usage=(llamacpp.KV_USAGE,), kv_tokens_used=None,
+        kv_tokens_total=None, preemptions=(), itl=(llamacpp.PER_TOKEN,), ttft=(), prefill_time=llamacpp.PREFILL,
+        decode_time=llamacpp.DECODE, phase_time=None, device_time=None, cache_config=None),
+    "triton": ServingNames(
+        running=(triton.RUNNING,), waiting=(triton.WAITING,), kv_usage=(triton.KV_USAGE,), kv_tokens_used=None,
+        kv_tokens_total=None, preemptions=(), itl=(triton.PER_TOKEN,), ttft=(triton.FIRST,), prefill_time=None,
+        decode_time=None, phase_time=None, device_time=None, cache_config=None, pool_tokens=triton.POOL_TOKENS,
+        max_running=(triton.MAX_RUNNING,)),
 }
 
 _SGLANG_PREFILL_STAGES = frozenset({"prefill_forward", "chunked_prefill"})
@@ -132,7 +152,8 @@ def _histogram_names(base: str | None) -> tuple[str, ...]:
 
 def serving_sample_names(kind: str) -> frozenset[str]:
     """The sample names this module reads for ``kind``: parse keeps them, and recognises a server by them
-    even when it exports no token counter (a queue or a full KV cache needs none)."""
+    even when it exports no token counter (a queue or a full KV cache needs none). Series derived from
+    others (``family[what]``) are left out: the server's module names what they are derived from."""
     n = SERVING_NAMES[kind]
     return frozenset(
         name for name in (*n.running, *n.waiting, *n.kv_usage, n.kv_tokens_used, n.kv_tokens_total, *n.preemptions,
@@ -140,7 +161,7 @@ def serving_sample_names(kind: str) -> frozenset[str]:
                                            n.tgis_latency)
                             for h in _histogram_names(base)),
                           n.device_time, n.cache_config, n.pool_tokens, *n.max_running)
-        if name)
+        if name and not is_derived(name))
 
 
 SERVING_WANTED: frozenset[str] = frozenset().union(*(serving_sample_names(kind) for kind in SERVING_NAMES))
