@@ -5,13 +5,15 @@
 #   ./dev.sh test [ARGS...]   run the whole test suite in parallel (pytest ARGS); -m "not slow": the quick tier
 #   ./dev.sh bench [ARGS...]  measure the agent's cost against its budgets (python -m benchmarks ARGS);
 #                             bench --fleet [ARGS...]: rules and dashboards at fleet size (benchmarks.fleet)
+#   ./dev.sh image [default] [amd]  build the container image (amd: the [amd] variant) as an OCI
+#                             archive per variant under dist/, for skopeo copy or the release workflow
 #   ./dev.sh setup            only create/refresh the virtualenv
 #
 # Setup: a virtualenv in .venv (override with ROOFWATCH_VENV) with roofwatch installed editable,
 # and for tests the Debian packages prometheus, prometheus-alertmanager, systemd, nodejs, npm, tmux,
-# chromium and victoria-metrics (promtool, amtool, systemd-analyze, node, a terminal, a headless browser,
-# VictoriaMetrics with vmagent and vmalert), installed
-# with apt when root or with password-less sudo.
+# chromium, shellcheck, victoria-metrics, mmdebstrap, buildah and umoci (promtool, amtool, systemd-analyze,
+# node, a terminal, a headless browser, a shell linter, VictoriaMetrics with vmagent and vmalert, the image
+# build and its check), installed with apt when root or with password-less sudo.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -75,8 +77,12 @@ ensure_test_tools() {
     command -v npm >/dev/null 2>&1 || packages+=(npm)
     command -v tmux >/dev/null 2>&1 || packages+=(tmux)          # roofwatch top, driven with send-keys
     command -v chromium >/dev/null 2>&1 || packages+=(chromium)  # the status page and the report, rendered headless
+    command -v shellcheck >/dev/null 2>&1 || packages+=(shellcheck)  # the scripts, and the workflows' steps (actionlint)
     command -v victoria-metrics >/dev/null 2>&1 && command -v vmagent >/dev/null 2>&1 \
         && command -v vmalert >/dev/null 2>&1 || packages+=(victoria-metrics)  # remote write, vmagent, vmalert
+    local image_tools
+    mapfile -t image_tools < <(missing_image_tools)   # the slow tier builds the image and runs roofwatch inside it
+    packages+=("${image_tools[@]}")
     [ ${#packages[@]} -eq 0 ] && return 0
     [ -e /lib/systemd/system/prometheus.service ] && had_service=1
     if apt_install "${packages[@]}"; then
@@ -88,6 +94,134 @@ ensure_test_tools() {
         say "cannot install ${packages[*]} without root: run 'sudo apt-get install ${packages[*]}'."
         say "Tests that need these tools will fail or be skipped until then."
     fi
+}
+
+missing_image_tools() {
+    # ./dev.sh image: mmdebstrap makes the Debian base from Debian's archive (no container registry
+    # needed), buildah builds the Dockerfile on it (chroot isolation, vfs storage: no daemon, no
+    # overlay mounts); the tests unpack the result with umoci to run roofwatch inside it.
+    command -v mmdebstrap >/dev/null 2>&1 || echo mmdebstrap
+    command -v buildah >/dev/null 2>&1 || echo buildah
+    command -v umoci >/dev/null 2>&1 || echo umoci
+}
+
+python_version() {
+    # The one place the version is written: agent/__init__.py's __version__ (pyproject.toml reads it).
+    sed -n 's/^__version__ = "\(.*\)"$/\1/p' agent/__init__.py
+}
+
+build_image() {
+    # ./dev.sh image [default] [amd]: the image from the Dockerfile, over nothing but Debian's archive
+    # and the package registries (no container registry):
+    #  1. a Debian bookworm base (python3, its venv module, CA certificates) made by mmdebstrap and
+    #     imported into a private buildah store in a temporary directory (removed afterwards);
+    #  2. a wheelhouse of roofwatch's dependencies for that base's Python and machine, fetched here
+    #     with this machine's pip settings (its index and CA), so the build itself needs no network;
+    #  3. the Dockerfile built on that base for each variant, pushed to dist/roofwatch-VERSION[-amd]-oci.tar.
+    # ROOFWATCH_IMAGE_BASE=IMAGE builds on that image instead of step 1 (pulled where a registry is
+    # reachable); ROOFWATCH_IMAGE_OUT=DIR writes the archives there; ROOFWATCH_DEBIAN_MIRROR=URL.
+    local variants=("$@") variant
+    [ ${#variants[@]} -gt 0 ] || variants=(default)
+    for variant in "${variants[@]}"; do
+        case "$variant" in default|amd) ;; *) die "usage: ./dev.sh image [default] [amd]" ;; esac
+    done
+    [ "$(id -u)" = 0 ] || die "building the image needs root (mmdebstrap, buildah with chroot isolation): sudo ./dev.sh image ${variants[*]}"
+    local missing
+    missing=$(missing_image_tools | xargs)
+    if [ -n "$missing" ]; then
+        # shellcheck disable=SC2086  # a list of package names
+        apt_install $missing || die "cannot install $missing: run 'apt-get install $missing'"
+    fi
+    [ -x "$VENV/bin/python" ] || ensure_venv ""   # its pip (this machine's index and CA) fetches the wheels
+    local version revision repository out work base
+    version=$(python_version)
+    [ -n "$version" ] || die "no __version__ = \"...\" line in agent/__init__.py"
+    revision=$(git rev-parse HEAD 2>/dev/null || echo unknown)
+    if [ "$revision" != unknown ] && [ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ]; then
+        revision="$revision-dirty"   # the tree is not that commit
+    fi
+    repository=$(sed -n 's/^  repository: *//p' deploy/helm/roofwatch/values.yaml | head -n 1)  # the image the chart runs
+    [ -n "$repository" ] || die "no image repository in deploy/helm/roofwatch/values.yaml"
+    out=${ROOFWATCH_IMAGE_OUT:-dist}
+    mkdir -p "$out"
+    work=$(mktemp -d "${TMPDIR:-/tmp}/roofwatch-image.XXXXXX")
+    # shellcheck disable=SC2064  # expand $work now
+    trap "rm -rf '$work'" EXIT
+    local store=(--root "$work/store" --runroot "$work/run" --storage-driver vfs)
+
+    base=${ROOFWATCH_IMAGE_BASE:-}
+    if [ -z "$base" ]; then
+        local mirror=${ROOFWATCH_DEBIAN_MIRROR:-http://deb.debian.org}
+        say "building a Debian bookworm base (python3, python3-venv, ca-certificates) with mmdebstrap from $mirror"
+        mmdebstrap --quiet --variant=essential --hook-dir=/usr/share/mmdebstrap/hooks/merged-usr \
+            --include=python3,python3-venv,ca-certificates \
+            --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/info/*' \
+            --dpkgopt='path-exclude=/usr/share/locale/*' --dpkgopt='path-exclude=/usr/share/doc/*' \
+            --dpkgopt='path-include=/usr/share/doc/*/copyright' \
+            bookworm "$work/base.tar" \
+            "deb $mirror/debian bookworm main" "deb $mirror/debian bookworm-updates main" \
+            "deb $mirror/debian-security bookworm-security main" </dev/null ||
+            die "mmdebstrap could not build the base from $mirror (ROOFWATCH_DEBIAN_MIRROR names another Debian mirror)"
+        local container
+        container=$(buildah "${store[@]}" from scratch)
+        buildah "${store[@]}" add --quiet "$container" "$work/base.tar" /
+        buildah "${store[@]}" config --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+            --env LANG=C.UTF-8 --cmd /bin/sh "$container"
+        buildah "${store[@]}" commit --quiet --rm "$container" localhost/roofwatch-base:bookworm >/dev/null
+        rm -f "$work/base.tar"
+        base=localhost/roofwatch-base:bookworm
+    fi
+
+    # The base's own Python and machine say which wheels it can load.
+    local probe target pyver glibc machine platforms=()
+    probe=$(buildah "${store[@]}" from --quiet --pull=missing "$base")
+    target=$(buildah "${store[@]}" run --isolation chroot "$probe" -- python3 -c \
+        'import platform, sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}", platform.libc_ver()[1], platform.machine())') ||
+        die "$base has no working python3"
+    buildah "${store[@]}" rm "$probe" >/dev/null
+    read -r pyver glibc machine <<<"$target"
+    local minor=${glibc#2.}
+    if [ -z "$glibc" ] || [ "$glibc" = "$minor" ]; then die "$base: no glibc version (musl bases are not supported)"; fi
+    for ((; minor >= 5; minor--)); do platforms+=(--platform "manylinux_2_${minor}_$machine"); done
+    platforms+=(--platform "manylinux2014_$machine")
+    say "fetching roofwatch's dependencies as wheels for Python $pyver on $machine (glibc $glibc)"
+    mkdir "$work/src"   # what the Dockerfile copies, built apart from the checkout (no build/ left in it)
+    cp -r pyproject.toml README.md LICENSE agent exporters "$work/src/"
+    "$VENV/bin/python" -m pip wheel --quiet --quiet --no-deps --wheel-dir "$work/own" "$work/src" ||
+        die "cannot build roofwatch's wheel"
+    local wheel
+    wheel=$(ls "$work"/own/roofwatch-*.whl)
+    "$VENV/bin/python" -m pip download --quiet --quiet --dest "$work/wheelhouse" \
+        --only-binary=:all: --python-version "$pyver" --implementation cp \
+        --abi "cp${pyver/./}" --abi abi3 --abi none "${platforms[@]}" \
+        "${wheel}[amd]" "setuptools>=77" wheel ||
+        die "cannot fetch roofwatch's dependencies for Python $pyver on $machine"
+    rm -f "$work"/wheelhouse/roofwatch-*.whl   # the image builds roofwatch from this checkout's source
+
+    local extras suffix tag archive
+    for variant in "${variants[@]}"; do
+        extras="" suffix=""
+        [ "$variant" = default ] || extras=$variant suffix=-$variant
+        tag="$repository:$version$suffix"
+        archive="$out/roofwatch-$version$suffix-oci.tar"
+        say "building $tag from the Dockerfile"
+        buildah "${store[@]}" build --quiet --isolation chroot --pull=never --layers=false \
+            --volume "$work/wheelhouse:/wheelhouse:ro" \
+            --build-arg PYTHON_IMAGE="$base" --build-arg EXTRAS="$extras" \
+            --build-arg VERSION="$version" --build-arg REVISION="$revision" \
+            --build-arg PIP_INSTALL_OPTIONS="--no-index --find-links=/wheelhouse" \
+            --tag "$tag" --file Dockerfile . >/dev/null
+        rm -f "$archive"
+        buildah "${store[@]}" push --quiet "$tag" "oci-archive:$archive:$tag"
+        say "wrote $archive ($tag, $(du -m "$archive" | cut -f1) MiB); push it with: skopeo copy oci-archive:$archive docker://$tag"
+    done
+}
+
+ensure_test_wheels() {
+    # The version-matrix tests load every nvidia-ml-py and amdsmi release we accept (tests/wheels.py);
+    # fetched here, before pytest, since the quick tier starts no child process such as pip.
+    "$VENV/bin/python" -m tests.wheels ||
+        say "could not fetch every release of the version matrix (above): those tests will fail until it can"
 }
 
 parallel_args() {
@@ -119,9 +253,14 @@ case "$cmd" in
     test)
         ensure_venv "[test]"
         ensure_test_tools
+        ensure_test_wheels
         # Compiled test modules are kept between runs (pytest's assertion rewriting costs ~8 s a run otherwise).
         unset PYTHONDONTWRITEBYTECODE
+        # shellcheck disable=SC2046  # parallel_args prints one argument per word
         exec "$VENV/bin/python" -m pytest $(parallel_args "$@") "$@"
+        ;;
+    image)
+        build_image "$@"
         ;;
     bench)
         ensure_venv "[bench]"
@@ -131,7 +270,7 @@ case "$cmd" in
         ensure_venv "[test]"
         ;;
     *)
-        sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
+        awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"   # the header above
         [ "$cmd" = help ] || exit 2
         ;;
 esac

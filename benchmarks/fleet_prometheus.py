@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import time
 import urllib.parse
@@ -18,6 +17,8 @@ import urllib.request
 from pathlib import Path
 
 import psutil
+
+from benchmarks.own_port import listening_port
 
 
 def tool(name: str) -> str:
@@ -36,16 +37,24 @@ def backfill_openmetrics(source: Path, data: Path) -> None:
 
 
 def backfill_rules(rule_file: Path, url: str, start: int, end: int, eval_s: int, data: Path, scratch: Path) -> None:
-    """Evaluate ``rule_file``'s recording rules over [start, end] against ``url``; move the blocks to ``data``."""
+    """Evaluate ``rule_file``'s recording rules over [start, end] against ``url``; move the blocks to ``data``.
+
+    promtool exits 0 having written nothing when every rule's query came back empty (it writes a
+    block only for samples it got), which is what a server that is not the one holding ``data``
+    answers: so no block at all is an error here, not an empty level."""
     shutil.rmtree(scratch, ignore_errors=True)
-    run = subprocess.run([tool("promtool"), "tsdb", "create-blocks-from", "rules", "--quiet", f"--url={url}",
+    run = subprocess.run([tool("promtool"), "tsdb", "create-blocks-from", "rules", f"--url={url}",
                           f"--start={start}", f"--end={end}", f"--eval-interval={eval_s}s",
                           f"--output-dir={scratch}", str(rule_file)], capture_output=True, text=True)
     if run.returncode:
         raise RuntimeError(f"promtool rules backfill failed: {run.stderr[-2000:]}")
-    for block in scratch.iterdir():
-        if block.is_dir():
-            shutil.move(str(block), data / block.name)
+    blocks = [block for block in scratch.iterdir() if block.is_dir()] if scratch.is_dir() else []
+    if not blocks:
+        raise RuntimeError(f"promtool wrote no block for {rule_file.name} over {start}..{end}: every rule's "
+                           f"query to {url} came back empty (is it the server holding the data?); "
+                           f"promtool said: {run.stderr[-1500:].strip() or 'nothing'}")
+    for block in blocks:
+        shutil.move(str(block), data / block.name)
 
 
 def api_get(base_url: str, path: str, params: dict, timeout_s: float) -> object:
@@ -81,17 +90,22 @@ class Server:
         self.config = workdir / "prometheus.yml"
         self._write_config(rules, eval_s)
         config = self.config
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        self.url = f"http://127.0.0.1:{port}"
+        self.data = data
         self.log = (workdir / "prometheus.log").open("a")
         self.process = subprocess.Popen(
             [tool("prometheus"), f"--config.file={config}", f"--storage.tsdb.path={data}",
-             "--storage.tsdb.retention.time=30d", f"--web.listen-address=127.0.0.1:{port}",
+             "--storage.tsdb.retention.time=30d", "--web.listen-address=127.0.0.1:0",
              "--query.max-samples=200000000", "--query.timeout=10m", "--log.level=warn", "--web.enable-lifecycle"],
             stdout=self.log, stderr=self.log)
-        self._poll(lambda: self._ok("/-/ready"), 600, "Prometheus ready")
+        try:
+            self.url = f"http://127.0.0.1:{listening_port(self.process, 'Prometheus')}"  # its own choice: benchmarks/own_port.py
+            self._poll(lambda: self._ok("/-/ready"), 600, "Prometheus ready")
+            served = self.api("status/flags").get("storage.tsdb.path")
+            if served != str(data):
+                raise RuntimeError(f"{self.url} serves {served!r}, not {data}: it is not the Prometheus started here")
+        except BaseException:
+            self.stop()
+            raise
 
     def _write_config(self, rules: Path | None, eval_s: float) -> None:
         text = f"global: {{scrape_interval: 15s, evaluation_interval: {int(eval_s)}s}}\n"

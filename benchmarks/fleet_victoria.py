@@ -17,7 +17,6 @@ import http.client
 import http.server
 import json
 import queue
-import socket
 import subprocess
 import threading
 import time
@@ -29,16 +28,11 @@ from typing import Callable, Iterable, Iterator
 
 from benchmarks import fleet_data
 from benchmarks.fleet_prometheus import api_get, timed_get, tool
+from benchmarks.own_port import listening_port
 
 CHUNK_BYTES = 16 << 20
 """One import request's body: large enough that per-request costs vanish, small enough that two in
 flight (one generating, one sending) stay far below the machine's memory."""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def rss_bytes(pid: int) -> int:
@@ -97,14 +91,13 @@ class VictoriaServer(Child):
     def __init__(self, workdir: Path, *, memory_percent: float = 40.0) -> None:
         workdir.mkdir(parents=True, exist_ok=True)
         self.data = workdir / "vm-data"
-        port = free_port()
-        self.url = f"http://127.0.0.1:{port}"
-        super().__init__([tool("victoria-metrics"), f"-httpListenAddr=127.0.0.1:{port}", f"-storageDataPath={self.data}",
+        super().__init__([tool("victoria-metrics"), "-httpListenAddr=127.0.0.1:0", f"-storageDataPath={self.data}",
                           "-retentionPeriod=100y", "-search.disableCache", "-loggerLevel=WARN",
                           "-search.maxUniqueTimeseries=50000000", "-search.maxQueryDuration=15m",
                           "-search.maxSamplesPerQuery=10000000000", "-search.maxSeries=50000000",
                           "-search.maxTagValues=10000000", "-search.maxQueueDuration=15m",
                           f"-memory.allowedPercent={memory_percent:g}"], workdir / "victoria-metrics.log")
+        self.url = f"http://127.0.0.1:{listening_port(self.process, 'victoria-metrics')}"  # benchmarks/own_port.py
         self.wait_http(self.url + "/health", "victoria-metrics")
 
     def api(self, path: str, **params: object) -> object:
@@ -251,13 +244,12 @@ class VmAlert(Child):
     def __init__(self, workdir: Path, rules: Path, vm: VictoriaServer, eval_s: float) -> None:
         self.sink = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Sink)
         threading.Thread(target=self.sink.serve_forever, daemon=True).start()
-        port = free_port()
-        self.url = f"http://127.0.0.1:{port}"
         super().__init__([tool("vmalert"), f"-rule={rules}", f"-datasource.url={vm.url}", f"-remoteWrite.url={vm.url}",
                           f"-notifier.url=http://127.0.0.1:{self.sink.server_address[1]}",
-                          f"-evaluationInterval={int(eval_s)}s", f"-httpListenAddr=127.0.0.1:{port}",
+                          f"-evaluationInterval={int(eval_s)}s", "-httpListenAddr=127.0.0.1:0",
                           "-remoteWrite.maxQueueSize=20000000", "-remoteWrite.maxBatchSize=10000",
                           "-remoteWrite.concurrency=2", "-loggerLevel=WARN"], workdir / "vmalert.log")
+        self.url = f"http://127.0.0.1:{listening_port(self.process, 'vmalert')}"  # benchmarks/own_port.py
         self.wait_http(self.url + "/health", "vmalert")
 
     def iterations(self) -> dict[str, tuple[float, int]]:

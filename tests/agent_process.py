@@ -72,10 +72,13 @@ def gauge_values(text: str, name: str) -> dict[str, float]:
 class AgentProcess:
     """``roofwatch demo`` (or ``run``) on a free port, with its URL read from its own output."""
 
-    def __init__(self, *args: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> None:
+    def __init__(self, *args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
+                 program: list[str] | None = None) -> None:
+        """``program``: what runs ``roofwatch`` in place of this checkout's (the container image's
+        entrypoint under chroot, tests/test_container_image.py)."""
         self.proc = subprocess.Popen(
-            roofwatch_cmd(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            env=env or clean_env(), cwd=cwd,
+            [*program, *args] if program else roofwatch_cmd(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True, env=env or clean_env(), cwd=cwd,
         )
         line = self.proc.stdout.readline()
         match = URL_PATTERN.search(line)

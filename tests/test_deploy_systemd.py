@@ -268,7 +268,9 @@ def _build_wheel(dest: Path) -> Path:
     except ModuleNotFoundError:  # Python 3.10
         from pip._vendor import tomli as tomllib
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    name, version = project["name"], project["version"]
+    from agent import __version__ as version  # the one place it is written (pyproject.toml reads it)
+
+    name = project["name"]
     info = f"{name}-{version}.dist-info"
     metadata = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}",
                 f"Requires-Python: {project['requires-python']}"]

@@ -1,4 +1,4 @@
-"""Fuzzing the trace reader (shared/trace-format.md): valid lines read as written.
+"""Fuzzing the trace reader (docs/trace-format.md): valid lines read as written.
 
 Any valid sample round-trips through TraceWriter and TraceReader, plain or gzip; fields a reader does
 not know are ignored at every level, and ``null`` reads as unknown for every optional field. Bad

@@ -1,4 +1,4 @@
-"""Fuzzing the trace reader (shared/trace-format.md): whatever a line holds, the reader yields samples or
+"""Fuzzing the trace reader (docs/trace-format.md): whatever a line holds, the reader yields samples or
 raises TraceFormatError naming the file and the right 1-based line, never anything else.
 
 Traces come from users, other tools and hand edits, and ``roofwatch classify`` replays them, so a bad line

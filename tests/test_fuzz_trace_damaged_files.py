@@ -1,4 +1,4 @@
-"""Fuzzing the trace reader (shared/trace-format.md): files cut anywhere, truncated or corrupt gzip.
+"""Fuzzing the trace reader (docs/trace-format.md): files cut anywhere, truncated or corrupt gzip.
 
 A trace as the agent writes it, cut at any byte (a killed writer) or with any byte changed: the
 complete lines read, and the error names the first line not read, never another exception.

@@ -1,4 +1,4 @@
-"""Tests for agent.trace: the trace format contract (shared/trace-format.md), both directions."""
+"""Tests for agent.trace: the trace format contract (docs/trace-format.md), both directions."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Hypothesis strategies and helpers for fuzzing the trace reader (shared/trace-format.md).
+"""Hypothesis strategies and helpers for fuzzing the trace reader (docs/trace-format.md).
 
 Any valid GpuSample (every field, unicode and undecodable-byte names included), any JSON value,
 and a reader run that returns samples and errors instead of raising. Shared by the

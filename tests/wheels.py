@@ -8,18 +8,26 @@ real binding code of every release we declare, not the newest one's.
 
 A release that cannot be fetched is a test failure naming the command to run, never a skip:
 the matrix is what proves the declared minimum versions.
+
+``python -m tests.wheels`` fetches every release at once; ``./dev.sh test`` runs it before pytest, so
+the quick tier, which starts no child process (tests/tiers.py), finds them unpacked on a fresh clone.
 """
 
 from __future__ import annotations
 
 import fcntl
+import os
 import subprocess
 import sys
 import zipfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from tests.tiers import UnmarkedSlowTest
+
 REPO = Path(__file__).resolve().parent.parent
-CACHE = REPO / ".whl"
+CACHE = Path(os.environ.get("ROOFWATCH_WHEEL_CACHE") or REPO / ".whl")
+"""Where releases are unpacked; ROOFWATCH_WHEEL_CACHE moves it (tests/test_fresh_clone.py starts from an empty one)."""
 
 NVIDIA_ML_PY = ("12.535.161", "12.560.30", "12.570.172", "12.575.51", "13.580.126", "13.615.71")
 """Every nvidia-ml-py line we accept, oldest first: the declared minimum, one release of each
@@ -50,7 +58,11 @@ def unpacked(package: str, version: str) -> Path:
         download.mkdir(exist_ok=True)
         command = [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
                    "--no-deps", "--only-binary=:all:", "--dest", str(download), f"{package}=={version}"]
-        result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+        try:
+            result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+        except UnmarkedSlowTest:
+            raise WheelUnavailable(f"{package}=={version} is not in {CACHE} yet, and the quick tier starts no "
+                                   "download: run 'python -m tests.wheels' once (./dev.sh test does)") from None
         wheels = sorted(download.glob("*.whl"))
         if result.returncode != 0 or not wheels:
             raise WheelUnavailable(f"cannot download {package}=={version} (run: {' '.join(command)}): "
@@ -68,3 +80,28 @@ def module_file(package: str, version: str, relative: str) -> Path:
     if not path.exists():
         raise FileNotFoundError(f"{package}=={version} has no {relative}")
     return path
+
+
+def releases() -> list[tuple[str, str]]:
+    """Every (package, version) the version-matrix tests load."""
+    return [("nvidia-ml-py", v) for v in NVIDIA_ML_PY] + [("amdsmi", v) for v in AMDSMI]
+
+
+def main() -> int:
+    """Fetch and unpack every release (a few at a time: each is one small download); 1 if any failed."""
+    def fetch(release: tuple[str, str]) -> str | None:
+        try:
+            unpacked(*release)
+        except (WheelUnavailable, OSError, subprocess.SubprocessError, zipfile.BadZipFile) as err:
+            return str(err).splitlines()[0] if str(err) else repr(err)
+        return None
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        errors = [e for e in pool.map(fetch, releases()) if e]
+    for error in errors:
+        print(f"tests.wheels: {error}", file=sys.stderr)
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

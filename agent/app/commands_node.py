@@ -23,7 +23,7 @@ def register(sub: argparse._SubParsersAction) -> dict[str, Callable[[argparse.Na
     snap.add_argument("--json", action="store_true", help="print JSON instead of a table")
     snap.add_argument("--url", metavar="URL", help="read the snapshot from a running agent instead (e.g. http://node:9477)")
 
-    rec = sub.add_parser("record", help="record a trace", description="Record samples to a trace file (../shared/trace-format.md).")
+    rec = sub.add_parser("record", help="record a trace", description="Record samples to a trace file (format: docs/trace-format.md).")
     add_settings_flags(rec, listen=False)
     rec.add_argument("--out", required=True, metavar="FILE", help="trace file to write (.jsonl, or .jsonl.gz to compress)")
     rec.add_argument("--duration", type=float, default=60.0, metavar="SECONDS", help="how long to record (default 60)")

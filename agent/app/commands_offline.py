@@ -17,7 +17,7 @@ def register(sub: argparse._SubParsersAction) -> dict[str, Callable[[argparse.Na
     cls = sub.add_parser(
         "classify", help="classify the GPUs of a recorded trace",
         description="Replay traces through the classifier and print one verdict per GPU per window as JSON Lines "
-                    "(../shared/trace-format.md). With --evaluate, score the verdicts against the trace's labels.",
+                    "(docs/trace-format.md). With --evaluate, score the verdicts against the trace's labels.",
     )
     cls.add_argument("traces", nargs="+", metavar="TRACE", help="trace file(s): .jsonl or .jsonl.gz, - for stdin")
     cls.add_argument("--evaluate", action="store_true", help="print per-class precision, recall and the confusion matrix")

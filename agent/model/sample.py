@@ -1,6 +1,6 @@
 """What one GPU did at one moment: the per-GPU sample and the small records it carries.
 
-The sample mirrors ../shared/trace-format.md field for field, so a trace line and a live sample
+The sample mirrors docs/trace-format.md field for field, so a trace line and a live sample
 are the same object. The few fields beyond that contract (cumulative counters) are optional
 additions, which the contract allows.
 """

@@ -1,4 +1,4 @@
-"""Read and write roofwatch traces (JSON Lines, format version 1; see shared/trace-format.md).
+"""Read and write roofwatch traces (JSON Lines, format version 1; see docs/trace-format.md).
 
 A trace is what the agent saw, one GPU sample per line, so that a person can read it and
 ``roofwatch classify`` can replay it. Writing sits in the collector's hot path, so the writer

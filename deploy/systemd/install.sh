@@ -3,8 +3,13 @@
 #
 #   sudo deploy/systemd/install.sh [SOURCE]
 #
-# SOURCE: a checkout directory, a wheel or sdist file, or a requirement (default: roofwatch
-# from PyPI). The [amd] extra is added when /dev/kfd exists.
+# It installs what you have, never a name looked up in an index unless you give one:
+#   no SOURCE   the one roofwatch-*.whl lying beside this script (a release's wheel copied here),
+#               else the checkout or unpacked release (sdist) this script sits in (../.. of it);
+#               anything else is an error that says what to pass
+#   SOURCE      a checkout or unpacked release directory, a wheel or sdist file, or a pip
+#               requirement you name explicitly (e.g. "roofwatch==0.1.0" from your own index)
+# The [amd] extra is added when /dev/kfd exists. docs/deploy.md has the install and upgrade steps.
 #
 # Environment (all optional):
 #   ROOFWATCH_INSTALL_ROOT=/        install under another root (packaging, tests)
@@ -21,20 +26,61 @@ root=${ROOFWATCH_INSTALL_ROOT:-/}
 root=${root%/}                       # "/" -> "", "/tmp/x/" -> "/tmp/x"
 venv=$root/opt/roofwatch
 unit_dir=$root/etc/systemd/system
-source=${1:-roofwatch}
 
+fail() { echo "roofwatch: $*" >&2; exit 1; }
+
+# The version a tree declares (agent/__init__.py, the one place it is written) or a wheel's file
+# name carries; empty when SOURCE is a requirement or an sdist, whose version pip decides.
+version_of() {
+    if [ -d "$1" ]; then
+        sed -n 's/^__version__ = "\(.*\)"$/\1/p' "$1/agent/__init__.py" 2>/dev/null | head -n 1
+    else
+        case $(basename "$1") in
+            roofwatch-*.whl) basename "$1" | cut -d- -f2 ;;
+        esac
+    fi
+}
+
+if [ $# -gt 0 ]; then
+    source=$1
+else
+    tree=$(cd "$here/../.." && pwd)
+    set -- "$here"/roofwatch-*.whl
+    if [ $# -gt 1 ]; then
+        fail "several wheels beside $here ($*): name the one to install: $0 WHEEL"
+    elif [ -f "$1" ]; then
+        source=$1
+    elif [ -f "$tree/pyproject.toml" ] && grep -q '^name = "roofwatch"$' "$tree/pyproject.toml"; then
+        source=$tree
+    else
+        fail "nothing to install: $here is not inside a roofwatch checkout or unpacked release, and no roofwatch wheel lies beside it; pass a directory, a wheel, an sdist or a requirement: $0 SOURCE"
+    fi
+fi
+case $source in
+    /*|./*|../*|.|..|*.whl|*.tar.gz|*.zip) [ -e "$source" ] || fail "$source does not exist" ;;
+esac
+expected=$(version_of "$source")
+target=$source
 if [ -z "${ROOFWATCH_EXTRAS+set}" ]; then
     ROOFWATCH_EXTRAS=
     if [ -e /dev/kfd ]; then ROOFWATCH_EXTRAS=amd; fi
 fi
-if [ -n "$ROOFWATCH_EXTRAS" ]; then source="$source[$ROOFWATCH_EXTRAS]"; fi
+if [ -n "$ROOFWATCH_EXTRAS" ]; then target="${source}[$ROOFWATCH_EXTRAS]"; fi
 
+echo "roofwatch: installing ${expected:+roofwatch $expected from }$source"
 echo "roofwatch: virtualenv $venv"
 [ -x "$venv/bin/python" ] || "${ROOFWATCH_PYTHON:-python3}" -m venv "$venv"
 # shellcheck disable=SC2086  # ROOFWATCH_PIP_ARGS is a list of arguments
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade \
-    ${ROOFWATCH_PIP_ARGS:-} "$source"
-[ -x "$venv/bin/roofwatch" ] || { echo "roofwatch: $venv/bin/roofwatch missing after pip install" >&2; exit 1; }
+    ${ROOFWATCH_PIP_ARGS:-} "$target"
+[ -x "$venv/bin/roofwatch" ] || fail "$venv/bin/roofwatch missing after pip install"
+# What pip installed, from its own record (the agent's dependencies need not import for this).
+installed=$("$venv/bin/python" -c 'from importlib.metadata import version; print(version("roofwatch"))') ||
+    fail "no roofwatch in $venv after pip install"
+if [ -n "$expected" ] && [ "$installed" != "$expected" ]; then
+    fail "$source is roofwatch $expected, but $venv now holds roofwatch $installed"
+fi
+echo "roofwatch: roofwatch $installed in $venv"
 
 echo "roofwatch: unit $unit_dir/roofwatch.service"
 install -d -m 0755 "$unit_dir" "$root/etc/default"
