@@ -49,8 +49,9 @@ an unverified certificate) verify too, against client_ca_file: stricter, never l
 REALM = "roofwatch"
 MAX_PASSWORD_BYTES = 72
 """bcrypt reads at most 72 bytes; a longer password is refused (401), as exporter-toolkit does."""
-UNAUTHENTICATED_PATHS = frozenset({"/healthz"})
-"""Liveness probes cannot carry a password; /healthz says only whether the collector runs."""
+UNAUTHENTICATED_PATHS = frozenset({"/healthz", "/readyz"})
+"""Liveness and readiness probes cannot carry a password; /healthz and /readyz say only whether the collector
+runs, how many GPUs are up, and which source the agent waits for and why (URLs without credentials)."""
 
 
 class WebConfigError(ValueError):

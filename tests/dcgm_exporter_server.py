@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -77,6 +78,9 @@ class FakeExporter:
     def __init__(self, body: str, port: int = 0) -> None:
         self.body = body
         self.requests = 0
+        self.answered_at: float | None = None
+        """Wall-clock time of the first ``/metrics`` answer since the last :meth:`start`: when the exporter
+        arrived, as an agent could first see it."""
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
         self.port = port
@@ -92,6 +96,7 @@ class FakeExporter:
 
     def start(self) -> None:
         owner = self
+        self.answered_at = None
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:  # noqa: N802 (http.server's name)
@@ -101,6 +106,8 @@ class FakeExporter:
                 if self.path != "/metrics":
                     self.send_error(404)
                     return
+                with owner._lock:
+                    owner.answered_at = owner.answered_at or time.time()
                 self.send_response(200)
                 self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
                 self.send_header("Content-Length", str(len(data)))

@@ -157,8 +157,8 @@ def test_web_config_secret_is_mounted_and_probes_switch_to_https():
     volume = next(v for v in pod["volumes"] if v["name"] == "web-config")
     assert volume["secret"]["secretName"] == "roofwatch-web"
     assert volume["secret"]["defaultMode"] == 0o444  # readable by the nobody user the agent may run as
-    for probe in (container["readinessProbe"], container["livenessProbe"]):
-        assert probe["httpGet"] == {"path": "/healthz", "port": "metrics", "scheme": "HTTPS"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics", "scheme": "HTTPS"}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics", "scheme": "HTTPS"}
     _, plain_auth = agent_container({"webConfig": {"secretName": "roofwatch-web", "tls": False}})
     assert "scheme" not in plain_auth["readinessProbe"]["httpGet"]
     _, default = agent_container()
@@ -180,8 +180,8 @@ def test_probes_resources_and_env():
     pod, container = agent_container()
     (port,) = container["ports"]
     assert port == {"name": "metrics", "containerPort": 9477, "protocol": "TCP"}
-    for probe in (container["readinessProbe"], container["livenessProbe"]):
-        assert probe["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    for probe, path in ((container["readinessProbe"], "/readyz"), (container["livenessProbe"], "/healthz")):
+        assert probe["httpGet"] == {"path": path, "port": "metrics"}  # both answered without a password
         assert 0 < probe["initialDelaySeconds"] <= 10
     readiness, liveness = container["readinessProbe"], container["livenessProbe"]
     assert readiness["periodSeconds"] < liveness["periodSeconds"]

@@ -60,6 +60,9 @@ def make_collector(settings: Settings, backend):
     limit = getattr(backend, "limit_devices", None)  # dcgm-exporter: bounds what discovery takes from the exposition
     if limit is not None:
         limit(settings.max_devices)
+    # A backend that samples from memory (an exporter's latest exposition) costs nothing to retry: a device is
+    # retried every interval, so it is back one interval after its exporter, not after a grown back-off.
+    retry_max_s = settings.interval_s if getattr(backend, "reads_from_memory", False) is True else Backoff.max_s
     try:
         collector = Collector(
             backend,
@@ -68,7 +71,7 @@ def make_collector(settings: Settings, backend):
             sample_timeout_s=settings.sample_timeout_s,
             history_len=settings.history_len,
             expected_devices=settings.expected_gpus,
-            backoff=Backoff(initial_s=settings.interval_s),
+            backoff=Backoff(initial_s=settings.interval_s, max_s=retry_max_s),
             analyzer=analyzer,
             max_devices=settings.max_devices,
         )

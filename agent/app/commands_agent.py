@@ -68,10 +68,12 @@ def serve(read_settings: Callable[[], Settings], record: str | None, *, announce
     """Run the agent until SIGTERM/SIGINT; SIGHUP re-reads the configuration (agent.app.reload).
     ``read_settings`` reads file, environment and flags, now and on every reload. With
     ``driver_wait_s``, a missing GPU driver is waited for while the HTTP port already answers
-    (agent.app.driver_wait)."""
+    (agent.app.driver_wait); an exporter that serves the GPUs (``--backend dcgm-exporter``, ``amd-exporter``)
+    is always waited for, on a thread of its own, while the port answers (agent.app.source_wait)."""
     from agent.app.driver_wait import WAITABLE_BACKENDS, DriverWait
     from agent.app.logs import configure_logging
     from agent.app.reload import Reloader
+    from agent.app.source_wait import SOURCE_BACKENDS
     from agent.backends.base import BackendUnavailable
     from exporters.http import AgentHTTPServer
 
@@ -79,19 +81,26 @@ def serve(read_settings: Callable[[], Settings], record: str | None, *, announce
     configure_logging(settings.log_level, settings.log_format)
     web = web_config(settings)
     store = report_store(settings)
+    requests = SignalRequests()  # handlers only raise a request; the work happens below, off the handler
     driver_wait: DriverWait | None = None
-    try:
-        collector = open_collector(settings, store)
-    except BackendUnavailable as exc:
-        if settings.driver_wait_s <= 0 or settings.backend not in WAITABLE_BACKENDS:
-            raise CliError(str(exc)) from None
-        collector = None
-        driver_wait = DriverWait(
-            attempt=lambda: open_collector(settings, store), node=settings.node_name, backend=settings.backend,
-            wait_s=settings.driver_wait_s, interval_s=settings.interval_s, expected_devices=settings.expected_gpus or 0,
-        )
-        driver_wait.failed(exc)
-    source: list[Any] = [collector if collector is not None else driver_wait]  # what scrapes read, swapped once
+    source_wait = None
+    collector = None
+    if settings.backend in SOURCE_BACKENDS:
+        source_wait = waiting_source(settings, store, lambda: requests.raise_request("source"))
+    else:
+        try:
+            collector = open_collector(settings, store)
+        except BackendUnavailable as exc:
+            if settings.driver_wait_s <= 0 or settings.backend not in WAITABLE_BACKENDS:
+                raise CliError(str(exc)) from None
+            driver_wait = DriverWait(
+                attempt=lambda: open_collector(settings, store), node=settings.node_name, backend=settings.backend,
+                wait_s=settings.driver_wait_s, interval_s=settings.interval_s,
+                expected_devices=settings.expected_gpus or 0,
+            )
+            driver_wait.failed(exc)
+    waiting = source_wait or driver_wait
+    source: list[Any] = [collector if collector is not None else waiting]  # what scrapes read, swapped once
     try:
         otlp = open_otlp(settings, lambda: source[0].snapshot)  # the same snapshot /metrics serves
     except CliError:
@@ -131,7 +140,6 @@ def serve(read_settings: Callable[[], Settings], record: str | None, *, announce
                 collector.stop()
             raise CliError(f"report_socket: cannot listen on {settings.report_socket}: {exc.strerror or exc}") from None
 
-    requests = SignalRequests()  # handlers only raise a request; the work happens below, off the handler
     requests.install({signal.SIGTERM: "stop", signal.SIGINT: "stop", signal.SIGHUP: "reload"})
     reloader = Reloader(settings, read_settings, server)
 
@@ -140,6 +148,8 @@ def serve(read_settings: Callable[[], Settings], record: str | None, *, announce
         collector.start()
     server_thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, name="roofwatch-http", daemon=True)
     server_thread.start()
+    if source_wait is not None:
+        source_wait.start()  # after the port answers: a neighbour that never answers holds only its own thread
     if otlp is not None:
         otlp.start()
     log.info(
@@ -148,26 +158,35 @@ def serve(read_settings: Callable[[], Settings], record: str | None, *, announce
                "gpus": len(collector.devices) if collector else 0, "interval_s": settings.interval_s},
     )
     if announce:
-        print(f"roofwatch {__version__}: {len(collector.devices)} GPUs ({collector.backend.name} backend) on {server.url}", flush=True)
+        gpus = f"{len(collector.devices)} GPUs ({collector.backend.name} backend)" if collector else \
+            f"waiting for {waiting.wait.what if source_wait else 'the GPU driver'}"
+        print(f"roofwatch {__version__}: {gpus} on {server.url}", flush=True)
         print(f"  metrics: {server.url}metrics   health: {server.url}healthz   stop: Ctrl-C", flush=True)
     failure = None
     while True:
         if driver_wait is not None and collector is None and driver_wait.expired:
             failure = driver_wait.give_up_message()
             break
-        if requests.wait(driver_wait.next_delay_s() if collector is None else None):
+        delay = driver_wait.next_delay_s() if driver_wait is not None and collector is None else None
+        if requests.wait(delay, ("stop", "reload", "source")):
             if requests.pending("stop"):
                 log.info("stopping", extra={"signal": requests.signal_name("stop")})
                 break
             if requests.take("reload"):
                 reloader.reload()
-        elif collector is None:
+            if requests.take("source") and source_wait is not None and collector is None:
+                if source_wait.fatal is not None:
+                    failure = source_wait.fatal
+                    break
+                collector = source_wait.take()
+                if collector is not None:
+                    recorder = start_collecting(collector, source, record, settings)
+        elif driver_wait is not None and collector is None:
             collector = driver_wait.try_once()
             if collector is not None:
-                recorder = attach_recorder(collector, record, settings) if record else None
-                collector.start()
-                source[0] = collector
-                log.info("collecting", extra={"backend": collector.backend.name, "gpus": len(collector.devices)})
+                recorder = start_collecting(collector, source, record, settings)
+    if source_wait is not None:
+        source_wait.stop()
     server.shutdown()
     if not server.drain(timeout_s=5.0):
         log.warning("stopping with requests still being answered after 5 s")
@@ -184,6 +203,29 @@ def serve(read_settings: Callable[[], Settings], record: str | None, *, announce
     if failure is not None:
         raise CliError(failure)
     return EXIT_OK
+
+
+def waiting_source(settings: Settings, store, notify: Callable[[], None]):
+    """The wait for the exporter that serves this agent's GPUs (agent.app.source_wait), not started."""
+    from agent.app.source_wait import SourceWait
+    from agent.model.redact import safe_url
+
+    url = settings.dcgm_exporter_url if settings.backend == "dcgm-exporter" else settings.amd_exporter_url
+    interval = (settings.dcgm_exporter_interval_s if settings.backend == "dcgm-exporter"
+                else settings.amd_exporter_interval_s)
+    return SourceWait(lambda: open_collector(settings, store), what=f"{settings.backend} at {safe_url(url or '')}",
+                      source=settings.backend, node=settings.node_name, interval_s=settings.interval_s,
+                      retry_max_s=interval, expected_devices=settings.expected_gpus or 0, notify=notify)
+
+
+def start_collecting(collector, source: list[Any], record: str | None, settings: Settings):
+    """A collector opened after a wait: its recorder attached (returned, or None), started, and made what
+    scrapes read."""
+    recorder = attach_recorder(collector, record, settings) if record else None
+    collector.start()
+    source[0] = collector
+    log.info("collecting", extra={"backend": collector.backend.name, "gpus": len(collector.devices)})
+    return recorder
 
 
 def listener_limits(settings: Settings):

@@ -19,7 +19,7 @@ from typing import Callable, Generic, TypeVar
 
 from agent.backends.base import BackendUnavailable
 from agent.collector import Backoff
-from agent.model import CollectorHealth, NodeSnapshot
+from agent.model import CollectorHealth, NodeSnapshot, SourceState
 
 log = logging.getLogger("roofwatch.driver")
 
@@ -32,7 +32,11 @@ T = TypeVar("T")
 @dataclass
 class DriverWait(Generic[T]):
     """Retries ``attempt`` (open the backend and discover its GPUs) until it succeeds or
-    ``wait_s`` has passed, and meanwhile provides the snapshot the HTTP server serves."""
+    ``wait_s`` has passed, and meanwhile provides the snapshot the HTTP server serves.
+
+    ``what`` names what is waited for in the log, ``/healthz`` and the page; ``source``, where the GPUs come
+    from a neighbour (a dcgm-exporter: agent.app.source_wait), is its name in ``roofwatch_source_up``, down
+    while waited for."""
 
     attempt: Callable[[], T]
     node: str
@@ -46,6 +50,8 @@ class DriverWait(Generic[T]):
     monotonic: Callable[[], float] = time.monotonic
     reason: str = ""
     attempts: int = 0
+    what: str = "the GPU driver"
+    source: str | None = None
     _started: float = field(init=False)
     _snapshot: NodeSnapshot = field(init=False)
 
@@ -75,9 +81,9 @@ class DriverWait(Generic[T]):
         self.attempts += 1
         reason = " ".join(str(error).split())
         if reason != self.reason:  # once per distinct reason, not once per retry
-            log.warning("waiting for the GPU driver", extra={"reason": reason, "wait_s": self.wait_s})
+            log.warning(f"waiting for {self.what}", extra={"reason": reason, "wait_s": self.wait_s})
         else:
-            log.debug("GPU driver still missing", extra={"attempt": self.attempts})
+            log.debug(f"{self.what} still missing", extra={"attempt": self.attempts})
         self.reason = reason
         self._snapshot = self._waiting_snapshot()
 
@@ -88,7 +94,8 @@ class DriverWait(Generic[T]):
         except BackendUnavailable as exc:
             self.failed(exc)
             return None
-        log.info("GPU driver found", extra={"waited_s": round(self.waited_s, 1), "attempts": self.attempts + 1})
+        found = "GPU driver found" if self.source is None else f"{self.source} answers"
+        log.info(found, extra={"waited_s": round(self.waited_s, 1), "attempts": self.attempts + 1})
         return opened
 
     def give_up_message(self) -> str:
@@ -99,7 +106,8 @@ class DriverWait(Generic[T]):
         health = CollectorHealth(
             backend=self.backend, cycles_total=self.attempts, last_cycle_success=False,
             last_cycle_ts=now, interval_s=self.interval_s,
-            waiting_for=f"the GPU driver: {self.reason}" if self.reason else "the GPU driver",
+            waiting_for=f"{self.what}: {self.reason}" if self.reason else self.what,
         )
-        return NodeSnapshot(ts=now, node=self.node, devices=(), health=health,
+        sources = (SourceState(self.source, "down", self.reason or "not read yet"),) if self.source else ()
+        return NodeSnapshot(ts=now, node=self.node, devices=(), health=health, sources=sources,
                             expected_devices=self.expected_devices, sequence=self.attempts)

@@ -34,12 +34,27 @@ from agent.backends.base import BackendUnavailable, DeviceError
 from agent.backends.exporter_reader import ExporterReader, listed
 from agent.context.sources import HostFacts, HostSource
 from agent.model import Attribution, DeviceInfo, GpuSample, NicPort, SourceState, XidCount
+from agent.model.redact import hide, safe_url
 from agent.model.terms import Vendor
 
 log = logging.getLogger("roofwatch.exporter")
 
 MAX_DEVICES = 128
 """Default bound on devices (``max_devices``): a node has at most 16 GPUs x 7 MIG instances (112)."""
+
+
+class ExporterNotAnswering(BackendUnavailable):
+    """The exporter did not give a usable exposition (refused, timed out, an HTTP error, not its format yet):
+    a neighbour that may only be late, which ``run`` waits for (agent.app.source_wait) instead of exiting."""
+
+    def __init__(self, source: str, url: str, why: str) -> None:
+        self.source, self.url, self.why = source, safe_url(url), hide(why)
+        super().__init__(hide(f"{source} at {url}: {why}"))
+
+    @property
+    def what(self) -> str:
+        """The neighbour as ``/healthz`` shows it: its name and URL, without credentials."""
+        return f"{self.source} at {self.url}"
 
 
 class ExporterBackend:
@@ -50,6 +65,10 @@ class ExporterBackend:
     vendor: Vendor = "nvidia"
     devices_word = "GPUs"
     most_per_node = "a node has at most 16 GPUs"
+    reads_from_memory = True
+    """A sample is a lookup in the reader's memory, never a call that can hang or cost: the collector retries a
+    device that is down at every interval (agent.app.assemble), so a GPU is back one interval after its
+    exporter is, not after a back-off grown while the exporter restarted."""
 
     def __init__(self, reader: ExporterReader, *, node: str | None = None, max_devices: int = MAX_DEVICES,
                  host: HostSource | None = None) -> None:
@@ -77,11 +96,15 @@ class ExporterBackend:
     # ------------------------------------------------------------------ the Backend protocol
 
     def first_read(self) -> None:
-        """Read the exporter now; BackendUnavailable naming the cause when it does not answer. Also
-        names the node after the exposition's host name label unless a node was given."""
+        """Read the exporter now; ExporterNotAnswering naming the cause when it does not answer (a late exporter,
+        waited for), BackendUnavailable when it refuses the agent's credentials (401, 403: waiting cures
+        nothing). Also names the node after the exposition's host name label unless a node was given."""
         error = self.reader.read_once()
+        if error is not None and self.reader.refused_status is not None:  # it answered: our credentials are wrong
+            raise BackendUnavailable(hide(f"{self.reader.source} at {self.reader.url}: {error}: the exporter refuses "
+                                          "the agent's credentials (the URL's token, or its web config)"))
         if error is not None:
-            raise BackendUnavailable(f"{self.reader.source} at {self.reader.url}: {error}")
+            raise ExporterNotAnswering(self.reader.source, self.reader.url, error)
         if self.node is None:
             self.node = next((r.hostname for r in self.reader.records().values() if r.hostname), None)
 

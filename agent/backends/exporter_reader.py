@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from agent.backends.exposition_text import ExporterFormatError, Exposition
-from agent.context.workload.inference.fetch import ResponseTooLarge, describe_error, http_fetch
+from agent.context.workload.inference.fetch import HttpStatus, ResponseTooLarge, describe_error, http_fetch
 from agent.model import SourceState, XidCount
 from agent.model.redact import hide
 
@@ -141,6 +141,9 @@ class ExporterReader:
         self._fetch = fetch or http_fetch
         self._clock = clock
         self._state = _State()
+        self.refused_status: int | None = None
+        """401 or 403 when the last read was refused for its credentials (a configuration error, not a late
+        exporter: the start does not wait for it); None otherwise."""
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -185,9 +188,12 @@ class ExporterReader:
             if not records:
                 raise ExporterFormatError(self.dialect.no_gpu)
         except (ExporterFormatError, ResponseTooLarge) as exc:
+            self.refused_status = None
             return self._failed(str(exc))
         except Exception as exc:  # refused, timed out, HTTP error, reset: one line naming the cause
+            self.refused_status = exc.code if isinstance(exc, HttpStatus) and exc.code in (401, 403) else None
             return self._failed(describe_error(exc, self.timeout_s))
+        self.refused_status = None
         with self._lock:
             state = self._state
             skipped_before = state.skipped

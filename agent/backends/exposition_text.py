@@ -35,6 +35,10 @@ class Series:
     value: float
     ts_s: float | None
     """The line's own timestamp (Prometheus text allows one, in ms); the exporters write none by default."""
+    decimal: bool = False
+    """Whether the value was printed with a decimal point or an exponent. dcgm-exporter prints a DCGM double
+    with Go's ``%f`` (``1.000000``) and an int64 with ``%d`` (``1``), so the text says the field's type where
+    one name has meant both (``DCGM_FI_DEV_GPU_UTIL_RATIO``: int percent in DCGM 4.6, a double ratio from 4.7)."""
 
 
 def _unescape(text: str) -> str:
@@ -69,7 +73,7 @@ def parse_line(line: str) -> Series | None:
         ts = float(parts[1]) / 1000.0 if len(parts) == 2 else None
     except ValueError:
         return None
-    return Series(name, labels, value, ts)
+    return Series(name, labels, value, ts, any(c in parts[0] for c in ".eE"))
 
 
 @dataclass(slots=True)

@@ -17,6 +17,7 @@ from agent.classifier.thresholds import DEFAULT_THRESHOLDS
 from agent.diagnostics.findings import Finding
 from agent.diagnostics.spec_advice import IMPACT as SPEC_IMPACT
 from agent.diagnostics.spec_advice import config_snippet, spec_finding
+from agent.model.redact import safe_url
 
 CSV_LINES = {
     "sm_active": "DCGM_FI_PROF_SM_ACTIVE", "sm_occupancy": "DCGM_FI_PROF_SM_OCCUPANCY",
@@ -36,8 +37,9 @@ def reader_findings(reader: Any) -> list[Finding]:
     """Whether the exporter answered the last read, and how its exposition read."""
     status = reader.status()
     if not status.up:
-        return [Finding("dcgm-exporter", "fail", f"{status.url}: {status.error}",
-                        "every counter taken from the exporter",
+        return [Finding("dcgm-exporter", "fail", f"waiting for dcgm-exporter at {safe_url(status.url)}: "
+                        f"{status.error}; the agent reads it again every dcgm_exporter_interval_s and joins its "
+                        "counters once it answers", "every counter taken from the exporter",
                         "check that dcgm-exporter runs on this node and that the URL (dcgm_exporter_url) reaches it; "
                         "the GPU Operator serves it on port 9400")]
     out = [Finding("dcgm-exporter", "ok", f"{status.url}: {len(status.gpus)} GPU(s) or MIG instance(s) listed")]
@@ -46,6 +48,8 @@ def reader_findings(reader: Any) -> list[Finding]:
                            f"{status.first_bad_line}"))
     for why in getattr(status, "units", ()):
         out.append(Finding("dcgm-exporter", "info", f"unit corrected: {why}"))
+    for why in getattr(status, "notes", ()):  # names no release table knows, read by stem and unit suffix
+        out.append(Finding("dcgm-exporter", "info", f"assumed: {why}"))
     return out
 
 
@@ -79,11 +83,17 @@ def _source_line(gpu: str, sources: dict[str, str], backend_name: str) -> Findin
     return Finding("counter source", "info", detail or "no sample yet", gpu=gpu)
 
 
-def _missing_finding(gpu: str, missing: list[str], where: str) -> Finding:
+MIXED_MODELS = ("; this node has GPUs of several models ({models}): dcgm-exporter 4.10 and later collect there only "
+                "the profiling fields every GPU supports (its release notes), so a field one model lacks is missing "
+                "on all; run one exporter per model (a device selector each) to read each model's own")
+
+
+def _missing_finding(gpu: str, missing: list[str], where: str, models: set[str] | None = None) -> Finding:
     lines = ", ".join(CSV_LINES[f] for f in missing)
+    mixed = MIXED_MODELS.format(models=", ".join(sorted(models))) if models and len(models) > 1 else ""
     return Finding("profiling counters", "warn", f"not read: {', '.join(missing)}", IMPACT,
                    f"{where}: enable {lines} in the exporter's counters CSV (etc/dcp-metrics-included.csv lists "
-                   "them commented out; profiling needs a Volta or newer data-centre GPU)", gpu=gpu)
+                   f"them commented out; profiling needs a Volta or newer data-centre GPU){mixed}", gpu=gpu)
 
 
 def _unnamed_finding(gpu: str, info: Any, profiles: list[str]) -> Finding | None:
@@ -143,6 +153,7 @@ def standalone_findings(backend: Any, now: float | None = None) -> tuple[list[Fi
     now = time.time() if now is None else now
     out = reader_findings(backend.reader) + refused_finding(backend)
     usable, advised = 0, set[str]()
+    models = {info.model.split(" MIG ")[0] for info in backend.devices.values()}
     for gpu, info in backend.devices.items():
         record, problem = backend.reader.lookup(gpu, now)
         if record is None:
@@ -157,7 +168,7 @@ def standalone_findings(backend: Any, now: float | None = None) -> tuple[list[Fi
         out.append(_source_line(gpu, sources, backend.name))
         missing = _missing(sources)
         if missing:
-            out.append(_missing_finding(gpu, missing, "the exporter does not export them"))
+            out.append(_missing_finding(gpu, missing, "the exporter does not export them", models))
     unknown = backend.unknown_gpus()
     for gpu in unknown[:16]:
         out.append(Finding("GPU", "info", "listed by the exporter since the agent started; restart the agent to read "

@@ -30,6 +30,7 @@ from agent.diagnostics.verdict_basis import basis_findings
 def run_doctor(settings: Any, *, root: Path = Path("/"), environ: dict[str, str] | None = None) -> Report:
     """Check the backend ``settings`` select (auto: NVML, then AMD) and the host around it."""
     from agent.backends.base import BackendUnavailable
+    from agent.backends.exporter_backend import ExporterNotAnswering
     from agent.backends.options import BackendOptions
     from agent.backends.registry import OPENERS, install_spec_overrides
 
@@ -48,6 +49,11 @@ def run_doctor(settings: Any, *, root: Path = Path("/"), environ: dict[str, str]
     for name in names:
         try:
             backend = OPENERS[name](options)
+        except ExporterNotAnswering as exc:  # a neighbour that may only be late: what `run` does meanwhile
+            report.add(Finding(f"{name} backend", "fail", f"waiting for {exc.what}: {exc.why}; `roofwatch run` "
+                               "serves meanwhile (/readyz 503 naming it) and reads the GPUs once it answers",
+                               "every metric from this vendor", _UNAVAILABLE_FIX.get(name, "")))
+            continue
         except BackendUnavailable as exc:
             report.add(Finding(f"{name} backend", "fail" if wanted != "auto" or name == "nvml" else "info", str(exc),
                                "every metric from this vendor", _UNAVAILABLE_FIX.get(name, "")))

@@ -72,6 +72,8 @@ class Served(Protocol):
 
     def health(self) -> tuple[bool, str]: ...
 
+    def readiness(self) -> tuple[bool, str]: ...
+
     def snapshot_json(self) -> bytes: ...
 
     def status_page(self, refresh_s: float) -> bytes: ...
@@ -82,7 +84,7 @@ class NeedsWorker(Exception):
 
 
 def answer_get(server: Served, request: Request, *, inline: bool = False) -> Response:
-    """GET and HEAD: basic auth when configured (not for /healthz), then the page asked for.
+    """GET and HEAD: basic auth when configured (not for /healthz and /readyz), then the page asked for.
 
     ``inline``: on the event loop, from what is already known (remembered credentials, cached
     renderings); anything that costs more raises :class:`NeedsWorker`. Most requests, honest scrapes
@@ -105,8 +107,8 @@ def answer_get(server: Served, request: Request, *, inline: bool = False) -> Res
         if body is None:
             raise NeedsWorker
         return Response(HTTPStatus.OK, body, content_type, {"Content-Encoding": "gzip"} if gzipped else {})
-    if path == "/healthz":
-        ok, reason = server.health()
+    if path in ("/healthz", "/readyz"):
+        ok, reason = server.health() if path == "/healthz" else server.readiness()
         return text(HTTPStatus.OK if ok else HTTPStatus.SERVICE_UNAVAILABLE, reason)
     if path == "/api/v1/snapshot":
         if inline:
@@ -123,7 +125,8 @@ def answer_get(server: Served, request: Request, *, inline: bool = False) -> Res
         return Response(HTTPStatus.OK, server.status_page(refresh_s), "text/html; charset=utf-8",
                         {"Content-Security-Policy": page.content_security_policy, "Cache-Control": "no-store",
                          "X-Content-Type-Options": "nosniff"})
-    return text(HTTPStatus.NOT_FOUND, f"not found; try /metrics, /healthz, /api/v1/snapshot{' or /' if page else ''}")
+    return text(HTTPStatus.NOT_FOUND,
+                f"not found; try /metrics, /healthz, /readyz, /api/v1/snapshot{' or /' if page else ''}")
 
 
 def accepts_gzip(header: str | None) -> bool:

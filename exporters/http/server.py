@@ -1,4 +1,5 @@
-"""The agent's HTTP endpoint: ``/metrics``, ``/healthz``, ``/api/v1/snapshot``, the ``/`` page the app registers, and
+"""The agent's HTTP endpoint: ``/metrics``, ``/healthz``, ``/readyz``, ``/api/v1/snapshot``, the ``/`` page the app
+registers, and
 ``POST /api/v1/report`` for workload reports (when a :class:`~agent.context.workload.report_store.ReportStore` is given).
 
 Every GET reads the last published snapshot and nothing else, so a request can never wait on a GPU;
@@ -154,3 +155,25 @@ class AgentHTTPServer:
             return False, f"snapshot is {age:.1f}s old (limit {self.stale_after_s:.1f}s): the collector is stuck"
         return True, f"ok: {snapshot.visible_devices}/{snapshot.expected_devices} GPUs up, snapshot {age:.1f}s old"
 
+    def readiness(self) -> tuple[bool, str]:
+        """Ready (the chart's readiness probe) while the agent collects from its GPU source and the collector keeps
+        publishing; not while it waits for its driver or exporter, nor while the exporter that serves its GPUs
+        (``--backend dcgm-exporter``: the source named as the backend) is down or stale. Alive all the same:
+        ``/healthz`` stays 200. Either way the text names every source the agent waits for and why: its GPU
+        source first, then the neighbours down or stale beside the driver (an exporter joined to NVML, inference
+        endpoints), whose figures are unknown meanwhile while the GPUs' own readings stay good."""
+        snapshot = self.get_snapshot()
+        backend = snapshot.health.backend
+        down = [(s.name, f"{s.name}: {s.state}" + (f" ({s.detail})" if s.detail else ""))
+                for s in snapshot.sources if s.state != "up"]
+        own = [said for name, said in down if name == backend]
+        others = [said for name, said in down if name != backend]
+        if snapshot.health.waiting_for:
+            return False, "; ".join([f"not ready: waiting for {snapshot.health.waiting_for}", *others])
+        ok, reason = self.health()
+        if not ok:
+            return False, f"not ready: {reason}"
+        if own:
+            return False, "; ".join([f"not ready: waiting for {own[0]}", *others])
+        head = f"ready: {snapshot.visible_devices}/{snapshot.expected_devices} GPUs up"
+        return True, "; ".join([head, *(f"waiting for {w}" for w in others)])

@@ -31,6 +31,14 @@ NAMES_4_6: dict[int, str] = {
 }
 """The same ids as DCGM 4.6.0 names them (``dcgmlib/dcgm_fields.h``; the names above are its
 deprecated aliases), for a doctor that talks to a 4.6 or newer host engine."""
+NAMES_4_8: dict[int, str] = {
+    **NAMES_4_6, 1009: "PCIE_TX_BYTES_PER_SECOND", 1010: "PCIE_RX_BYTES_PER_SECOND",
+    1011: "NVLINK_TX_BYTES_PER_SECOND", 1012: "NVLINK_RX_BYTES_PER_SECOND",
+}
+"""DCGM 4.8's names of the byte rates, as dcgm-exporter 4.10.0 (which ships DCGM 4.8.0) lists them in its
+collectors ("all four still use bytes per second", its release notes). DCGM 4.7 kept 1001-1012 as 4.6 named
+them; its new fields in base units (clocks in Hz, energy in J, framebuffer in bytes, ids 1600-1650) are none
+that this source reads, so neither release changes a value here."""
 
 
 def field_name(field_id: int, version: str | None) -> str:
@@ -39,6 +47,8 @@ def field_name(field_id: int, version: str | None) -> str:
         major, minor = (int(p) for p in (version or "").split(".")[:2])
     except ValueError:
         major, minor = 0, 0
+    if (major, minor) >= (4, 8):
+        return NAMES_4_8[field_id]
     if (major, minor) >= (4, 6):
         return NAMES_4_6[field_id]
     return NAMES[field_id]

@@ -18,7 +18,8 @@ source shares). Sizes are capped (the caller caps the
 body; here lines, series and GPUs kept), and the reader's :func:`read_records` groups the lines as it
 reads them, so a misdirected URL or a hostile body costs bounded memory and time. Every field is
 filed under one name and in one unit whichever release printed it (DCGM 4.6 names, lower-cased
-re-exports, moved units: :mod:`agent.backends.dcgm_exporter.names`).
+re-exports, DCGM 4.7's base units, moved units: :mod:`agent.backends.dcgm_exporter.names` and
+:mod:`~agent.backends.dcgm_exporter.units`).
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ import math
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
-from agent.backends.dcgm_exporter.names import canonical, unit_corrections
+from agent.backends.dcgm_exporter.names import canonical, resolve
+from agent.backends.dcgm_exporter.units import Family, family_factor
 from agent.backends.exposition_text import (
     MAX_LINE_CHARS,
     MAX_SERIES,
@@ -142,17 +144,18 @@ class _Grouper:
         self.max_gpus = max_gpus
         self.grouped: dict[str, dict] = {}
         self.refused: set[str] = set()
-        self.spelled: dict[str, str] = {}
-        """Canonical field name -> the name the body used for it (its first spelling)."""
-        self.corrections: dict[str, tuple[float, str]] = {}
+        self.families: dict[str, Family] = {}
+        """Name as printed (upper-cased) -> its values in this body: one unit decision per family."""
+        self.units: tuple[str, ...] = ()
+        self.assumed: tuple[str, ...] = ()
 
     def add(self, s: Series) -> None:
         labels = s.labels
         index = labels.get("gpu")
-        field = canonical(s.name)
-        if field is None or not is_index(index) or "nvlink" in labels or "nvswitch" in labels:
+        read = resolve(s.name)
+        if read is None or not is_index(index) or "nvlink" in labels or "nvswitch" in labels:
             return
-        self.spelled.setdefault(field, s.name)
+        field = read.field
         instance = labels.get("GPU_I_ID") or None
         if instance is not None and not is_index(instance):
             return
@@ -172,26 +175,26 @@ class _Grouper:
             return
         if field == "DCGM_FI_DEV_XID_ERRORS":
             entry["xid"] = int(s.value) if s.value >= 0 else None
-        entry["values"].setdefault(field, s.value)
+        spelled = s.name.upper()
+        family = self.families.get(spelled)
+        if family is None:
+            family = self.families[spelled] = Family(spelled, read)
+        family.add(s.value, s.decimal)
+        entry["values"].setdefault(field, (s.value, spelled))  # the first spelling of a field wins, in its own unit
 
     def records(self) -> dict[str, GpuRecord]:
-        """The records, each family in its canonical unit (:func:`names.unit_corrections`)."""
-        families: dict[str, list[float]] = {}
-        for e in self.grouped.values():
-            for name, value in e["values"].items():
-                families.setdefault(name, []).append(value)
-        self.corrections = unit_corrections(families, self.spelled)
-        for e in self.grouped.values():
-            for name, (factor, _) in self.corrections.items():
-                if name in e["values"]:
-                    e["values"][name] *= factor
+        """The records, each value in its field's canonical unit (:mod:`agent.backends.dcgm_exporter.units`)."""
+        decisions = {spelled: family_factor(family) for spelled, family in self.families.items()}
+        self.units = tuple(sorted(d.unit_note for d in decisions.values() if d.unit_note))
+        self.assumed = tuple(sorted(d.assumed for d in decisions.values() if d.assumed))
         return {key: GpuRecord(
             key=key, index=e["index"], instance=e["instance"], profile=e["labels"].get("GPU_I_PROFILE") or None,
             uuid=_first(e["labels"], "UUID", "uuid"), model=_first(e["labels"], "modelName", "model_name"),
             hostname=_first(e["labels"], "Hostname", "hostname"), pci_bus_id=_first(e["labels"], "pci_bus_id"),
             driver=_first(e["labels"], "DCGM_FI_DRIVER_VERSION", "DCGM_FI_SYSTEM_DRIVER_VERSION"),
             attribution=_attribution(e["labels"]),
-            values=dict(e["values"]), newest_ts_s=e["ts"], xid=e["xid"],
+            values={f: decisions[spelled].apply(v) for f, (v, spelled) in e["values"].items()},
+            newest_ts_s=e["ts"], xid=e["xid"],
         ) for key, e in sorted(self.grouped.items(), key=lambda kv: _order(kv[0]))}
 
 
@@ -214,7 +217,7 @@ def read_records(text: str, *, max_series: int = MAX_SERIES, max_gpus: int = MAX
     tally.check()
     records = grouper.records()
     return Exposition(records, tally.skipped, tally.first_bad, tuple(sorted(grouper.refused, key=_order)),
-                      tuple(why for _, why in sorted(grouper.corrections.values(), key=lambda c: c[1])))
+                      grouper.units, grouper.assumed)
 
 
 def _order(key: str) -> tuple[int, int]:

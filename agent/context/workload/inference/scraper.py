@@ -39,6 +39,9 @@ from agent.model.text import printable
 log = logging.getLogger("roofwatch.inference")
 
 DEFAULT_MAX_BYTES = 4 * 1024 * 1024
+RECOVERY_S = 1.0
+"""The pause before the second scrape of an endpoint that has just answered (at start, or again after being
+down or restarting): a rate needs two scrapes, so its figures come one second after it does, not an interval."""
 FIRST_BAD_CHARS = 120
 """The first unreadable line as the status shows it (the parser keeps 80 characters of the line itself)."""
 Fetch = Callable[[str, float, int], bytes]
@@ -140,6 +143,8 @@ class _State:
     rejections: Episode = field(default_factory=Episode)
     seen: dict[str, float] = field(default_factory=dict)
     """GPU -> when report_for last matched it by PID: the default world size."""
+    quick: bool = False
+    """The quick second scrape after the endpoint answered was taken (once until it has a rate or fails)."""
 
 
 class InferenceScraper:
@@ -153,13 +158,14 @@ class InferenceScraper:
     def __init__(self, endpoints: Sequence[InferenceEndpoint], *, interval_s: float = 5.0, timeout_s: float = 2.0,
                  max_bytes: int = DEFAULT_MAX_BYTES, clock: Callable[[], float] = time.time,
                  fetch: Fetch | None = None, pid_refresh_s: float = 60.0,
-                 models: Mapping[str, ModelFacts] | None = None) -> None:
+                 models: Mapping[str, ModelFacts] | None = None, recovery_s: float = RECOVERY_S) -> None:
         if interval_s <= 0 or timeout_s <= 0 or max_bytes < 1 or pid_refresh_s <= 0:
             raise ValueError("interval_s, timeout_s, pid_refresh_s and max_bytes must be positive")
         self._states = [_State(endpoint=e) for e in endpoints]
         self._interval_s, self._timeout_s, self._max_bytes = interval_s, timeout_s, max_bytes
         self._clock, self._fetch = clock, fetch or http_fetch
         self._pid_refresh_s = pid_refresh_s
+        self._recovery_s = recovery_s
         self._models = dict(models or {})
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -190,7 +196,15 @@ class InferenceScraper:
                 self._scrape(state, None)
             except Exception:  # a bug here must not kill the thread for good
                 log.exception("inference scrape failed")
-            self._stop.wait(max(0.0, self._interval_s - (time.monotonic() - started)))
+            self._stop.wait(max(0.0, self._next_wait_s(state) - (time.monotonic() - started)))
+
+    def _next_wait_s(self, state: _State) -> float:
+        """The interval, or once :data:`RECOVERY_S` right after the endpoint answers with no rate yet (it came up
+        or restarted): a server that starts after the agent has figures a second after its first answer."""
+        with self._lock:
+            quick = state.up and state.rates is None and state.prev is not None and not state.quick
+            state.quick = state.quick or quick
+        return min(self._interval_s, self._recovery_s) if quick else self._interval_s
 
     def scrape_once(self, now: float | None = None) -> None:
         """Scrape every endpoint once, one after the other; ``now`` stamps the scrapes (default: the clock
@@ -204,9 +218,7 @@ class InferenceScraper:
         ep = state.endpoint
         if ep.gpus is None and (state.pids_checked is None
                                 or time.monotonic() - state.pids_checked >= self._pid_refresh_s):
-            pids, problem = server_pids(ep.url, ep.port)  # slow (walks /proc): rarely, and outside the lock
-            with self._lock:
-                state.pids, state.pid_error, state.pids_checked = pids, problem, time.monotonic()
+            self._find_pids(state)
         try:
             body = self._fetch(ep.url, self._timeout_s, self._max_bytes)
             # Stamped when the body arrived, not after parsing: rates divide by the time between two
@@ -221,6 +233,10 @@ class InferenceScraper:
                          else str(exc))
             return
         t = arrived
+        if ep.gpus is None and not state.up and not state.pids:
+            # It answers now, and had no listener at the last look (a server that starts after the agent):
+            # its PIDs are found now, not pid_refresh_s later.
+            self._find_pids(state)
         with self._lock:
             prev, prev_ts = state.prev, state.prev_ts
         new_rates, note = None, None
@@ -246,9 +262,16 @@ class InferenceScraper:
             state.rejected_total += rejected.count
             state.prev, state.prev_ts, state.rates = current, t, new_rates
             state.rates_ts = t if new_rates is not None else None
+            state.quick = state.quick and new_rates is None
             state.kind, state.models, state.up, state.error = kind, current.models, True, note
             state.last_success_ts = t
             state.scrapes += 1
+
+    def _find_pids(self, state: _State) -> None:
+        """The server's PIDs on this node; slow (walks /proc): rarely, and outside the lock."""
+        pids, problem = server_pids(state.endpoint.url, state.endpoint.port)
+        with self._lock:
+            state.pids, state.pid_error, state.pids_checked = pids, problem, time.monotonic()
 
     @staticmethod
     def _log_episodes(state: _State, *, reset: bool, refused: str | None, rejected: str | None) -> None:
@@ -279,6 +302,7 @@ class InferenceScraper:
             state.up, state.error = False, error
             state.scrapes += 1
             state.failures += 1
+            state.quick = False
 
     def report_for(self, *, gpu: str, uuid: str | None, pids: Sequence[int], now: float) -> WorkloadReport | None:
         """The fresh report of the first endpoint that serves GPU ``gpu`` (``uuid``) whose processes are

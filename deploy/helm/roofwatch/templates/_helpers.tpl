@@ -105,3 +105,12 @@ verify the certificate, and /healthz needs no password).
 {{- end -}}
 {{- toYaml $probe -}}
 {{- end }}
+
+{{/* The agent's image: by digest when one is given, else by tag (appVersion, "-amd" for the AMD variant). */}}
+{{- define "roofwatch.image" -}}
+{{- if .Values.image.digest -}}
+{{ .Values.image.repository }}@{{ .Values.image.digest }}
+{{- else -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default (printf "%s%s" .Chart.AppVersion (ternary "-amd" "" .Values.amd.enabled)) }}
+{{- end -}}
+{{- end }}
