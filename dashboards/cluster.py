@@ -179,7 +179,7 @@ def build() -> Dashboard:
                     f"or on (node, gpu, uuid) (roofwatch:gpu_idle_allocated:bool{{{C}}} == 1)", instant=True, table=True))
                 .with_transformation(organize(
                     {"cluster": "Cluster", "node": "Node", "gpu": "GPU", "job_id": "Job"},
-                    hide=("Time", "Value", "uuid", "__name__", "job", "instance"))),
+                    hide=("Time", "Value", "uuid", "__name__", "job", "instance", "basis_source"))),
                 "Node", link_to("roofwatch-node", "Open node", "node")))
         .with_panel(
             column_link(

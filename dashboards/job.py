@@ -171,7 +171,7 @@ def build() -> Dashboard:
             .transformations(merged())
             .with_transformation(organize(
                 {"node": "Node", "gpu": "GPU", "class": "Class", "detail": "Reason", "throttle": "Throttle",
-                 "basis": "Evidence", "waste": "Waste", "Value #B": "MFU"},
+                 "basis": "Evidence", "basis_source": "Counters from", "waste": "Waste", "Value #B": "MFU"},
                 hide=("Time", "Value #A", "uuid", "cluster", "job", "job_id", "instance", "__name__")))
             .override_by_name("MFU", [unit_override("percentunit")]),
             "Node", link_to("roofwatch-node", "Open node", "node")))

@@ -12,6 +12,7 @@ from grafana_foundation_sdk.models import common as cm
 from grafana_foundation_sdk.models import dashboard as model
 from grafana_foundation_sdk.models import xychart as xy
 
+from agent.model.judging import MBU_POOR, MBU_TARGET
 from dashboards.common import (
     BAD_HIGH_STEPS,
     DATASOURCE,
@@ -145,13 +146,54 @@ def jitter_evidence_panel() -> table.Panel:
         .with_target(prom(f"roofwatch_gpu_step_time_seconds{{{SEL}}}", instant=True, table=True, ref="E"))
         .transformations(merged())
         .with_transformation(organize(
-            {"gpu": "GPU", "class": "Class", "detail": "Reason", "basis": "Evidence", "Value #B": "Comm wait",
-             "Value #C": "Power-fabric r", "Value #D": "Step-time CV", "Value #E": "Step time"},
+            {"gpu": "GPU", "class": "Class", "detail": "Reason", "basis": "Evidence", "basis_source": "Counters from",
+             "Value #B": "Comm wait", "Value #C": "Power-fabric r", "Value #D": "Step-time CV", "Value #E": "Step time"},
             hide=("Time", "Value #A", "throttle", "waste", "uuid", "node", "cluster", "job", "instance", "__name__")))
         .override_by_name("Comm wait", [unit_override("percentunit")])
         .override_by_name("Power-fabric r", [unit_override("none"), model.DynamicConfigValue(id_val="decimals", value=2)])
         .override_by_name("Step-time CV", [unit_override("percentunit")])
         .override_by_name("Step time", [unit_override("s")])
+    )
+
+
+MBU_STEPS = steps((None, "red"), (MBU_POOR, "orange"), (MBU_TARGET, "green"))
+"""MBU colours (agent.model.judging): below 40% poor, from 55% as good as well-tuned decode gets."""
+NOT_JUDGED = model.DynamicConfigValue(id_val="color", value={"mode": "fixed", "fixedColor": "#6e6e6e"})
+"""A figure that does not judge its GPU's class: grey, as on the status page and in ``top``."""
+
+
+def _figure(metric: str, judged_class: str, judged: bool) -> str:
+    """A GPU's counter MFU or MBU, for the GPUs of ``judged_class`` (``judged``) or for the others."""
+    figure = f'max without (source, dtype) ({metric}{{{SEL}, source="counters"}})'
+    keep = "and" if judged else "unless"
+    return f'{figure} {keep} on (node, gpu, uuid) (roofwatch_gpu_workload_class{{{SEL}, class="{judged_class}"}} == 1)'
+
+
+def figures_panel() -> bargauge.Panel:
+    """MFU and MBU per GPU, each coloured only where it judges the GPU's class (agent.model.judging): MFU for a
+    compute-bound GPU, MBU for a memory-bound one; grey otherwise, so a decode at its floor is not red for its MFU."""
+    return (
+        bargauge.Panel().title("MFU and MBU now").datasource(DATASOURCE).span(8).height(12)
+        .description(
+            "Share of peak FLOP/s (MFU, from tensor activity) and of peak memory bandwidth (MBU, from DRAM "
+            "activity) each GPU uses. Each is coloured only where it judges the GPU's verdict: MFU for a "
+            "compute-bound GPU (red below 20%, green from the practical target of 40%), MBU for a memory-bound "
+            "one such as a decode server (red below 40%, green from 55%, where well-tuned decode gets); grey "
+            "otherwise: a memory-bound GPU's low MFU is what memory-bound work looks like, and a latency-bound, "
+            "starved, jittered or idle GPU is judged by its time lost, not by either. Both low: the GPU is waiting.")
+        .unit("percentunit").min(0).max(1).display_mode(cm.BarGaugeDisplayMode.GRADIENT)
+        .orientation(cm.VizOrientation.HORIZONTAL).thresholds(MFU_STEPS)
+        .with_target(prom(_figure("roofwatch_gpu_mfu_ratio", "compute_bound", True),
+                          "GPU {{gpu}} MFU (judges compute-bound)", instant=True, ref="A"))
+        .with_target(prom(_figure("roofwatch_gpu_mbu_ratio", "memory_bound", True),
+                          "GPU {{gpu}} MBU (judges memory-bound)", instant=True, ref="B"))
+        .with_target(prom(_figure("roofwatch_gpu_mfu_ratio", "compute_bound", False), "GPU {{gpu}} MFU",
+                          instant=True, ref="C"))
+        .with_target(prom(_figure("roofwatch_gpu_mbu_ratio", "memory_bound", False), "GPU {{gpu}} MBU",
+                          instant=True, ref="D"))
+        .override_by_query("B", [model.DynamicConfigValue(id_val="thresholds", value=MBU_STEPS.build())])
+        .override_by_query("C", [NOT_JUDGED])
+        .override_by_query("D", [NOT_JUDGED])
     )
 
 
@@ -186,7 +228,9 @@ def build() -> Dashboard:
                 "...), throttling, what the verdict rests on (Evidence: counters = compute and DRAM counters; "
                 "power_and_mem_busy = an NVML-only GPU before Hopper, judged by power and memory busy time; "
                 "reported_mfu = the job's own MFU; for communication_jittered what the jitter was seen in, with its "
-                "figures in the Jitter evidence panel; docs/classification.md), whether it is wasted (Waste: held but "
+                "figures in the Jitter evidence panel; docs/classification.md), where those counters were read "
+                "(Counters from: gpm, dcgm, dcgm-exporter, amd-exporter = AMD's Device Metrics Exporter, nvml, amdsmi; "
+                "none when the basis reads no counter), whether it is wasted (Waste: held but "
                 "idle, input-starved or communication-jittered; spare = idle and nobody holds it, capacity rather "
                 "than waste; agent/model/waste.py) and the share of its time lost (0 when not wasted, blank while "
                 "unknown), confidence, MFU from counters and "
@@ -202,14 +246,14 @@ def build() -> Dashboard:
                               instant=True, table=True, ref="E"))
             .with_target(prom(f"roofwatch_gpu_job_info{{{SEL}}}", instant=True, table=True, ref="F"))
             .with_target(prom(f"max without (waste) (roofwatch_gpu_waste_lost_ratio{{{SEL}}})\n"
-                              f"or on (node, gpu, uuid) max without (class, detail, throttle, basis, waste) "
+                              f"or on (node, gpu, uuid) max without (class, detail, throttle, basis, basis_source, waste) "
                               f'(roofwatch_gpu_workload_reason_info{{{SEL}, waste=~"none|spare"}}) * 0',
                               instant=True, table=True, ref="G"))
             .transformations(merged())
             .with_transformation(organize(
                 {"gpu": "GPU", "class": "Class", "detail": "Reason", "throttle": "Throttle", "basis": "Evidence",
-                 "waste": "Waste", "Value #G": "Time lost", "Value #B": "Confidence", "Value #C": "MFU (counters)",
-                 "Value #D": "MFU (workload)", "Value #E": "MBU", "job_id": "Job"},
+                 "basis_source": "Counters from", "waste": "Waste", "Value #G": "Time lost", "Value #B": "Confidence",
+                 "Value #C": "MFU (counters)", "Value #D": "MFU (workload)", "Value #E": "MBU", "job_id": "Job"},
                 hide=("Time", "Value #A", "Value #F", "uuid", "node", "cluster", "job", "instance", "__name__")))
             .override_by_name("Time lost", [unit_override("percentunit")])
             .override_by_name("Confidence", [unit_override("percentunit")])
@@ -220,18 +264,7 @@ def build() -> Dashboard:
 
         .with_row(Row("Roofline and utilisation"))
         .with_panel(roofline_panel())
-        .with_panel(
-            bargauge.Panel().title("MFU and MBU now").datasource(DATASOURCE).span(8).height(12)
-            .description(
-                "Share of the compute roof (MFU, from tensor activity) and of the memory roof (MBU, from DRAM "
-                "activity) each GPU uses. A training job should be compute-bound with MFU near 40% or more; a "
-                "decode server is memory-bound, judge it by MBU (60%+ is good). Both low: the GPU is waiting.")
-            .unit("percentunit").min(0).max(1).display_mode(cm.BarGaugeDisplayMode.GRADIENT)
-            .orientation(cm.VizOrientation.HORIZONTAL).thresholds(MFU_STEPS)
-            .with_target(prom(f'max without (source, dtype) (roofwatch_gpu_mfu_ratio{{{SEL}, source="counters"}})',
-                              "GPU {{gpu}} MFU", instant=True, ref="A"))
-            .with_target(prom(f'max without (source) (roofwatch_gpu_mbu_ratio{{{SEL}, source="counters"}})',
-                              "GPU {{gpu}} MBU", instant=True, ref="B")))
+        .with_panel(figures_panel())
 
         .with_row(Row("Activity"))
         .with_panel(_ratio(

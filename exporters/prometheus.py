@@ -23,6 +23,7 @@ from prometheus_client.registry import Collector
 
 from agent import __version__
 from agent.model import CLOCK_EVENT_REASONS, WORKLOAD_CLASSES, DeviceState, NodeSnapshot
+from agent.model.counter_source import NO_SOURCE, device_basis_sources, source_label
 from agent.model.waste import NOT_WASTED, waste_of
 from exporters import metrics as m
 from exporters.encoding import encode_exposition
@@ -288,11 +289,13 @@ def _verdict_families(fam: Families, node: str, snapshot: NodeSnapshot, *, zeros
         confidence.add_metric(labels, verdict.confidence if verdict else 0.0)
         if verdict is None:
             reason.add_metric(labels, {"class": "unknown", "detail": "warming_up" if device.up else "gpu_down", "throttle": "none",
-                                       "basis": "none", "waste": NOT_WASTED})
+                                       "basis": "none", "basis_source": NO_SOURCE, "waste": NOT_WASTED})
             continue
         waste = waste_of(verdict)
         reason.add_metric(labels, {"class": cls, "detail": verdict.detail, "throttle": verdict.throttle,
-                                   "basis": verdict.basis, "waste": waste.label})
+                                   "basis": verdict.basis,
+                                   "basis_source": source_label(device_basis_sources(verdict.basis, device)),
+                                   "waste": waste.label})
         if waste.wasted:  # a GPU not wasted lost nothing: its reason info says so, no series per GPU for a 0
             add_known(lost, labels + [waste.label], waste.lost_fraction)
         for name, value in verdict.scores.items():

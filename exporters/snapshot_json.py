@@ -15,6 +15,8 @@ from typing import Any
 
 from agent.model import NodeSnapshot, Verdict
 from agent.model.attention import attention_of
+from agent.model.counter_source import device_basis_sources, source_label
+from agent.model.device import DeviceState
 from agent.model.waste import waste_of
 from exporters.metrics import clip_label
 
@@ -71,15 +73,20 @@ def verdict_waste(verdict: Verdict) -> dict[str, Any]:
             "lost_fraction": None if w.lost_fraction is None else round(w.lost_fraction, 4)}
 
 
-def verdict_to_dict(verdict: Verdict) -> dict[str, Any]:
-    """One verdict of ``/api/v1/snapshot``: its JSON line plus its ``evidence``, its ``waste`` and the reasons it
-    needs ``attention`` (agent.model.attention), which the ``/`` page lists as they are here."""
+def verdict_to_dict(verdict: Verdict, device: DeviceState | None = None) -> dict[str, Any]:
+    """One verdict of ``/api/v1/snapshot``: its JSON line plus its ``evidence``, its ``waste``, the reasons it
+    needs ``attention`` (agent.model.attention), which the ``/`` page lists as they are here, and where the
+    counters its basis reads came from (``basis_sources``, ``basis_source``: agent.model.counter_source; none
+    named without the ``device``)."""
+    sources = device_basis_sources(verdict.basis, device) if device is not None else ()
     return to_jsonable({**verdict.to_json(), "evidence": verdict_evidence(verdict), "waste": verdict_waste(verdict),
-                        "attention": [a.to_json() for a in attention_of(verdict)]})
+                        "attention": [a.to_json() for a in attention_of(verdict)],
+                        "basis_sources": list(sources), "basis_source": source_label(sources)})
 
 
 def snapshot_to_dict(snapshot: NodeSnapshot) -> dict[str, Any]:
     data = to_jsonable(dataclasses.replace(snapshot, verdicts=()))
-    data["verdicts"] = [verdict_to_dict(v) for v in snapshot.verdicts]
+    devices = {d.info.gpu: d for d in snapshot.devices}
+    data["verdicts"] = [verdict_to_dict(v, devices.get(v.gpu)) for v in snapshot.verdicts]
     data["visible_devices"] = snapshot.visible_devices
     return data

@@ -17,7 +17,8 @@ SHOWN_AS_PERCENT = {
     "duty", "idle_share", "u_compute", "u_memory", "comm_wait_fraction", "fabric_wait_fraction", "step_cv",
     "step_cv_long", "power_cv", "activity_cv", "link_utilization", "iowait", "io_pressure", "cpu_pressure",
     "clock_ratio", "throttle_fraction", "power_ratio", "mem_busy", "rank_skew", "peer_skew", "step_spread",
-    "reported_compute",
+    "reported_compute", "spin_wait_fraction", "tail_iowait", "tail_io_pressure", "stall_share", "stall_iowait",
+    "clock_vs_job", "working_duty",
 }
 """Figures a reason words as a whole percentage: the percentage of the value compared must be in its text."""
 
@@ -26,13 +27,15 @@ FROM_FEATURES = {
     "power_cv", "activity_cv", "link_utilization", "iowait", "io_pressure", "cpu_pressure", "process_cpu_cores",
     "main_cpu_cores", "loader_cpu_cores", "clock_ratio", "throttle_fraction", "power_ratio", "mem_busy",
     "valid_fraction", "net_congestion_per_s", "net_retransmits_per_s", "net_link_downs", "memory_held_bytes",
+    "spin_wait_fraction",
 }
 """Quantities that are window features: the value a check carries must be the verdict's own feature."""
 
 KNOWN = FROM_FEATURES | SHOWN_AS_PERCENT | {
     "process_alive", "compute_lead", "memory_lead", "reported_lead", "proxy_power", "power_between_waits",
     "lockstep", "valid_share", "duty_gap", "stand_in_score", "score", "challenger_wins", "held_s", "loader_share",
-    "workload_mfu", "workload_mbu",
+    "workload_mfu", "workload_mbu", "quiet_tail_s", "tail_cpu_cores", "tail_pcie_bytes", "stall_regularity",
+    "stall_copy_bytes",
 }
 
 

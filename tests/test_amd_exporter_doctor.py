@@ -37,7 +37,7 @@ def test_with_the_profiler_the_node_is_fully_usable_on_counters(name: str) -> No
     devices = PROFILED[name]
     assert f"ok   amd-exporter backend: {devices} GPU(s)" in done.stdout
     assert f"profiler metrics present on all {devices} devices" in done.stdout
-    assert "(basis counters)" in done.stdout and "AMD's profiler" in done.stdout
+    assert "counters from DME (AMD's Device Metrics Exporter) (basis counters)" in done.stdout
     assert "node: fully usable" in done.stdout
 
 

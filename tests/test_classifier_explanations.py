@@ -72,8 +72,11 @@ def test_a_verdict_without_evidence_against_has_no_against_field() -> None:
 
 
 def test_an_idle_gpu_whose_starvation_scores_higher_names_the_precedence() -> None:
-    """The issue's GPU 6: idle at confidence 0.599 while scores gave input_starved 0.953, without a word."""
-    idle = settled(verdicts_of(engine_for(job("nb", [0], {"kind": "idle_held", "duration_s": 300})), 120))[-1]
+    """The issue's GPU 6: idle at confidence 0.599 while scores gave input_starved 0.953, without a word. Since
+    issue 44 starvation needs something on the host feeding the GPU, so the held process here keeps a core
+    busy (a loop that never launches): starvation scores high, and idle still comes first."""
+    idle = settled(rewritten({"kind": "idle_held", "duration_s": 300}, [0], 120,
+                             tree(main=1.2, workers=0, workers_cores=0.0)))[-1]
     assert idle.cls == "idle" and idle.scores["input_starved"] > idle.scores["idle"]
     assert idle.precedence == (f"idle: no kernel ran; takes precedence over input_starved "
                                f"(score {idle.scores['input_starved']:.3f})")

@@ -386,3 +386,35 @@ def test_waste_panels_count_the_gpus_the_agents_label_wasted(fleet):
         return out
 
     assert until_no_problems(problems) == []
+
+
+@pytest.mark.slow
+def test_mfu_and_mbu_bars_are_coloured_only_where_they_judge_the_verdict(fleet):
+    """Issue 43 item 6: the node's MFU bars take the MFU bands only for compute-bound GPUs and the MBU bars the MBU
+    bands only for memory-bound ones; every other GPU's figures are drawn grey, so a decode at its floor is not red
+    for its MFU. The GPUs in each query are checked against the class the agent exports, and the colours the panel
+    gives each query against the bands docs/views.md states."""
+    bars = next(p for p in panels(dashboards()[node.UID]) if p["title"] == "MFU and MBU now")
+    view = VIEWS[node.UID]
+    targets = {t["refId"]: t for t in bars["targets"]}
+
+    def problems() -> list[str]:
+        classes = {s["metric"]["gpu"]: s["metric"]["class"] for s in fleet.query(
+            'roofwatch_gpu_workload_class{node="demo-node"} == 1')}
+        shown = {ref: {s["metric"]["gpu"] for s in run_target(fleet, t, view)} for ref, t in targets.items()}
+        want = {"A": {g for g, c in classes.items() if c == "compute_bound"},
+                "B": {g for g, c in classes.items() if c == "memory_bound"}}
+        out = [f"{ref}: {shown[ref]} against {want[ref]}" for ref in "AB" if shown[ref] != want[ref] or not want[ref]]
+        out += [f"{grey} overlaps {judged}" for judged, grey in (("A", "C"), ("B", "D")) if shown[judged] & shown[grey]]
+        return out
+
+    assert until_no_problems(problems) == []
+    overrides = {o["matcher"]["options"]: o["properties"] for o in bars["fieldConfig"]["overrides"]}
+    def steps(props: list[dict]) -> list[tuple]:
+        return [(s["value"], s["color"]) for p in props if p["id"] == "thresholds" for s in p["value"]["steps"]]
+
+    assert [(s["value"], s["color"]) for s in bars["fieldConfig"]["defaults"]["thresholds"]["steps"]] == [
+        (None, "red"), (0.2, "orange"), (0.4, "green")], "MFU: red below 20%, green from 40%"
+    assert steps(overrides["B"]) == [(None, "red"), (0.4, "orange"), (0.55, "green")], "MBU: red below 40%, green from 55%"
+    for ref in "CD":
+        assert [p["value"]["mode"] for p in overrides[ref] if p["id"] == "color"] == ["fixed"], f"{ref} is not judged"

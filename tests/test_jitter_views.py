@@ -82,7 +82,9 @@ def test_the_snapshot_verdict_carries_its_evidence(data, snapshot):
 def test_status_page_card_shows_the_basis_and_the_fabric_evidence(data, snapshot):
     f = snapshot.verdicts[0].features
     html = card(status_page(data, refresh_s=0))
-    assert escape(EVIDENCE_BASES["fabric_and_power"]) in html
+    said = re.search(r'<li class="basis muted"[^>]*>verdict rests on: (.*?)</li>', html).group(1)
+    assert said == escape("communication jitter seen by power and memory activity from amdsmi falling as fabric bytes "
+                          "rise; no step reports, no SM or tensor counter"), "the MI300X's power and memory: amdsmi's"
     evidence = re.search(r'<li class="evidence muted">evidence: (.*?)</li>', html).group(1)
     assert f"waiting on the fabric in {f.fabric_wait_fraction * 100:.0f}% of samples" in evidence
     assert f"power vs fabric bytes r {f.power_fabric_r:.2f}" in evidence

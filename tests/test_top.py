@@ -267,7 +267,7 @@ def test_frame_shows_every_gpu_class_and_mfu(text, view):
         line = row_line(screen, r.gpu)
         assert palette.class_label(r.cls) in line
         assert f"{r.mfu * 100:.1f}%" in line
-        assert ("est." in line) == (r.mfu_source == "counters")
+        assert (f"{r.mfu * 100:.1f}% est." in line) == (r.mfu_source == "counters")
         assert ("⚠ throttled" in line) == bool(r.throttled)
         assert r.job in line and f"{r.power_w:.0f}/{r.power_limit_w:.0f} W" in line
     wasted = sum(1 for labels, _ in series(text, "roofwatch_gpu_workload_reason_info")

@@ -141,9 +141,11 @@ def test_report_renders(profile, tmp_path):
         shutil.copy(tmp_path / "report.png", REPORT_SHOT)
 
 
-def test_readme_shows_the_committed_screenshots():
-    readme = (DOCS.parent / "README.md").read_text()
+def test_the_docs_show_the_committed_screenshots():
+    """The README shows one picture, the status page; docs/views.md shows both views."""
+    readme, views = (DOCS.parent / "README.md").read_text(), (DOCS / "views.md").read_text()
     for shot, size in ((PAGE_SHOT, PAGE_SIZE), (REPORT_SHOT, REPORT_SIZE)):
         with Image.open(shot) as image:
             assert image.format == "PNG" and image.size == size, shot.name
-        assert f"(docs/{shot.name})" in readme, f"README shows {shot.name}"
+        assert f"]({shot.name})" in views, f"docs/views.md shows {shot.name}"
+    assert "(docs/status-page.png)" in readme, "README shows the status page"

@@ -83,6 +83,8 @@ class ProfilingJoin:
         """Whether some GPU lacks GPM, so the source is wanted (its state is then exported)."""
         """gpu -> uuid of the GPUs the source fills."""
         self.last: dict[str, ProfilingRead] = {}
+        self._filled: dict[str, tuple[str, ...]] = {}
+        """gpu -> the fields the source gave its latest sample (:meth:`counter_sources`)."""
 
     def __getattr__(self, name: str) -> Any:  # devices, nvml, device_events, nic_ports, ...
         if name == "inner":
@@ -119,10 +121,20 @@ class ProfilingJoin:
             read = ProfilingRead(reason=str(exc))
         self.last[gpu] = read
         merged = merge_profiling(sample, read.values, replace=FALLBACK_FIELDS)
+        self._filled[gpu] = tuple(k for k in PROFILING_FIELDS if read.values.get(k) is not None
+                                  and (getattr(sample, k) is None or k in FALLBACK_FIELDS))
         if merged.gr_active is not sample.gr_active and sample.gr_active is not None and sample.util_gpu is None:
             # the duty NVML read (utilization.gpu: these GPUs have no GPM) stays beside the profiling one
             merged = dataclasses.replace(merged, util_gpu=sample.gr_active)
         return merged
+
+    def counter_sources(self, gpu: str) -> dict[str, str]:
+        """Which source gave each field of GPU ``gpu``'s latest sample: this one's (``dcgm``) for the profiling
+        fields it filled, the inner backend's word for the rest where it has one (agent.model.counter_source)."""
+        inner = getattr(self.inner, "counter_sources", None)
+        out = dict(inner(gpu)) if inner is not None else {}
+        out.update({name: self.label.lower() for name in self._filled.get(gpu, ())})
+        return out
 
     def source_states(self, now: float) -> tuple[SourceState, ...]:
         """The inner backend's sources, and this one: ``dcgm`` up while it fills its GPUs, down with why."""

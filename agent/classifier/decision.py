@@ -60,6 +60,13 @@ PRECEDENCE: tuple[Step, ...] = (
 what is published."""
 STEPS: dict[str, Step] = {s.rule: s for s in PRECEDENCE}
 
+AT_ONCE: tuple[str, ...] = ("unknown", "idle")
+"""Classes a window publishes at once, without hysteresis (docs/classification.md §3). ``unknown``: nothing to
+defend. ``idle``: a window in which no kernel ran, or whose burst ended in a quiet stretch nothing on the host
+asks to end, rules out every other class by its own evidence: the roofline classes need a kernel resident,
+starvation a pipeline feeding the GPU, jitter a collective waiting (a spinning kernel is resident). Holding
+the class it replaces for two more evaluations would publish a verdict that its own reasons contradict."""
+
 
 @dataclass(frozen=True, slots=True)
 class Decision:

@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator
 
-from agent.classifier.decision import Decision, decide
+from agent.classifier.decision import AT_ONCE, Decision, decide
 from agent.classifier.evidence import Evidence, gather
 from agent.classifier.explain import Explanation, explain
 from agent.classifier.hysteresis import Hysteresis
@@ -96,7 +96,7 @@ class Classifier:
         before = track.classes.published
         rules = score(e, t, before)
         decision = decide(e, rules, t)
-        published = track.classes.update(decision.cls, now, t, at_once=before == "unknown" or decision.cls == "unknown")
+        published = track.classes.update(decision.cls, now, t, at_once=before == "unknown" or decision.cls in AT_ONCE)
         held = published != decision.cls
         hold = track.classes.hold_phrase(decision.cls, t) if held else None
         explanation = explain(published, decision, e, rules, t, hold)

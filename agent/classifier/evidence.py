@@ -18,7 +18,8 @@ from typing import Protocol, Sequence
 
 from agent.classifier.fabric import fabric_evidence
 from agent.classifier.features import features_with
-from agent.classifier.jobs import JobContext, job_contexts
+from agent.classifier.jobs import JobContext, RankFigures, job_contexts
+from agent.classifier.pauses import QuietTail, Stalls, quiet_tail, stalls
 from agent.classifier.roofline import measure
 from agent.classifier.thresholds import Thresholds
 from agent.model import GpuSample, GpuSpec, Roofline, WindowFeatures
@@ -52,6 +53,8 @@ class Window:
     expected: int
     """Samples the short window should hold at the sampling interval."""
     start: float
+    whole: list[GpuSample]
+    """The whole short window, before any cut at a phase change (what a quiet tail is measured on)."""
 
 
 def select_window(samples: Sequence[GpuSample], now: float, t: Thresholds) -> Window:
@@ -62,11 +65,12 @@ def select_window(samples: Sequence[GpuSample], now: float, t: Thresholds) -> Wi
     window = [s for s in long_window if s.ts > now - span]
     expected = max(1, round(span / interval))
     start = now - span
+    whole = window
     recent = split_at_change(window, t.phase_change_jump)
     if len(recent) < len(window):
         window, expected = list(recent), max(1, expected - expected // 2)
         start = window[0].ts - interval
-    return Window(window, long_window, expected, start)
+    return Window(window, long_window, expected, start, whole)
 
 
 def split_at_change(window: Sequence[GpuSample], jump: float) -> Sequence[GpuSample]:
@@ -110,11 +114,13 @@ def gather(tracks: Sequence[Track], now: float, t: Thresholds,
         window = select_window(track.samples, now, t)
         fabric = fabric_evidence(window.samples, window.long, track.spec, t)
         features = features_with(window.samples, window.long, track.spec, t, fabric)
-        featured.append((track, window, *measure(features, track.spec, dtype)))
-    contexts = job_contexts([(track, window.samples, f) for track, window, f, _, _ in featured])
+        pauses = (quiet_tail(window.whole, t), stalls(window.samples, window.long, t))
+        featured.append((track, window, pauses, *measure(features, track.spec, dtype)))
+    contexts = job_contexts([RankFigures(track, window.samples, f, stall.window_share)
+                             for track, window, (_, stall), f, _, _ in featured], t)
     return [(track, window, evidence_of(f, roofline, contexts.get((track.node, track.gpu), JobContext()),
-                                        window.expected, t, notes))
-            for track, window, f, roofline, notes in featured]
+                                        window.expected, t, notes, quiet, stall))
+            for track, window, (quiet, stall), f, roofline, notes in featured]
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,13 +157,26 @@ class Evidence:
     """Whether ``proxy_power`` is the power between fabric waits."""
     notes: tuple[Reason, ...] = ()
     """Why a figure the job reported is unknown (a unit error in its report), said with any class."""
+    quiet: QuietTail = QuietTail(0.0)
+    """The stretch without a kernel that ends the window, and what the host does meanwhile
+    (agent.classifier.pauses): a burst followed by silence nothing asks to end is idle."""
+    stalls: Stalls = Stalls()
+    """The job's stops in the long window (a checkpoint every 30 s): those the short window holds are set
+    apart, so the job keeps its class on the samples it works."""
+
+    @property
+    def working_duty(self) -> float | None:
+        """The duty cycle the roofline and starvation rules read: over the reads outside a recognised stall,
+        else the window's."""
+        return self.stalls.working_duty if self.stalls.working_duty is not None else self.features.duty
 
 
 def evidence_of(f: WindowFeatures, roofline: Roofline, job: JobContext, expected: int, t: Thresholds,
-                notes: tuple[Reason, ...] = ()) -> Evidence:
+                notes: tuple[Reason, ...] = (), quiet: QuietTail = QuietTail(0.0),
+                stalled: Stalls = Stalls()) -> Evidence:
     """The evidence record of one GPU's window, its job's context known."""
     expected = max(f.samples, expected)
-    known_waits = [x for x in (f.comm_wait_fraction, f.fabric_wait_fraction) if x is not None]
+    known_waits = [x for x in (f.comm_wait_fraction, f.fabric_wait_fraction, f.spin_wait_fraction) if x is not None]
     multi = (job.ranks_seen > 1 or job.lockstep > 1 or (f.workload is not None and (f.workload.world_size or 1) > 1)
              or f.link_active)
     reported = None
@@ -175,4 +194,6 @@ def evidence_of(f: WindowFeatures, roofline: Roofline, job: JobContext, expected
         proxy_power=f.working_power_ratio if fabric_waits else f.power_ratio,
         proxy_power_between_waits=fabric_waits,
         notes=notes,
+        quiet=quiet,
+        stalls=stalled,
     )

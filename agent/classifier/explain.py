@@ -21,10 +21,11 @@ from dataclasses import dataclass
 from agent.classifier.decision import EVEN_ODDS, STEPS, Decision
 from agent.classifier.evidence import Evidence
 from agent.classifier.explain_jitter import jitter_explanation
+from agent.classifier.explain_pauses import STALL_DETAILS, feeding_reason, quiet_reason, stall_detail
 from agent.classifier.rules import PRIORITY_TIER, ROOFLINE_TIER
 from agent.classifier.scoring import Rule, Term
 from agent.classifier.thresholds import Thresholds
-from agent.classifier.wording import at_or_above, pct
+from agent.classifier.wording import at_or_above, compute_roof_share, memory_roof_share, pct, practical_roof
 from agent.classifier.wording import score as _score
 from agent.model import WindowFeatures
 from agent.model.verdict import Check, Reason
@@ -32,7 +33,7 @@ from agent.model.verdict import Check, Reason
 DETAILS: tuple[str, ...] = (
     "none", "warming_up", "gpu_down", "no_counters", "no_compute_counter", "idle_held", "idle_free", "dataloader", "io", "host_launch",
     "unattributed", "straggler", "straggler_victim", "link_flap", "network_congestion", "unstable_steps",
-    "bandwidth_bound", "at_roof",
+    "bandwidth_bound", "at_roof", *STALL_DETAILS,
     "leaning", "balanced", "power_proxy", "small_kernels", "counters_disagree",
 )
 """Every value the ``detail`` of a verdict can take: a bounded label set for the info metric."""
@@ -81,13 +82,18 @@ def explain(cls: str, decision: Decision, e: Evidence, rules: dict[str, Rule], t
     if cls == "unknown":
         detail, reasons, quality = _gate_detail(decision, e), (_gate_reason(decision, e, t),), 1.0
     elif cls == "idle":
-        detail, reasons, quality = _idle(f, rules["idle"], t)
+        # A burst, then a quiet tail nothing feeds: the tail and the host say it, not the window's duty.
+        detail, reasons, quality = _idle(f, rules["idle"], t, quiet_reason(e, rules["idle"]))
     elif cls == "input_starved":
         detail, reasons, quality = _starved(f, rules["input_starved"], t)
+        if (fed := feeding_reason(e, rules["input_starved"], t)) is not None:
+            reasons = (*reasons, fed)
     elif cls == "communication_jittered":
         detail, reasons, quality = jitter_explanation(e, rules["communication_jittered"], t)
     else:
         detail, reasons, quality = (_proxy if f.u_compute is None else _roofline)(cls, e, rules[cls], t)
+        if (stall := stall_detail(e, t)) is not None:  # the job pauses (a checkpoint): named, and its cost
+            detail, reasons = stall[0], (stall[1], *reasons)
         busy = checks(rules[cls], "duty")
         if busy and not busy[0].holds:  # a kernel not resident enough to read the roofline: say so
             reasons = (*reasons, Reason(f"a kernel is resident {pct(f.duty)} of the time", busy))
@@ -188,23 +194,27 @@ def missing_compute_reason(f: WindowFeatures) -> str:
 # ------------------------------------------------------------------------------ idle and starvation
 
 
-def _idle(f: WindowFeatures, rule: Rule, t: Thresholds) -> tuple[str, tuple[Reason, ...], float]:
+def _idle(f: WindowFeatures, rule: Rule, t: Thresholds, quiet: Reason | None = None) -> tuple[str, tuple[Reason, ...], float]:
     duty = checks(rule, "duty")
     ran = "no kernel ran" if all(c.holds for c in duty) else "kernels ran"
+    said, duty = (quiet.text, quiet.checks) if quiet is not None else (f"{ran} ({pct(f.duty)} duty)", duty)
     held = f.memory_held_bytes or 0
     if f.process_alive and held >= t.idle_held_bytes:
         memory = Check("memory_held_bytes", float(held), t.idle_held_bytes, "above", "idle_held_bytes")
-        return "idle_held", (Reason(f"{ran} ({pct(f.duty)} duty) but a process holds "
+        return "idle_held", (Reason(f"{said} but a process holds "
                                     f"{held / 2**30:.1f} GiB of device memory", duty + (memory,)),), 1.0
     if f.allocated_to is not None:  # a scheduler allocation holds it, a process or not
-        return "idle_held", (Reason(f"{ran} ({pct(f.duty)} duty) but the GPU is allocated to "
+        return "idle_held", (Reason(f"{said} but the GPU is allocated to "
                                     f"{f.allocated_to[:160]}: the scheduler cannot hand it out", duty),), 1.0
-    return "idle_free", (Reason(f"{ran} ({pct(f.duty)} duty)", duty),), 1.0
+    return "idle_free", (Reason(said, duty),), 1.0
 
 
 def _starved(f: WindowFeatures, rule: Rule, t: Thresholds) -> tuple[str, tuple[Reason, ...], float]:
-    base = Reason(f"no kernel ran in {pct(1.0 - (f.duty or 0.0))} of the time while the process stayed alive",
-                  checks(rule, "idle_share", "process_alive"))
+    found = checks(rule, "idle_share", "process_alive")
+    # The idle share the rule compared: outside a recognised stall (a checkpoint) where there is one.
+    idle = next((c.value for c in found if c.quantity == "idle_share"), 1.0 - (f.duty or 0.0))
+    outside = " outside the job's stall" if abs(idle - (1.0 - (f.duty or 0.0))) > 1e-9 else ""
+    base = Reason(f"no kernel ran in {pct(idle)} of the time{outside} while the process stayed alive", found)
     said, found = at_or_above(("iowait", f.iowait, t.io_wait, "io_wait", lambda v: f"host iowait {pct(v)}"),
                               ("io_pressure", f.io_pressure, t.io_pressure, "io_pressure", lambda v: f"I/O pressure {pct(v)}"))
     if said:
@@ -261,7 +271,7 @@ def _roofline(cls: str, e: Evidence, rule: Rule, t: Thresholds) -> tuple[str, tu
     dram = f"DRAM {pct(f.dram_busy)} busy" if f.dram_busy is not None else "DRAM activity unknown"
     between = _power_between_waits(e, rule)
     if cls == "latency_bound":
-        roofs = f"{pct(u_c)} of the compute roof" + (f", {pct(u_m)} of the memory roof" if u_m is not None else "")
+        roofs = compute_roof_share(u_c, f, t) + (f", {memory_roof_share(u_m, t)}" if u_m is not None else "")
         found = checks(rule, "u_compute", "u_memory")
         return "small_kernels", (Reason(claim(
             found, f"a kernel is resident {pct(f.duty)} of the time, yet {pipes} and {dram} ({roofs})",
@@ -273,10 +283,10 @@ def _roofline(cls: str, e: Evidence, rule: Rule, t: Thresholds) -> tuple[str, tu
     else:
         detail = "at_roof" if mine >= t.at_roof else "leaning"
     if cls == "compute_bound":
-        lead = Reason(f"{pipes} while kernels run, {pct(u_c)} of the compute roof; {dram}",
+        lead = Reason(f"{pipes} while kernels run, {compute_roof_share(u_c, f, t)}; {dram}",
                       checks(rule, "u_compute", "compute_lead"))
     else:
-        lead = Reason(f"{dram} while kernels run, {pct(u_m)} of the memory roof; {pipes}",
+        lead = Reason(f"{dram} while kernels run, {memory_roof_share(u_m, t)}; {pipes}",
                       checks(rule, "u_memory", "memory_lead"))
     return detail, (lead, *between), 1.0
 
@@ -301,7 +311,7 @@ def _proxy(cls: str, e: Evidence, rule: Rule, t: Thresholds) -> tuple[str, tuple
     f = e.features
     lead = "no tensor or FP-pipe counter on this GPU"
     if f.dram_busy is not None:
-        roof = f", {pct(f.u_memory)} of the memory roof" if f.u_memory is not None else ""
+        roof = f", {memory_roof_share(f.u_memory, t)}" if f.u_memory is not None else ""
         memory = f"DRAM {pct(f.dram_busy)} busy while kernels run{roof}"
     elif f.mem_busy is not None:
         memory = f"memory busy {pct(f.mem_busy)} of the time kernels run (utilization.memory: busy time, not bandwidth)"
@@ -309,7 +319,8 @@ def _proxy(cls: str, e: Evidence, rule: Rule, t: Thresholds) -> tuple[str, tuple
         memory = "no memory counter"
     reported = e.reported_compute
     quality = t.confidence_reported_mfu if reported is not None else t.confidence_no_compute_counter
-    mfu = (f"the job reports MFU {pct(f.mfu_reported)} ({pct(reported)} of the compute roof while kernels run)"
+    mfu = (f"the job reports MFU {pct(f.mfu_reported)} of peak ({pct(reported)} of the "
+           f"{practical_roof('tensor', t.tensor_saturation)} while kernels run)"
            if reported is not None else None)
     if cls == "memory_bound":
         level = f.u_memory if f.u_memory is not None else (f.mem_busy or 0.0)

@@ -12,6 +12,7 @@ from agent.classifier.evidence import Evidence
 from agent.classifier.scoring import Rule, Term
 from agent.classifier.thresholds import Thresholds
 from agent.classifier.wording import at_or_above, pct
+from agent.model import THROTTLE_REASON_MASK
 from agent.model.verdict import Check, Reason
 
 
@@ -49,6 +50,13 @@ def _waits(e: Evidence, t: Thresholds) -> list[Reason]:
     if f.comm_wait_fraction is not None:
         out.append(Reason(f"kernels resident but idle (waiting on peers) in {pct(f.comm_wait_fraction)} of samples",
                           (Check("comm_wait_fraction", f.comm_wait_fraction, t.comm_wait_fraction, "above",
+                                 "comm_wait_fraction"),)))
+    if f.spin_wait_fraction is not None and (f.comm_wait_fraction is None or f.spin_wait_fraction >= t.comm_wait_fraction):
+        fabric = "the fabric quiet" if any(v is not None for v in (f.link_utilization, f.power_fabric_r)) or f.link_active \
+            else "no fabric counter read"
+        out.append(Reason(f"a kernel stays resident while power and memory activity fall below their working levels "
+                          f"({fabric}): waiting on peers in {pct(f.spin_wait_fraction)} of samples",
+                          (Check("spin_wait_fraction", f.spin_wait_fraction, t.comm_wait_fraction, "above",
                                  "comm_wait_fraction"),)))
     if f.fabric_wait_fraction and f.power_fabric_r is not None:
         memory = (f", memory activity with it (r {f.memory_fabric_r:+.2f})"
@@ -95,15 +103,25 @@ def _detail(e: Evidence, t: Thresholds) -> tuple[str, tuple[Reason, ...]]:
     f, job = e.features, e.job
     if job.is_busiest and job.peer_skew is not None and job.peer_skew >= t.rank_skew:
         high = job.peer_skew >= t.rank_skew_high
+        skew = (Check("peer_skew", job.peer_skew, t.rank_skew, "above", "rank_skew"),
+                Check("peer_skew", job.peer_skew, t.rank_skew_high, "above" if high else "below", "rank_skew_high"))
+        if job.skew_from_waits:
+            return "straggler", (Reason(
+                f"this rank is the straggler: peers of job {job.job} spend {pct(job.peer_skew)} more of the window "
+                f"waiting with a kernel resident (power and memory activity down) while it computes "
+                f"({'high' if high else 'moderate'})", skew), *_straggler_cause(e, t))
         return "straggler", (Reason(
             f"this rank is the straggler: peers of job {job.job} compute {pct(job.peer_skew)} less and wait for it "
-            f"({'high' if high else 'moderate'})",
-            (Check("peer_skew", job.peer_skew, t.rank_skew, "above", "rank_skew"),
-             Check("peer_skew", job.peer_skew, t.rank_skew_high, "above" if high else "below", "rank_skew_high"))),)
+            f"({'high' if high else 'moderate'})", skew),)
     if job.rank_skew is not None and job.rank_skew >= t.rank_skew:
+        skew = (Check("rank_skew", job.rank_skew, t.rank_skew, "above", "rank_skew"),)
+        if job.skew_from_waits:
+            return "straggler_victim", (Reason(
+                f"this rank waits with a kernel resident {pct(job.rank_skew)} more of the window than the busiest rank "
+                f"of job {job.job}, whose clock is held down: it waits for a straggler", skew),)
         return "straggler_victim", (Reason(
             f"this rank computes {pct(job.rank_skew)} less than the busiest rank of job {job.job}: it waits for a "
-            "straggler", (Check("rank_skew", job.rank_skew, t.rank_skew, "above", "rank_skew"),)),)
+            "straggler", skew),)
     if f.net_link_downs:
         return "link_flap", (Reason(
             f"the GPU's NIC port went down {f.net_link_downs} time(s) in the window: every flap stalls the job's "
@@ -122,3 +140,14 @@ def _detail(e: Evidence, t: Thresholds) -> tuple[str, tuple[Reason, ...]]:
             f"fabric {pct(f.link_utilization)} busy: communication is bandwidth-bound",
             (Check("link_utilization", f.link_utilization, t.comm_bandwidth_link, "above", "comm_bandwidth_link"),)),)
     return "unstable_steps", ()
+
+
+def _straggler_cause(e: Evidence, t: Thresholds) -> tuple[Reason, ...]:
+    """Why the straggler is slow, where NVML shows it: its clock against its peers', held down by a throttle
+    reason (the throttled flag's own reason follows with the bits that hold it)."""
+    f, job = e.features, e.job
+    if job.clock_vs_job is None:
+        return ()
+    held = " and held down by a throttle reason" if f.throttle_bits & THROTTLE_REASON_MASK else ""
+    return (Reason(f"its clock runs at {pct(job.clock_vs_job)} of its peers'{held}: the likely cause",
+                   (Check("clock_vs_job", job.clock_vs_job, t.throttle_clock, "below", "throttle_clock"),)),)

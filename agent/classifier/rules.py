@@ -30,16 +30,50 @@ PRIORITY_TIER: tuple[str, ...] = ("idle", "input_starved", "communication_jitter
 def score(e: Evidence, t: Thresholds, incumbent: str | None = None) -> dict[str, Rule]:
     """The rule of every class, scored on this window (a rule's score is None where the counters to judge
     it are missing); ``incumbent`` is the published class, judged against its exit thresholds."""
-    rules = {"idle": idle_rule(e.features, t), "input_starved": starved_rule(e, t, incumbent),
+    rules = {"idle": idle_rule(e, t), "input_starved": starved_rule(e, t, incumbent),
              "communication_jittered": jitter_rule(e, t, incumbent), **roofline_rules(e, t, incumbent)}
     return {c: rules[c] for c in SCORED_CLASSES}
 
 
-def idle_rule(f: WindowFeatures, t: Thresholds) -> Rule:
-    w = t.score_width
-    return all_of("idle", below("duty", f.duty, t.idle_duty, w, "idle_duty"),
-                  below("dram_mean", f.dram_mean, t.idle_dram, w, "idle_dram"),
-                  below("link_utilization", f.link_utilization, t.idle_link, w, "idle_link"))
+def idle_rule(e: Evidence, t: Thresholds) -> Rule:
+    """No kernel ran in the window; or a burst ran and the window ends in a quiet stretch that nothing on the
+    host asks to end (a notebook between cells, a server whose queue drained)."""
+    f, w = e.features, t.score_width
+    no_kernel = all_of("no_kernel", below("duty", f.duty, t.idle_duty, w, "idle_duty"),
+                       below("dram_mean", f.dram_mean, t.idle_dram, w, "idle_dram"),
+                       below("link_utilization", f.link_utilization, t.idle_link, w, "idle_link"))
+    if not e.quiet.after_burst or f.duty is None:
+        return Rule("idle", "any", (no_kernel,), no_kernel.score)
+    q = e.quiet
+    after_burst = all_of(
+        "quiet_after_burst", above("quiet_tail_s", q.seconds, t.quiet_tail_s, _SECONDS_WIDTH, "quiet_tail_s"),
+        *_host_idle(e, t), fact("no_periodic_stall", not e.stalls.periodic))
+    return any_of("idle", no_kernel, after_burst)
+
+
+_SECONDS_WIDTH = 0.5
+"""Softness of a score around a threshold in seconds (half a 1 s read)."""
+
+
+def _host_idle(e: Evidence, t: Thresholds) -> tuple[Term, ...]:
+    """Nothing on the host asks the GPU for work during the quiet tail: the job's process idle, no iowait or
+    I/O pressure, nothing crossing PCIe (each one unknown where the host signal is not read)."""
+    q, w = e.quiet, t.score_width
+    return (below("tail_cpu_cores", q.cpu_cores, t.launch_cores, w, "launch_cores"),
+            below("tail_iowait", q.iowait, t.io_wait, w, "io_wait"),
+            below("tail_io_pressure", q.io_pressure, t.io_pressure, w, "io_pressure"),
+            below("tail_pcie_bytes", q.pcie_bytes, t.pcie_active_bytes, 0.1 * t.pcie_active_bytes or 1.0,
+                  "pcie_active_bytes"))
+
+
+def _feeding(e: Evidence, t: Thresholds) -> Rule:
+    """Evidence of a pipeline trying to feed the GPU: kernels keep arriving (no quiet stretch ends the window),
+    the host works for it during the quiet (CPU, iowait, I/O pressure, PCIe), or the gaps recur on a
+    schedule. Starvation needs one of them; a flat 0% tail with none of them is idle."""
+    q, w = e.quiet, t.score_width
+    return any_of("feeding", below("quiet_tail_s", q.seconds, t.quiet_tail_s, _SECONDS_WIDTH, "quiet_tail_s"),
+                  *(negated(term) for term in _host_idle(e, t)),
+                  fact("periodic_stall", True) if e.stalls.periodic else None)
 
 
 def starved_rule(e: Evidence, t: Thresholds, incumbent: str | None) -> Rule:
@@ -55,10 +89,14 @@ def starved_rule(e: Evidence, t: Thresholds, incumbent: str | None) -> Rule:
         share += t.starved_idle_share_at_roof - t.starved_idle_share
         setting = ("starved_idle_share_exit + starved_idle_share_at_roof - starved_idle_share" if held
                    else "starved_idle_share_at_roof")
-    return all_of("input_starved", above("idle_share", None if f.duty is None else 1.0 - f.duty, share, w, setting),
+    # A recognised stall (a checkpoint) is the job pausing, not the input failing it: the idle share is taken
+    # over the reads outside it.
+    duty = e.working_duty
+    return all_of("input_starved", above("idle_share", None if duty is None else 1.0 - duty, share, w, setting),
                   fact("process_alive", f.process_alive),
                   below("comm_wait_fraction", f.comm_wait_fraction, t.starved_max_comm_wait, w, "starved_max_comm_wait"),
-                  below("rank_skew", e.job.rank_skew, t.rank_skew, t.score_width_cv, "rank_skew"))
+                  below("rank_skew", e.job.rank_skew, t.rank_skew, t.score_width_cv, "rank_skew"),
+                  _feeding(e, t) if f.duty is not None else None)
 
 
 def jitter_rule(e: Evidence, t: Thresholds, incumbent: str | None) -> Rule:
@@ -71,7 +109,7 @@ def jitter_rule(e: Evidence, t: Thresholds, incumbent: str | None) -> Rule:
     variation = any_of("variation", steps if steps is None else above(steps.quantity, steps.value, t.step_cv, wcv, "step_cv"),
                        above("rank_skew", job.rank_skew, t.rank_skew, wcv, "rank_skew"),
                        above("step_spread", job.step_spread, t.rank_skew, wcv, "rank_skew"),
-                       _unreported_variation(f, t) if steps is None else None)
+                       _unreported_variation(f, t) if steps is None else _resident_variation(f, t))
     network = _network_trouble(f, t)
     return any_of(
         "communication_jittered",
@@ -108,10 +146,20 @@ def _unreported_variation(f: WindowFeatures, t: Thresholds) -> Rule:
     """How unevenly the job runs when it reports no step times: tensor activity between 5 s blocks
     where there is a tensor counter, and power between blocks where the GPU is seen waiting on the
     fabric (a spinning collective keeps the duty cycle, and so gfx activity and utilization.gpu, flat)."""
-    by_power = above("power_cv", f.power_cv, t.power_cv, t.score_width_cv, "power_cv") if f.fabric_wait_fraction else None
+    waits_seen = bool(f.fabric_wait_fraction) or (f.spin_wait_fraction or 0.0) >= t.comm_wait_fraction
+    by_power = above("power_cv", f.power_cv, t.power_cv, t.score_width_cv, "power_cv") if waits_seen else None
     by_tensor = (above("activity_cv", f.activity_cv, t.activity_cv, t.score_width_cv, "activity_cv")
                  if f.tensor_busy is not None or by_power is None or by_power.score is None else None)
     return any_of("unreported_variation", by_power, by_tensor)
+
+
+def _resident_variation(f: WindowFeatures, t: Thresholds) -> Term | None:
+    """With step reports, how unevenly the waits come where they are resident waits (a kernel spinning while
+    power, memory and the fabric are quiet): power between 5 s blocks. A step of many MoE layers averages its
+    blocks' waits, so its CV can stay under ``step_cv`` while the ranks wait seconds at a time."""
+    if (f.spin_wait_fraction or 0.0) < t.comm_wait_fraction:
+        return None
+    return above("power_cv", f.power_cv, t.power_cv, t.score_width_cv, "power_cv")
 
 
 def _network_trouble(f: WindowFeatures, t: Thresholds) -> Rule:
@@ -129,7 +177,7 @@ def _network_trouble(f: WindowFeatures, t: Thresholds) -> Rule:
 def roofline_rules(e: Evidence, t: Thresholds, incumbent: str | None) -> dict[str, Rule]:
     """compute-, memory- and latency-bound: busy, and which roof the busy-normalised utilisation nears."""
     f, w = e.features, t.score_width
-    busy = above("duty", f.duty, t.busy_duty, w, "busy_duty")
+    busy = _busy(e, t)
     u_c, u_m = f.u_compute, f.u_memory
     if u_c is None:  # no tensor or pipe counter: reported MFU, power and memory evidence stand in
         stand_ins = proxy_rules(e, t, incumbent)
@@ -157,6 +205,14 @@ def roofline_rules(e: Evidence, t: Thresholds, incumbent: str | None) -> dict[st
         latency = all_of("latency_bound", latency, negated(drawn))
     return {"compute_bound": _named("compute_bound", compute), "memory_bound": memory,
             "latency_bound": _named("latency_bound", latency)}
+
+
+def _busy(e: Evidence, t: Thresholds) -> Term:
+    """A kernel resident enough to read the roofline: over the reads outside a recognised stall (a checkpoint
+    pauses the job; it does not change what bounds it while it runs), else over the window."""
+    if e.stalls.working_duty is not None:
+        return above("working_duty", e.stalls.working_duty, t.busy_duty, t.score_width, "busy_duty")
+    return above("duty", e.features.duty, t.busy_duty, t.score_width, "busy_duty")
 
 
 def _named(name: str, node: Node) -> Rule:

@@ -51,6 +51,8 @@ class Thresholds(BaseModel):
     idle_dram: float = Field(0.05, ge=0.0, le=1.0, description="DRAM activity below which a GPU is idle.")
     idle_link: float = Field(0.02, ge=0.0, le=1.0, description="Fabric utilisation below which a GPU is idle.")
     idle_held_bytes: float = Field(2**30, ge=0.0, le=2.0**50, description="Memory a process must hold for an idle GPU to count as held.")
+    quiet_tail_s: float = Field(3.0, ge=0.0, le=3600.0, description="Seconds without a kernel (and with memory quiet) that end the window after which a GPU that nothing on the host feeds is idle, though a burst ran earlier in the window.")
+    pcie_active_bytes: float = Field(1e8, ge=0.0, le=1e13, description="PCIe bytes per second, while no kernel runs, above which the host moves data to or from the GPU (feeds it, or copies a checkpoint off it).")
 
     # -- input starvation -----------------------------------------------------------------------------
     starved_idle_share: float = Field(0.20, ge=0.0, le=1.0, description="Share of time with no kernel (1 - duty) that means starvation (entry).")
@@ -63,6 +65,9 @@ class Thresholds(BaseModel):
     io_pressure: float = Field(0.20, ge=0.0, le=1.0, description="Host I/O pressure (PSI some) that means data fetching is slow.")
     loader_saturation: float = Field(0.9, ge=0.0, le=1.0, description="Worker CPU / the cores the workers may use (fewer of their count and the allotted cores) that means the loader is saturated.")
     cpu_pressure: float = Field(0.20, ge=0.0, le=1.0, description="Host CPU pressure (PSI some) that, with busy workers, means they wait for cores.")
+    stall_count: int = Field(3, ge=2, le=1000, description="Stops (no kernel in an otherwise busy job) the long window must hold before stops that recur at a regular period count as a periodic stall.")
+    stall_period_cv: float = Field(0.25, ge=0.0, le=100.0, description="CV of the intervals between the starts of stops at or below which they recur at a regular period.")
+    stall_max_share: float = Field(0.3, ge=0.0, le=1.0, description="Largest share of its period a recurring stop may take and still be a stall inside a working job.")
 
     # -- communication jitter ---------------------------------------------------------------------------
     comm_wait_gr: float = Field(0.8, ge=0.0, le=1.0, description="A comm-wait sample has a kernel resident at least this much ...")
@@ -82,6 +87,7 @@ class Thresholds(BaseModel):
     wait_power_drop: float = Field(0.15, ge=0.0, le=1.0, description="Without SM and tensor counters: a sample waits on the fabric when power sits at least this share below the GPU's working level (90th percentile of its power in the window) while fabric bytes are above the window's median.")
     fabric_active_bytes: float = Field(1e8, ge=0.0, le=1e13, description="Fabric (NVLink/XGMI plus NIC) bytes per second below which the fabric counts as quiet.")
     fabric_anticorrelation: float = Field(0.5, ge=0.0, le=1.0, description="Power must correlate with fabric bytes at or below minus this for its drops to count as waits on the fabric.")
+    spin_fabric_share: float = Field(0.25, ge=0.0, le=1.0, description="A sample in which a kernel stays resident while power and memory activity sit below their working level waits on peers when its fabric bytes are at most this share of the window's busiest (90th percentile), or unread: the collective is waiting, not transferring.")
     power_cv: float = Field(0.03, ge=0.0, le=100.0, description="Without step reports or compute counters: CV of 5 s power blocks that means the waits come unevenly.")
     comm_bandwidth_link: float = Field(0.6, ge=0.0, le=1.0, description="Fabric utilisation reported as bandwidth-bound communication.")
     net_congestion_per_s: float = Field(1000.0, ge=0.0, le=1e12, description="ECN marks + CNPs per second on the GPU's NIC port that mean fabric congestion.")
@@ -161,6 +167,11 @@ SOURCES: dict[str, tuple[str, str]] = {
     "idle_dram": ("sourced", "KempnerPulse idle floor of 5% [Kempner]"),
     "idle_link": ("engineering band", "classification.md §7.3"),
     "idle_held_bytes": ("engineering band", "classification.md §7.3 (idle_held above 1 GiB)"),
+    "quiet_tail_s": ("engineering band", "three 1 s reads (18 at NVML's 1/6 s sample period [NVML-UTIL]) without a kernel: longer than a starved loop's gaps, which come every step with its loader busy, shorter than a notebook's silence between cells (roofwatch issue 44; traces/published/families)"),
+    "pcie_active_bytes": ("engineering band", "100 MB/s, the fabric_active_bytes level: a loader feeding a GPU moves hundreds of MB/s to GB/s, a checkpoint's copy to the host tens of GB/s (25 GB/s on A100 PCIe Gen4 [A100-D2H]), an idle GPU next to nothing"),
+    "stall_count": ("engineering band", "three stops make two intervals to compare; at the issue's 30 s checkpoint period a 300 s long window holds about ten (roofwatch issue 44)"),
+    "stall_period_cv": ("engineering band", "a checkpoint every N steps recurs within a step's length; a notebook's cells or a starved loader's long gaps come at random, far more irregularly"),
+    "stall_max_share": ("engineering band", "a checkpoint of 3-5 s every 30 s costs 10-17% (roofwatch issue 44); a stop that takes more than about a third of its period is the job's own state, not a pause inside it"),
     "starved_idle_share": ("sourced, adapted", "TB plugin's 5% DataLoader rule made robust to 1 Hz noise [TB-plugin]"),
     "starved_idle_share_exit": ("engineering band", "1-2% DVFS drift plus sampling noise [Llama3]"),
     "starved_idle_share_at_roof": ("engineering band", "published MI300X vLLM decode runs 79% busy at its memory roof [InferenceX#828]: host gaps of a fifth are the serving loop, not a starved input"),
@@ -188,6 +199,7 @@ SOURCES: dict[str, tuple[str, str]] = {
     "wait_power_drop": ("engineering band", "Llama 3 saw power swing by tens of MW when all GPUs waited on collectives [Llama3]; 15% below the working level is well past the 1-2% of DVFS drift [Llama3] and catches a second spent mostly in the collective; checked on traces/published/jitter_*"),
     "fabric_active_bytes": ("engineering band", "100 MB/s: well above heartbeat and metadata traffic, well below one collective on a 200 Gb/s port"),
     "fabric_anticorrelation": ("engineering band", "compute and communication taking turns within the window (at -0.5 a quarter of power's variance goes with the fabric's); steady MoE traffic interleaved with every layer correlated above -0.5 on traces/published/jitter_*, jittering jobs below -0.6"),
+    "spin_fabric_share": ("engineering band", "a waiting collective's kernel spins (GPU-Util ~100% [packet]) while power, memory activity and fabric bytes fall (issue 44: XGMI trickles while ranks wait on a hot expert); a quarter of the window's busiest fabric rate separates a trickle from a transfer; checked on traces/published/families"),
     "power_cv": ("engineering band", "steady training drifts 1-2% [Llama3]: above 3% between 5 s blocks the waits come unevenly; checked on traces/published/jitter_* (steady dense training 1-2%, jittering jobs 4-11%); used only where fabric waits are seen, since steady MoE power also varies 7%"),
     "comm_bandwidth_link": ("engineering band", "classification.md §7.3 comm_bandwidth_bound"),
     "net_congestion_per_s": ("engineering band", "DCQCN sends some CNPs under normal load; thousands per second mean sustained congestion; not calibrated on real fabrics"),

@@ -62,11 +62,14 @@ class _DeviceSlot:
     energy_since: float | None = None
     """From when the energy counter's next step can have accrued (agent.model.bounds.energy_since)."""
     xids_refused: tuple[XidCount, ...] = ()
+    counter_sources: dict[str, str] = dataclasses.field(default_factory=dict)
+    """Which source gave each field of ``sample``, as the backend names it (agent.model.counter_source)."""
 
     def state(self, xid_errors: tuple[XidCount, ...] = ()) -> DeviceState:
         return DeviceState(info=self.info, up=self.up, sample=self.sample, last_success_ts=self.last_success_ts,
                            error=self.error, consecutive_failures=self.consecutive_failures,
-                           sample_errors_total=self.sample_errors_total, counters=self.counters, xid_errors=xid_errors)
+                           sample_errors_total=self.sample_errors_total, counters=self.counters, xid_errors=xid_errors,
+                           counter_sources=self.counter_sources)
 
 
 class Collector:
@@ -253,12 +256,23 @@ class Collector:
         slot.energy_since = energy_since(slot.sample, sample, slot.energy_since)
         slot.counters = counters
         slot.sample = sample
+        slot.counter_sources = self._counter_sources(slot.info.gpu)
         slot.history.append(sample)
         slot.up = True
         slot.error = None
         slot.consecutive_failures = 0
         slot.last_success_ts = sample.ts
         slot.next_attempt_mono = 0.0
+
+    def _counter_sources(self, gpu: str) -> dict[str, str]:
+        """Which source gave each field of the GPU's latest sample, where the backend says (a join does); an extra
+        that never costs the sample: {} without one or when asking fails."""
+        call = getattr(self.backend, "counter_sources", None)
+        try:
+            return dict(call(gpu)) if call is not None else {}
+        except Exception:  # noqa: BLE001 - which source is an extra; the vendor library's own stands in
+            log.debug("counter sources of GPU %s unreadable", gpu, exc_info=True)
+            return {}
 
     def _refused(self, gpu: str, field: str, rejection: Rejection, ts: float) -> None:
         """Count a dropped reading under the source that gave ``field``; log the first of an episode."""

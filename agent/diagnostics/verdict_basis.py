@@ -1,10 +1,11 @@
-"""doctor: what each GPU's verdicts will rest on, from the counters its backend found readable, and the
-precedence by which the classes are decided.
+"""doctor: what each GPU's verdicts will rest on, from the counters its backend found readable and the source
+that gives them, and the precedence by which the classes are decided.
 
-The same vocabulary as the ``basis`` label of ``roofwatch_gpu_workload_reason_info`` and the
-status page (:data:`agent.model.EVIDENCE_BASES`), predicted from capabilities before any verdict
-exists: a user reads here, before deploying, that an A100 read through NVML alone is judged by
-power and memory busy time, and what would give it real counters.
+The same vocabulary as the ``basis`` and ``basis_source`` labels of ``roofwatch_gpu_workload_reason_info`` and
+the status page (:data:`agent.model.EVIDENCE_BASES`, agent.model.counter_source), predicted from capabilities
+before any verdict exists: a user reads here, before deploying, that an A100 read through NVML alone is judged by
+power and memory busy time from NVML, that an H100's counters come from GPM, and an A100 beside dcgm-exporter has
+them from dcgm-exporter; and what would give a GPU real counters.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from agent.backends.dcgm_exporter.join import DcgmExporterJoin
 from agent.classifier.decision import PRECEDENCE
 from agent.diagnostics.findings import Finding
 from agent.model import EVIDENCE_BASES, DeviceInfo
+from agent.model.counter_source import basis_sources, reads, with_sources
 
 _COMPUTE = ("tensor_active", "pipe_activity")
 _PROFILING_FIELDS = ("tensor_active", "sm_active", "dram_active")
@@ -112,17 +114,42 @@ def basis_text(basis: str, duty: str | None) -> str:
     return text.replace("utilization.gpu", duty) if "utilization.gpu" in text else f"{text}; duty cycle from {duty}"
 
 
+def _named_sources(backend: Any, info: DeviceInfo) -> dict[str, str]:
+    """The sources the backend will name for the GPU's fields (agent.model.counter_source): DCGM's profiling join
+    the profiling fields; an exporter, joined or read alone, what its latest read gave (an exporter read alone is
+    named by its devices' capabilities whatever it gave)."""
+    for layer in _layers(backend):
+        state = getattr(layer, "__dict__", {})
+        if state.get("source") is not None and info.gpu in (state.get("joined") or {}):
+            return {name: "dcgm" for name in (*_PROFILING_FIELDS, "gr_active", "fp32_active")}
+    sources = getattr(backend, "counter_sources", None)
+    try:
+        return dict(sources(info.gpu)) if sources is not None else {}
+    except Exception:  # noqa: BLE001 - which source is an extra; the vendor library's own stands in
+        return {}
+
+
+def predicted_sources(backend: Any, info: DeviceInfo, basis: str) -> tuple[str, ...]:
+    """Where the counters a GPU's verdicts rest on will be read (``gpm``, ``dcgm``, ``dcgm-exporter``, ...): the
+    status page's and the ``basis_source`` label's words, before any sample."""
+    named = _named_sources(backend, info)
+    return basis_sources(basis, info.vendor, info.capabilities, named,
+                         lambda name: reads(name, info.capabilities, named))
+
+
 def basis_findings(backend: Any, devices: Sequence[DeviceInfo]) -> list[Finding]:
-    """One finding per group of GPUs sharing a basis (and duty source): what their verdicts rest on, and
-    how to do better."""
-    groups: dict[tuple[str, str, str | None], list[str]] = {}
+    """One finding per group of GPUs sharing a basis, its source (and duty source): what their verdicts rest on,
+    read from where, and how to do better."""
+    groups: dict[tuple[str, str, str | None, tuple[str, ...]], list[str]] = {}
     for info in devices:
         basis = predicted_basis(info.capabilities, _joined(backend, info.gpu))
-        groups.setdefault((basis, info.vendor, duty_source(backend, info.gpu)), []).append(info.gpu)
+        key = (basis, info.vendor, duty_source(backend, info.gpu), predicted_sources(backend, info, basis))
+        groups.setdefault(key, []).append(info.gpu)
     out = []
-    for (basis, vendor, duty), gpus in sorted(groups.items(), key=lambda kv: list(EVIDENCE_BASES).index(kv[0][0])):
+    for (basis, vendor, duty, sources), gpus in sorted(groups.items(),
+                                                       key=lambda kv: list(EVIDENCE_BASES).index(kv[0][0])):
         status = _STATUS[basis]
-        what = f"verdicts rest on {basis_text(basis, duty)} (basis {basis})"
+        what = f"verdicts rest on {with_sources(basis, basis_text(basis, duty), sources)} (basis {basis})"
         impact = ("" if status == "ok" else "compute- vs memory- vs latency-bound is inferred with lower confidence; "
                   "where the evidence cannot separate them the verdict is unknown with the missing counter named")
         fix = "" if status == "ok" else _FIX.get(vendor, "")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Mapping
 
 from agent.model.sample import GpuSample, XidCount
 from agent.model.terms import Vendor
@@ -101,3 +102,8 @@ class DeviceState:
     counters: DeviceCounters = field(default_factory=DeviceCounters)
     xid_errors: tuple[XidCount, ...] = ()
     """Critical-error events seen since the agent started; reported even while the device is down."""
+    counter_sources: Mapping[str, str] = field(default_factory=dict)
+    """Which source gave each field of the last good sample, where the backend names it (its
+    ``counter_sources(gpu)``: a join's ``dcgm-exporter``, ``amd-exporter``, ``dcgm`` beside the vendor
+    library's own); empty where it names none. What a verdict rests on is read from it
+    (agent.model.counter_source)."""

@@ -107,10 +107,18 @@ class WindowFeatures:
     """CV of 5 s power blocks over the long window: how unevenly the waits come, without step reports."""
     steps_inferred: bool = False
     """Step times came from reports without step ids (a change of the reported time is a new step)."""
+    spin_wait_fraction: float | None = None
+    """Share of samples waiting on peers with a kernel resident, seen without SM or tensor counters: power and
+    memory activity well below their working levels while the fabric is quiet or unread (a collective
+    spinning while its peers are late; agent.classifier.fabric). None without power and a memory counter."""
+    memory_gap: float | None = None
+    """1 - mean / 90th percentile of memory activity while a kernel is resident: about the share of the window
+    a rank spent waiting (a spinning collective touches no memory), whatever the counter's sample period;
+    what ranks without SM or tensor counters are compared on (agent.classifier.jobs)."""
 
 
 EVIDENCE_BASES: dict[str, str] = {
-    "counters": "compute-pipe and DRAM bandwidth counters (GPM, DCGM, AMD's profiler through its Device Metrics Exporter)",
+    "counters": "compute-pipe and DRAM bandwidth counters",
     "compute_counter": "compute-pipe counters, no DRAM bandwidth counter",
     "reported_mfu": "the MFU the job reports, with memory activity; no compute counter",
     "power_and_dram": "power against its limit and a DRAM activity counter; no compute counter",
@@ -123,11 +131,15 @@ EVIDENCE_BASES: dict[str, str] = {
     "comm_counters": "communication jitter seen by SM and tensor counters: kernels resident but idle, waiting on peers",
     "fabric_and_power": "communication jitter seen by power and memory activity falling as fabric bytes rise; no step "
                         "reports, no SM or tensor counter",
+    "resident_waits": "communication jitter seen by a kernel staying resident while power and memory activity fall (and the "
+                      "fabric, where read, is quiet); no step reports, no SM or tensor counter",
     "rank_spread": "communication jitter seen in the spread between the job's ranks (a straggler and those waiting for it)",
     "network_counters": "communication jitter seen by the NIC port's congestion, retransmit or link-down counters",
 }
 """What a verdict rests on, strongest first: a bounded label set (``basis`` of the reason info
-metric) so doctor, the status page and dashboards can say how much a GPU's verdict can be trusted."""
+metric) so doctor, the status page and dashboards can say how much a GPU's verdict can be trusted.
+Where those counters were read (GPM, DCGM, dcgm-exporter, DME, NVML, amdsmi) is said beside the words, per GPU,
+by agent.model.counter_source."""
 
 
 def jitter_basis(f: WindowFeatures, detail: str = "none") -> str:
@@ -144,6 +156,8 @@ def jitter_basis(f: WindowFeatures, detail: str = "none") -> str:
         return "comm_counters"
     if f.fabric_wait_fraction:
         return "fabric_and_power"
+    if f.spin_wait_fraction:
+        return "resident_waits"
     return "rank_spread"
 
 
@@ -316,7 +330,7 @@ class Verdict:
         return jitter_basis(self.features, self.detail) if self.cls == "communication_jittered" else evidence_basis(self.features)
 
     def to_json(self) -> dict[str, object]:
-        """The verdict line of ../shared/trace-format.md, plus optional fields readers may ignore."""
+        """The verdict line of docs/trace-format.md, plus optional fields readers may ignore."""
         r = self.roofline
         return {
             "node": self.node, "gpu": self.gpu, "window_start": self.window_start, "window_end": self.window_end,

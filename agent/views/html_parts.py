@@ -7,7 +7,8 @@ from __future__ import annotations
 import base64
 import hashlib
 
-from agent.views.palette import CLASS_COLOURS, class_colour, class_label, mfu_colour
+from agent.model.judging import NAMES, PEAKS, Figure, judgement
+from agent.views.palette import CLASS_COLOURS, class_colour, class_label, figure_colour, mfu_colour
 from agent.views.roofline_chart import CHART_CSS
 from agent.views.svg import esc
 
@@ -66,11 +67,40 @@ def bar(label: str, value: float | None, colour: str = "#5794f2") -> str:
             f'<span class="num">{pct(value)}</span></div>')
 
 
+SOURCE_NOTES = {"workload": "reported by the job", "counters": "counter estimate"}
+"""Where an MFU or MBU came from: a counter estimate says so, since it is not what the job reported."""
+SHORT_NOTES = {"workload": "reported", "counters": "est."}
+"""The same in a table cell whose header names the figure and its peak."""
+
+
 def mfu_html(mfu: float | None, source: str | None) -> str:
-    """MFU in its band colour; a counter estimate says so, since it is not what the job reported."""
-    note = {"workload": "reported by the job", "counters": "counter estimate"}.get(source or "", "not measurable")
+    """MFU in its band colour (a figure that judges on its own: the fleet's, a trace's compute-bound GPU); a GPU's
+    own figures take :func:`figure_html`."""
+    note = SOURCE_NOTES.get(source or "", "not measurable")
     return (f'<span class="mfu" style="color:{mfu_colour(mfu)}" data-mfu="{"" if mfu is None else f"{mfu:.4f}"}">'
             f'{pct(mfu)}</span> <span class="muted small">MFU · {esc(note)}</span>')
+
+
+def figure_html(cls: str | None, figure: Figure, value: float | None, source: str | None, *, named: bool = True) -> str:
+    """A GPU's MFU or MBU named with its reference (the peak; ``named=False`` in a table cell whose header names it,
+    with a short note), in its band colour where it judges the GPU's class and grey where it does not
+    (agent.model.judging): a memory-bound decode's low MFU is not painted red."""
+    judged = judgement(cls).figure == figure
+    note = (SOURCE_NOTES if named else SHORT_NOTES).get(source or "", "not measurable" if named else "")
+    data = "" if value is None else f"{value:.4f}"
+    return (f'<span class="figure {figure}{" judged" if judged else ""}" style="color:{figure_colour(cls, figure, value)}" '
+            f'data-{figure}="{data}" data-judged="{"yes" if judged else "no"}">{pct(value)}</span> '
+            f'<span class="muted small">{f"{NAMES[figure]} of {PEAKS[figure]} · " if named else ""}{esc(note)}</span>')
+
+
+def figures_html(cls: str | None, figures: dict[str, tuple[float | None, str | None]]) -> str:
+    """MFU and MBU (``figures``: name -> (value, source)), the one that judges the class first, then what matters
+    for the class in a line of its own (agent.model.judging.Judgement.matters)."""
+    verdict = judgement(cls)
+    order: tuple[Figure, Figure] = ("mbu", "mfu") if verdict.figure == "mbu" else ("mfu", "mbu")
+    lead, other = (figure_html(cls, f, *figures.get(f, (None, None))) for f in order)
+    return (f'<div class="figures lead">{lead}</div><div class="figures other">{other}</div>'
+            f'<div class="judged small muted" data-judged-by="{verdict.figure or "none"}">{esc(verdict.matters)}</div>')
 
 
 def script_hash(script: str) -> str:

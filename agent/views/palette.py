@@ -1,4 +1,4 @@
-"""Colours and short names per workload class, and the MFU bands, shared by every view.
+"""Colours and short names per workload class, and the colours of the MFU and MBU bands, shared by every view.
 
 The hex values are Grafana's named colours that ``dashboards/common.py`` uses for the same
 classes, so the terminal, the status page, the report and the dashboards agree.
@@ -7,7 +7,8 @@ classes, so the terminal, the status page, the report and the dashboards agree.
 from __future__ import annotations
 
 from agent.model import SERVING_STATES, WORKLOAD_CLASSES
-from agent.model.attention import MFU_POOR
+from agent.model.attention import MFU_POOR  # noqa: F401 - the views' MFU bands, with MFU_TARGET
+from agent.model.judging import MFU_TARGET, Band, Figure, band, judged_band  # noqa: F401
 
 CLASS_COLOURS: dict[str, str] = {
     "idle": "#8e8e8e",
@@ -30,11 +31,12 @@ CLASS_LABELS: dict[str, str] = {
     "unknown": "unknown",
 }
 
-MFU_TARGET = 0.4
-"""Below MFU_POOR (20%, agent.model.attention: a compute-bound GPU there needs attention) is poor; 40% is the
-practical target for training (docs/classification.md). Which GPUs are wasted is agent.model.waste's to say."""
-
-_MFU_COLOURS = ((MFU_TARGET, "#73bf69"), (MFU_POOR, "#ff9830"), (float("-inf"), "#f2495c"))
+BAND_COLOURS: dict[Band, str] = {"good": "#73bf69", "fair": "#ff9830", "poor": "#f2495c"}
+"""Green, orange, red: a figure judged against its bands (agent.model.judging: MFU below 20% poor and from 40%
+good; MBU below 40% poor and from 55% good). Which GPUs are wasted is agent.model.waste's to say."""
+NOT_JUDGED = "#6e6e6e"
+"""A figure shown but not judged (MFU of a memory-bound GPU, either figure of a latency-bound or idle one): grey,
+never a band colour, so no view paints a decode at its floor red for its MFU."""
 
 assert set(CLASS_COLOURS) == set(WORKLOAD_CLASSES) == set(CLASS_LABELS), "every class needs a colour and a label"
 
@@ -48,10 +50,18 @@ def class_label(cls: str | None) -> str:
 
 
 def mfu_colour(mfu: float | None) -> str:
-    """Red below the poor line, orange below the target, green at or above it; grey when unknown."""
-    if mfu is None:
-        return CLASS_COLOURS["unknown"]
-    return next(colour for floor, colour in _MFU_COLOURS if mfu >= floor)
+    """MFU in its band colour as if it judged the GPU (red below the poor line, orange below the target, green at or
+    above it; grey when unknown): for a figure that is not one GPU's verdict, such as a compute-bound GPU's MFU
+    over a trace. A GPU's own figures take :func:`figure_colour`."""
+    kind = band("mfu", mfu)
+    return CLASS_COLOURS["unknown"] if kind is None else BAND_COLOURS[kind]
+
+
+def figure_colour(cls: str | None, figure: Figure, value: float | None) -> str:
+    """The colour of a GPU's MFU or MBU: its band where that figure judges the GPU's class (agent.model.judging),
+    else :data:`NOT_JUDGED`."""
+    kind = judged_band(cls, figure, value)
+    return NOT_JUDGED if kind is None else BAND_COLOURS[kind]
 
 
 SERVING_COLOURS: dict[str, str] = {

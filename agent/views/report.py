@@ -17,11 +17,12 @@ from agent import __version__
 from agent.classifier.peaks import spec_for_sample
 from agent.model import WORKLOAD_CLASSES, GpuSample, Verdict
 from agent.model.indexes import gpu_order
+from agent.model.judging import PEAKS, judgement
 from agent.model.waste import MEASURES, SPARE, waste_of
-from agent.views.html_parts import class_badge, mfu_html, page, pct
+from agent.views.html_parts import class_badge, figure_html, page, pct
 from agent.views.palette import CLASS_LABELS, MFU_POOR, MFU_TARGET, class_colour, class_label
 from agent.views.report_serving import serving_section
-from agent.views.roofline_chart import ChartPoint, Roof, position, roof_for, roofline_svg
+from agent.views.roofline_chart import ChartPoint, Roof, judged_figures, position, roof_for, roofline_svg
 from agent.views.svg import LinearScale, esc, line, num, polyline, text
 
 MAX_LINE_POINTS = 500
@@ -87,10 +88,15 @@ class GpuHistory:
         return sum(end - start for start, end, v in self.spans() if v.throttled)
 
     def mfu_values(self) -> list[float]:
-        return [v.roofline.mfu for v in self.verdicts if v.roofline.mfu is not None]
+        return self.figure_values("mfu")
 
-    def mfu_source(self) -> str | None:
-        sources = Counter(v.roofline.mfu_source for v in self.verdicts if v.roofline.mfu_source)
+    def figure_values(self, figure: str) -> list[float]:
+        """The GPU's MFU or MBU (``figure``) over its windows, unknown ones left out."""
+        return [x for v in self.verdicts if (x := getattr(v.roofline, figure)) is not None]
+
+    def figure_source(self, figure: str) -> str | None:
+        """Where most of those figures came from (``workload`` or ``counters``)."""
+        sources = Counter(s for v in self.verdicts if (s := getattr(v.roofline, f"{figure}_source")))
         return sources.most_common(1)[0][0] if sources else None
 
 
@@ -158,7 +164,8 @@ def build_report(samples: Sequence[GpuSample], verdicts: Sequence[Verdict], *, t
         _summary_table(gpus),
         _findings(gpus),
         "<h2>Verdict timeline</h2>", _timeline(gpus, start, end), _legend(),
-        "<h2>MFU over time</h2>", _mfu_chart(gpus, start, end),
+        f'<h2>MFU over time <span class="muted small">(of {PEAKS["mfu"]}; the 20% and 40% lines judge compute-bound '
+        "GPUs)</span></h2>", _mfu_chart(gpus, start, end),
         "<h2>Roofline</h2>", _scatter(gpus),
         serving_section(verdicts),
         f"<footer>roofwatch {esc(__version__)} report of {esc(', '.join(sources) or 'a trace')}, generated "
@@ -172,23 +179,32 @@ def _summary_table(gpus: list[GpuHistory]) -> str:
     for h in gpus:
         spent = h.durations()
         total = sum(spent.values())
-        mfus = h.mfu_values()
         dominant = spent.most_common(1)[0][0] if spent else None
         waste = h.waste()
         lost = pct(waste.share(waste.lost))
         rows.append(
             f'<tr data-gpu="{esc(h.key)}"><td>{esc(h.key)}</td><td>{esc(h.model)}</td><td>{esc(", ".join(h.jobs) or "—")}</td>'
             f"<td>{_share_bar(spent, total)}</td><td>{class_badge(dominant) if dominant else '—'}</td>"
-            f'<td class="num">{mfu_html(sum(mfus) / len(mfus) if mfus else None, h.mfu_source())}</td>'
+            + "".join(f'<td class="num" title="{esc(judgement(dominant).matters)}">'
+                      f'{figure_html(dominant, f, _mean(h.figure_values(f)), h.figure_source(f), named=False)}</td>'
+                      for f in ("mfu", "mbu")) +
             f'<td class="num" data-measure="windows">{pct(waste.share(waste.wasted))}</td>'
             f'<td class="num" data-measure="lost">{"≥ " + lost if waste.unmeasured else lost}</td>'
             f'<td class="num" data-measure="spare">{pct(waste.share(waste.spare))}</td>'
             f'<td class="num">{pct(h.throttled_s() / total if total else None)}</td></tr>'
         )
     return ('<h2>At a glance</h2><table id="summary"><tr><th>GPU</th><th>model</th><th>job</th><th>time per class</th>'
-            f'<th>mostly</th><th>mean MFU</th><th title="{esc(MEASURES["windows"])}">wasted (whole windows)</th>'
+            f'<th>mostly</th><th>mean MFU (of {PEAKS["mfu"]})</th><th>mean MBU (of {PEAKS["mbu"]})</th>'
+            f'<th title="{esc(MEASURES["windows"])}">wasted (whole windows)</th>'
             f'<th title="{esc(MEASURES["lost"])}">time lost</th><th>spare (nobody held it)</th><th>throttled</th></tr>'
-            + "".join(rows) + "</table>" + _measures_note())
+            + "".join(rows) + "</table>" + _measures_note()
+            + '<p class="muted small" id="judging">Colour judges the figure that matters for the class the GPU was mostly '
+              "in (agent.model.judging): MFU for compute-bound, MBU for memory-bound; grey where neither judges it "
+              "(hover a cell for what does).</p>")
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
 
 
 def _measures_note() -> str:
@@ -342,7 +358,7 @@ def _mfu_chart(gpus: list[GpuHistory], start: float, end: float) -> str:
             parts.append(text(_LEFT - 6, y(level) + 4, f"{level:.0%}", anchor="end", cls="tick"))
     for level, name in ((MFU_POOR, "poor"), (MFU_TARGET, "target")):
         parts.append(line(_LEFT, y(level), _W - _RIGHT, y(level), f"band {name}"))
-        parts.append(text(_W - _RIGHT - 4, y(level) - 4, f"{name} {level:.0%}", anchor="end", cls="tick"))
+        parts.append(text(_W - _RIGHT - 4, y(level) - 4, f"compute-bound {name} {level:.0%}", anchor="end", cls="tick"))
     legend = []
     for i, (h, pts) in enumerate(series):
         colour = SERIES_COLOURS[i % len(SERIES_COLOURS)]
@@ -378,7 +394,8 @@ def _scatter(gpus: list[GpuHistory]) -> str:
                 roofs.append(roof)
             intensity, flops, reported = position(rl.achieved_flops, rl.achieved_bytes_per_s, rl.mfu_workload, rl.peak_flops)
             points.append(ChartPoint(intensity, flops, v.cls, "",
-                                     f"GPU {h.key} {_utc(v.window_end)}: {class_label(v.cls)}, MFU {pct(rl.mfu)}"
+                                     f"GPU {h.key} {_utc(v.window_end)}: {class_label(v.cls)}, "
+                                     f"{judged_figures(v.cls, {'mfu': rl.mfu, 'mbu': rl.mbu})}"
                                      + (" (from the job's reported FLOPs)" if reported else ""), reported))
     plotted = sum(1 for p in points if p.plottable)
     note = (f'<p class="muted small">{plotted} of {len(points)} windows plotted (idle windows and windows without a FLOP '
@@ -418,7 +435,9 @@ svg.chart .mfu-line{fill:none;stroke-width:1.8}
 svg.chart .band{stroke-dasharray:6 5;stroke-width:1}
 svg.chart .band.poor{stroke:#f2495c}
 svg.chart .band.target{stroke:#73bf69}
-.share{display:inline-flex;width:220px;height:12px;border-radius:3px;overflow:hidden;background:#eee;vertical-align:middle}
+#summary td{white-space:nowrap}
+#summary td:nth-child(2){white-space:normal;min-width:120px}
+.share{display:inline-flex;width:160px;height:12px;border-radius:3px;overflow:hidden;background:#eee;vertical-align:middle}
 .share span{display:block;height:100%}
 #findings li{margin:3px 0}
 """

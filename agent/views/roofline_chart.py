@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from agent.model.indexes import gpu_order
+from agent.model.judging import NAMES, judgement
 from agent.views.palette import class_colour, class_label
 from agent.views.svg import LogScale, esc, line, num, polyline, si, text
 
@@ -67,6 +68,20 @@ class DecodePoint:
     @property
     def plottable(self) -> bool:
         return bool(self.intensity and self.flops and self.intensity > 0 and self.flops > 0)
+
+
+def judged_figures(cls: str | None, figures: Mapping[str, float | None]) -> str:
+    """A point's hover text: the figure that judges its class first, named as such, then the other; for a class
+    neither judges, both with what matters instead (agent.model.judging, the rule the cards and ``top`` colour by)."""
+    def share(name: str) -> str:
+        value = figures.get(name)
+        return "—" if value is None else f"{value * 100:.0f}%"
+
+    verdict = judgement(cls)
+    if verdict.figure is None:
+        return f"MFU {share('mfu')}, MBU {share('mbu')} ({verdict.matters})"
+    other = "mbu" if verdict.figure == "mfu" else "mfu"
+    return f"{NAMES[verdict.figure]} {share(verdict.figure)} (judges {class_label(cls)}), {NAMES[other]} {share(other)}"
 
 
 def position(achieved_flops: float | None, achieved_bytes_per_s: float | None, mfu_workload: float | None,

@@ -14,12 +14,13 @@ from typing import Any
 
 from agent import __version__
 from agent.model import EVIDENCE_BASES
+from agent.model.counter_source import with_sources
 from agent.model.waste import SPARE
 from agent.views.attention_html import attention_panel, measures_note, waste_chips, waste_counts
-from agent.views.html_parts import bar, class_badge, class_chip, fmt, mfu_html, page, pct, script_hash
+from agent.views.html_parts import bar, class_badge, class_chip, figures_html, fmt, page, pct, script_hash
 from agent.views.jitter_evidence import snapshot_evidence
 from agent.views.palette import CLASS_LABELS, DOWN_COLOUR, class_colour, class_label
-from agent.views.roofline_chart import ChartPoint, Roof, position, roof_for, roofline_svg
+from agent.views.roofline_chart import ChartPoint, Roof, judged_figures, position, roof_for, roofline_svg
 from agent.views.serving_cards import SERVING_CSS, ServingGroup, decode_points, serving_groups, serving_section
 from agent.views.svg import esc, si
 
@@ -148,7 +149,7 @@ def _chart(devices: list[dict[str, Any]], verdicts: dict[str, dict[str, Any]], s
 def _point_title(gpu: str, verdict: dict[str, Any], reported: bool = False) -> str:
     rl = verdict.get("roofline") or {}
     where = "from the job's reported FLOPs" if reported else f"{rl.get('intensity')} FLOP/B, {si(rl.get('achieved_flops') or 0, 'FLOP/s')}"
-    return f"GPU {gpu}: {class_label(verdict['class'])}, {where}, MFU {pct(verdict.get('mfu'))}"
+    return f"GPU {gpu}: {class_label(verdict['class'])}, {where}, {judged_figures(verdict['class'], verdict)}"
 
 
 def _why_not_plotted(device: dict[str, Any], verdict: dict[str, Any]) -> str:
@@ -175,12 +176,15 @@ def _card(device: dict[str, Any], verdict: dict[str, Any] | None) -> str:
         flag = '<span class="pill">throttled</span>' if verdict.get("throttled") else ""
         verdict_html = (f'{class_badge(cls)} <span class="muted small">{pct(verdict.get("confidence"))} confident'
                         f'{" · " + esc(verdict["detail"]) if verdict.get("detail") else ""}</span>{flag}'
-                        f'<div class="mfu-line">{mfu_html(verdict.get("mfu"), verdict.get("mfu_source"))}'
-                        f' <span class="muted small">· MBU {pct(verdict.get("mbu"))}</span></div>' + _waste_line(verdict))
+                        + figures_html(cls, {f: (verdict.get(f), verdict.get(f"{f}_source")) for f in ("mfu", "mbu")})
+                        + _waste_line(verdict))
     reasons = "".join(f"<li>{esc(r)}</li>" for r in (verdict or {}).get("reasons") or [])
-    basis = EVIDENCE_BASES.get(str((verdict or {}).get("basis"))) if verdict else None
+    key = str((verdict or {}).get("basis"))
+    basis = EVIDENCE_BASES.get(key) if verdict else None
     if basis:
-        reasons += f'<li class="basis muted">verdict rests on: {esc(basis)}</li>'
+        basis = with_sources(key, basis, (verdict or {}).get("basis_sources") or ())
+        reasons += f'<li class="basis muted" data-source="{esc((verdict or {}).get("basis_source") or "")}">verdict rests '
+        reasons += f"on: {esc(basis)}</li>"
     evidence = snapshot_evidence(verdict) if verdict else []
     if evidence:
         reasons += f'<li class="evidence muted">evidence: {esc(" · ".join(evidence))}</li>'
@@ -242,7 +246,9 @@ PAGE_CSS = """
 .card.down{border-top-color:#f2495c}
 .card .head{margin-bottom:6px}
 .card .verdict{margin-bottom:4px}
-.card .mfu{font-size:22px;font-weight:700}
+.card .figures.lead .figure{font-size:22px;font-weight:700}
+.card .figures.other .figure{font-weight:600}
+.card .judged{margin:1px 0 3px}
 .card .reasons{margin:4px 0 6px;padding-left:18px;color:#333}
 .card .facts span{margin-right:8px;white-space:nowrap}
 .card .owner{margin-top:4px;color:#333}

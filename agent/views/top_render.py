@@ -19,6 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from agent.model import WORKLOAD_CLASSES
+from agent.model.counter_source import source_names, sources_of_label
 from agent.model.indexes import gpu_order
 from agent.model.waste import WASTE_KINDS
 from agent.views import palette
@@ -52,9 +53,9 @@ gpu_id_key = gpu_order
 """Numeric order of GPU ids ("2" < "10", "3" < "3/1" < "4"): string order would put 10 before 2."""
 
 
-def _live_mfu(row: GpuRow) -> float | None:
-    """MFU that describes the GPU now: a down GPU's last figure is history, not a measurement."""
-    return row.mfu if row.up is not False else None
+def _live_mfu(row: GpuRow, figure: str = "mfu") -> float | None:
+    """MFU (or MBU) that describes the GPU now: a down GPU's last figure is history, not a measurement."""
+    return getattr(row, figure) if row.up is not False else None
 
 
 def _class_rank(row: GpuRow) -> int:
@@ -157,13 +158,15 @@ def class_cell(row: GpuRow) -> Text:
     return text
 
 
-def mfu_cell(row: GpuRow) -> Text:
-    """MFU in its band colour; a counter estimate is marked, since only a workload report is exact."""
-    mfu = _live_mfu(row)
-    if mfu is None:
+def mfu_cell(row: GpuRow, figure: str = "mfu") -> Text:
+    """MFU (``figure="mbu"``: MBU) in its band colour where it judges the GPU's class, grey where it does not
+    (agent.model.judging: a memory-bound decode's low MFU is not red); a counter estimate is marked, since only a
+    workload report is exact."""
+    value = _live_mfu(row, figure)
+    if value is None:
         return Text(EMPTY)
-    text = Text(pct(mfu, 1), style=palette.mfu_colour(mfu))
-    if row.mfu_source == "counters":
+    text = Text(pct(value, 1), style=palette.figure_colour(row.cls, figure, value))  # type: ignore[arg-type]
+    if getattr(row, f"{figure}_source") == "counters":
         text.append(" est.", style="dim")
     return text
 
@@ -235,6 +238,7 @@ def render_header(state: TopState) -> Text:
         up_style = f"bold {palette.DOWN_COLOUR}" if up < expected else ""
         text.append(f"  node {nodes}  ")
         text.append(f"{up}/{expected} GPUs up", style=up_style)
+        text.append(counters_from(rows))
         if view.version:
             text.append(f"  agent {printable(view.version, 40)}", style="dim")
     text.append(f"  {printable(state.url)}  sorted by {state.sort}")
@@ -244,6 +248,18 @@ def render_header(state: TopState) -> Text:
         stale = " (showing the last data)" if view is not None else ""
         text.append(f"\n⚠ {printable(state.error)}{stale}", style=f"bold {palette.DOWN_COLOUR}")  # own line
     return text
+
+
+def counters_from(rows: Sequence[GpuRow]) -> str:
+    """Where the verdicts' counters were read (the ``basis_source`` label), per source with its GPU count when
+    they differ: "  counters from GPM", "  counters from GPM 6, DCGM 2"; empty when no GPU names one."""
+    counts = collections.Counter(name for r in rows if r.up is not False
+                                 for name in source_names(sources_of_label(r.basis_source), short=True))
+    if not counts:
+        return ""
+    if len(counts) == 1:
+        return f"  counters from {next(iter(counts))}"
+    return "  counters from " + ", ".join(f"{name} {n}" for name, n in counts.most_common())
 
 
 def render_summary(rows: Sequence[GpuRow], servers: Sequence[ServingRow] = ()) -> Text:
@@ -263,9 +279,7 @@ def render_summary(rows: Sequence[GpuRow], servers: Sequence[ServingRow] = ()) -
     mfus = [m for m in (_live_mfu(r) for r in rows) if m is not None]
     if mfus:
         mean = sum(mfus) / len(mfus)
-        text.append("  mean MFU ")
-        text.append(pct(mean, 1), style=palette.mfu_colour(mean))
-        text.append(f" over {len(mfus)} GPUs")
+        text.append(f"  mean MFU {pct(mean, 1)} over {len(mfus)} GPUs")  # not coloured: MFU judges compute-bound GPUs only
     else:
         text.append(f"  mean MFU {EMPTY}")
     return text
@@ -278,6 +292,7 @@ COLUMNS: tuple[tuple[str, Callable[[GpuRow], RenderableType]], ...] = (
     ("CLASS", class_cell),
     ("CONF", lambda r: pct(r.confidence)),
     ("MFU", mfu_cell),
+    ("MBU", lambda r: mfu_cell(r, "mbu")),
     ("SM", lambda r: bar(r.sm)),
     ("TENSOR", lambda r: bar(r.tensor)),
     ("DRAM", lambda r: bar(r.dram)),
@@ -286,10 +301,10 @@ COLUMNS: tuple[tuple[str, Callable[[GpuRow], RenderableType]], ...] = (
     ("MEM", lambda r: of_cell(r.mem_used_bytes, r.mem_total_bytes, "GiB", 2**30)),
     ("JOB", owner_cell),
 )
-DROP_ORDER = ("MODEL", "MEM", "SM MHz", "CONF", "POWER", "JOB", "DRAM", "TENSOR", "SM")
+DROP_ORDER = ("MODEL", "MEM", "SM MHz", "CONF", "POWER", "JOB", "DRAM", "TENSOR", "SM", "MBU")
 """On a narrow terminal these go first, least telling first: a column cut to "…" helps nobody,
 while GPU, class and MFU (what the view is for) must always be readable, and whose job a
-wasted GPU is matters more than its power."""
+wasted GPU is matters more than its power. MBU goes last: it judges a memory-bound GPU."""
 COLUMN_GAP = 3
 """Padding, divider, padding between two columns of the SIMPLE_HEAD box without edges."""
 MAX_CELL = 20

@@ -71,6 +71,8 @@ class GpuRow:
     pod: str | None = None
     basis: str | None = None
     """What the verdict rests on (the reason info's ``basis`` label, EVIDENCE_BASES)."""
+    basis_source: str | None = None
+    """Where those counters were read (the reason info's ``basis_source`` label: agent.model.counter_source)."""
     waste: str | None = None
     """Whether the GPU is wasted (the reason info's ``waste`` label: agent.model.waste.WASTE_LABELS)."""
     lost: float | None = None
@@ -239,6 +241,7 @@ def _gpu_fact(row: dict[str, object], sources: dict[str, dict[str, float]], name
     elif name == "roofwatch_gpu_workload_reason_info":
         row["detail"], row["throttle"] = labels.get("detail"), labels.get("throttle")
         row["basis"] = labels.get("basis") or None
+        row["basis_source"] = labels.get("basis_source") or None
         row["waste"] = labels.get("waste") or None
     elif name == "roofwatch_gpu_job_info":
         row["job"] = labels.get("job_id") or None
