@@ -261,6 +261,15 @@ def test_schema_config_keys_are_the_agents_settings():
             assert prop["enum"] == agent_schema[name]["enum"], name
 
 
+def test_schema_inference_kinds_are_the_servers_the_agent_recognises():
+    """A server the agent reads (llama.cpp, Triton, ...) must not be refused by the chart before it starts."""
+    from agent.context.workload.inference.parse import KINDS
+
+    schema = yaml.safe_load((CHART / "values.schema.json").read_text())
+    endpoint = schema["properties"]["config"]["properties"]["inference_endpoints"]["items"]
+    assert endpoint["properties"]["kind"]["enum"] == ["auto", *KINDS]
+
+
 # -- values.schema.json ---------------------------------------------------------------------------
 
 

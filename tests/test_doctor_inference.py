@@ -47,6 +47,8 @@ def test_a_server_without_latency_histograms_or_a_missing_endpoint_is_a_warning(
     assert tgi.status == "warn" and "not exported: KV-cache usage, inter-token latency" in tgi.detail
     assert "inter-token latency histogram" in tgi.fix
     assert missing.status == "warn" and "404" in missing.detail
+    from agent.context.workload.inference.parse import KIND_NAMES
+    assert all(name in missing.fix for name in KIND_NAMES.values()), missing.fix  # where each server serves them
 
 
 def test_the_line_says_which_gpus_the_figures_reach_and_warns_where_no_gpu_can_be_found(server):

@@ -62,8 +62,9 @@ def _endpoint(i: int, ep: Any, models: dict[str, Any], timeout_s: float) -> Find
         current = totals(expo, kind)
     except Exception as exc:
         detail = str(exc) if isinstance(exc, ExpositionError) else describe_error(exc, timeout_s)
-        return Finding(check, "warn", detail, costs, "check the URL (vLLM and SGLang serve /metrics on their API port; "
-                       "SGLang needs --enable-metrics) and that the agent can reach it")
+        return Finding(check, "warn", detail, costs, "check the URL (vLLM, SGLang and TGI serve /metrics on their API port; "
+                       "SGLang needs --enable-metrics, llama.cpp's server --metrics; Triton serves them on "
+                       "its metrics port, 8002 by default) and that the agent can reach it")
     serving = current.serving
     present = [label for name, label in SIGNALS if serving is not None and getattr(serving, name) is not None]
     missing = [label for name, label in SIGNALS if label not in present]
