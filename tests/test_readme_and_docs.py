@@ -74,6 +74,7 @@ def tracked_text_files() -> list[Path]:
     return [ROOT / n for n in listed if n and Path(n).suffix in suffixes and (ROOT / n).is_file()]
 
 
+@pytest.mark.slow  # asks git for the tracked files (a child process)
 def test_nothing_points_outside_the_checkout_for_the_trace_format():
     this = Path(__file__).resolve()
     outside = [str(p.relative_to(ROOT)) for p in tracked_text_files()
