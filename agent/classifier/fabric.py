@@ -169,18 +169,8 @@ def fabric_evidence(window: Sequence[GpuSample], long_window: Sequence[GpuSample
         return FabricEvidence(power_cv=power_block_cv(long_window, spec), spin_fraction=spin, memory_gap=gap)
     working_level = _quantile([p for _, p, _ in rows], 0.9)
     busy_fabric = max(t.fabric_active_bytes, _quantile([b for _, _, b in rows], 0.5))
-    memories = [m for s, _, _ in rows if (m := _memory(s)) is not None]
-    memory_level = _quantile(memories, 0.9) if len(memories) >= 6 else 0.0
-    GAP = float(__import__("os").environ.get("W44_GAP", "9"))
-
-    def snapshot(s: GpuSample, p: float) -> bool:
-        m = _memory(s)
-        if m is None or memory_level <= 0.0:
-            return False
-        return (1.0 - p / working_level) - (1.0 - m / memory_level) > GAP
-
     waiting = [s.gr_active is not None and s.gr_active >= t.comm_wait_gr
-               and p <= working_level * (1.0 - t.wait_power_drop) and b >= busy_fabric and not snapshot(s, p)
+               and p <= working_level * (1.0 - t.wait_power_drop) and b >= busy_fabric
                for s, p, b in rows]
     working = [p for (_, p, _), w in zip(rows, waiting) if not w]
     memory_rows = [(m, b) for s, _, b in rows if (m := _memory(s)) is not None]

@@ -37,11 +37,6 @@ def _quiet(s: GpuSample, t: Thresholds) -> bool | None:
     return s.gr_active < t.idle_duty and (memory is None or memory < t.idle_dram)
 
 
-def _stopped(s: GpuSample, t: Thresholds) -> bool | None:
-    """No kernel ran in this read (a stop of the job, whatever its memory or PCIe do meanwhile)."""
-    return None if s.gr_active is None else s.gr_active < t.idle_duty
-
-
 def pcie_bytes(s: GpuSample) -> float | None:
     """Bytes per second crossing PCIe in either direction (the larger; amdsmi reads both together)."""
     known = [v for v in (s.pcie_tx_bytes_per_s, s.pcie_rx_bytes_per_s, s.pcie_bytes_per_s) if v is not None]
@@ -172,15 +167,18 @@ class Stalls:
         return self.periodic or self.window_share > 0.0
 
 
-def _stops(long_window: Sequence[GpuSample], interval: float, t: Thresholds) -> list[Stop]:
+def _stops(long_window: Sequence[GpuSample], stopped: list[bool], interval: float) -> list[Stop]:
+    """The runs of reads flagged ``stopped`` in ``long_window``."""
     out: list[Stop] = []
     i, n = 0, len(long_window)
     while i < n:
-        if not _stopped(long_window[i], t):
-            i += 1
-            continue
+        if not stopped[i]:
+            try:
+                i = stopped.index(True, i)
+            except ValueError:
+                break
         j = i
-        while j + 1 < n and _stopped(long_window[j + 1], t):
+        while j + 1 < n and stopped[j + 1]:
             j += 1
         run = long_window[i:j + 1]
         copies = [b for s in run if (b := _copy_off(s)) is not None]
@@ -196,14 +194,17 @@ def stalls(window: Sequence[GpuSample], long_window: Sequence[GpuSample], t: Thr
     """The stops of the job in ``long_window`` (``window`` is the short window's reads, a suffix of it)."""
     if not long_window:
         return Stalls()
-    interval = _interval(long_window)
-    stops = _stops(long_window, interval, t)
-    if not stops:
+    # A stop: no kernel ran in the read, whatever memory or PCIe do meanwhile. This runs for every GPU at every
+    # evaluation over the whole long window, so the flags are taken in one pass and the runs built only for a
+    # busy job.
+    stopped = [s.gr_active is not None and s.gr_active < t.idle_duty for s in long_window]
+    if not any(stopped):
         return Stalls()
-    stopped = {k for s in stops for k in range(s.first, s.last + 1)}
-    working = [s.gr_active for k, s in enumerate(long_window) if k not in stopped and s.gr_active is not None]
+    working = [s.gr_active for s, stop in zip(long_window, stopped) if not stop and s.gr_active is not None]
     if not working or (_mean(working) or 0.0) < t.busy_duty:
         return Stalls()  # not a busy job that pauses: a starved or idle GPU's gaps are its own state
+    interval = _interval(long_window)
+    stops = _stops(long_window, stopped, interval)
     complete = [s for s in stops if s.complete]
     span = max(long_window[-1].ts - long_window[0].ts + interval, interval)
     share = min(1.0, math.fsum(s.seconds for s in stops) / span)
