@@ -15,9 +15,23 @@ def virtual_loader(virtual: Any, **engine_options: Any) -> Callable[[Sequence[st
     """A bindings loader that also makes the loaded bindings use a fake libdcgm for ``virtual``'s node."""
     from agent.virtual.fake_dcgm import FakeDcgmLibrary, FakeHostEngine, install
 
+    options = {**node_options(virtual), **engine_options}
+
     def load(paths: Sequence[str]) -> DcgmModules:
         modules = load_bindings(paths)
-        install(modules.structs, FakeDcgmLibrary(FakeHostEngine(virtual, **engine_options)))
+        install(modules.structs, FakeDcgmLibrary(FakeHostEngine(virtual, **options)))
         return modules
 
     return load
+
+
+def node_options(virtual: Any) -> dict[str, Any]:
+    """The host engine's options from the node's ``dcgm`` block of the scenario (agent.virtual.profiles.DcgmProfile):
+    its release and which fields it offers, so a scenario can play a node whose DCGM gives only the cumulative
+    counters."""
+    scenario = getattr(getattr(virtual, "engine", None), "scenario", None)
+    node = next((n for n in getattr(scenario, "nodes", ()) if n.name == getattr(virtual, "node", None)), None)
+    profile = getattr(node, "dcgm", None)
+    if profile is None:
+        return {}
+    return {"version": profile.version, "cumulative": profile.cumulative, "ratios": profile.ratios}

@@ -49,6 +49,10 @@ class ProfilingRead:
     reason: str | None = None
     paused: bool = False
     """Every supported field read blank: profiling paused, or a profiler holds the counters."""
+    counted: tuple[str, ...] = ()
+    """Fields whose value is the activity of cumulative counters over the span since the previous read
+    (agent.backends.cumulative), not a sampled ratio: named ``<label>-totals`` in
+    :meth:`ProfilingJoin.counter_sources`."""
 
 
 class ProfilingSource(Protocol):
@@ -85,6 +89,8 @@ class ProfilingJoin:
         self.last: dict[str, ProfilingRead] = {}
         self._filled: dict[str, tuple[str, ...]] = {}
         """gpu -> the fields the source gave its latest sample (:meth:`counter_sources`)."""
+        self._counted: dict[str, tuple[str, ...]] = {}
+        """gpu -> those of them its cumulative counters gave over the window."""
 
     def __getattr__(self, name: str) -> Any:  # devices, nvml, device_events, nic_ports, ...
         if name == "inner":
@@ -123,6 +129,7 @@ class ProfilingJoin:
         merged = merge_profiling(sample, read.values, replace=FALLBACK_FIELDS)
         self._filled[gpu] = tuple(k for k in PROFILING_FIELDS if read.values.get(k) is not None
                                   and (getattr(sample, k) is None or k in FALLBACK_FIELDS))
+        self._counted[gpu] = read.counted
         if merged.gr_active is not sample.gr_active and sample.gr_active is not None and sample.util_gpu is None:
             # the duty NVML read (utilization.gpu: these GPUs have no GPM) stays beside the profiling one
             merged = dataclasses.replace(merged, util_gpu=sample.gr_active)
@@ -133,7 +140,9 @@ class ProfilingJoin:
         fields it filled, the inner backend's word for the rest where it has one (agent.model.counter_source)."""
         inner = getattr(self.inner, "counter_sources", None)
         out = dict(inner(gpu)) if inner is not None else {}
-        out.update({name: self.label.lower() for name in self._filled.get(gpu, ())})
+        counted = set(self._counted.get(gpu, ()))
+        own = self.label.lower()
+        out.update({name: f"{own}-totals" if name in counted else own for name in self._filled.get(gpu, ())})
         return out
 
     def source_states(self, now: float) -> tuple[SourceState, ...]:

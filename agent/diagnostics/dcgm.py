@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
-from agent.backends.dcgm.fields import field_name
+from agent.backends.dcgm.fields import CUMULATIVE, CUMULATIVE_ELAPSED, field_name
 from agent.backends.profiling import ProfilingJoin
 from agent.diagnostics.findings import Finding
 
@@ -57,10 +57,25 @@ def dcgm_findings(backend: Any, settings: Any, *, sleep: Callable[[float], None]
             found.append(Finding(CHECK, "warn", read.reason, IMPACT, gpu=gpu))
         else:
             found.append(Finding(CHECK, "ok", f"DCGM profiling fields: {names}", gpu=gpu))
+        found.extend(activity_finding(state.fields, gpu))
         missing = [k for k in state.absent if k != "profiling"]
         if missing:
             found.append(Finding(CHECK, "info", f"not offered by DCGM on this GPU: {', '.join(missing)}", gpu=gpu))
     return found
+
+
+def activity_finding(fields: tuple[int, ...], gpu: str | None) -> list[Finding]:
+    """That the GPU's activity is DCGM 4.6's cumulative counters over the agent's own window (Δactive / Δelapsed,
+    preferred where the host engine offers them); none where it is DCGM's sampled ratios, as before 4.6 (the
+    fields line names them)."""
+    if CUMULATIVE_ELAPSED not in fields:
+        return []
+    counted = sorted({name for f in fields if f in CUMULATIVE and (name := CUMULATIVE[f][1]) is not None})
+    if counted:
+        return [Finding("activity", "info", f"cumulative counters: {', '.join(counted)} as Δactive / Δelapsed over "
+                        f"the agent's own window (DCGM_FI_PROF_*_CYCLES_ACTIVE_TOTAL over "
+                        f"DCGM_FI_PROF_{CUMULATIVE[CUMULATIVE_ELAPSED][0]}), preferred to the sampled ratios", gpu=gpu)]
+    return []
 
 
 def _dcgm_join(backend: Any) -> ProfilingJoin | None:

@@ -10,7 +10,7 @@ import time
 from typing import Any, Iterable, Mapping
 
 from agent.backends.dcgm_exporter.backend import UNNAMED_MODEL
-from agent.backends.dcgm_exporter.mapping import PROFILING_FIELDS, sample_values
+from agent.backends.dcgm_exporter.mapping import ELAPSED, PROFILING_FIELDS, counter_fields, sample_values
 from agent.backends.dcgm_exporter.reader import listed
 from agent.classifier.rules import duty_readings_contradict
 from agent.classifier.thresholds import DEFAULT_THRESHOLDS
@@ -68,8 +68,31 @@ def refused_finding(backend: Any) -> list[Finding]:
                     "really has more")]
 
 
-def _missing(sources: dict[str, str]) -> list[str]:
-    return [f for f in WANTED if f not in sources]
+def _missing(sources: Mapping[str, str], counted: Iterable[str] = ()) -> list[str]:
+    """Wanted fields no source gives; ``counted``: those the cumulative counters give from the second read on."""
+    return [f for f in WANTED if f not in sources and f not in set(counted)]
+
+
+def activity_finding(gpu: str, record: Any, window: Any) -> list[Finding]:
+    """Which activity the GPU's verdict reads: DCGM 4.6's cumulative counters over the agent's own window
+    (Δactive / Δelapsed, preferred where the exposition has them) or DCGM's sampled ratios; none without either.
+    ``window``: the backend's :class:`agent.backends.cumulative.WindowState` of the GPU, or None."""
+    counted = counter_fields(record)
+    if counted:
+        seen = ""
+        if window is not None and window.window_cycles:
+            seen = f"; latest window {window.window_cycles:.3g} SM cycles"
+        if window is not None and window.restarts:
+            seen += f", {window.restarts} reading(s) where counters went back (restart or reset: that window dropped)"
+        return [Finding("activity", "info", f"cumulative counters: {', '.join(counted)} as Δactive / Δelapsed over "
+                        f"the agent's own window (DCGM_FI_PROF_*_CYCLES_ACTIVE_TOTAL over {ELAPSED}, DCGM 4.6), "
+                        f"preferred to the sampled ratios{seen}", gpu=gpu)]
+    sampled = sorted(f for f in sample_values(record) if f in PROFILING_FIELDS and f != "gr_active")
+    if sampled:
+        return [Finding("activity", "info", f"sampled ratios: {', '.join(sampled)} as DCGM averaged them over its own "
+                        f"update period (no {ELAPSED}: DCGM 4.6's cumulative counters, read exactly over the agent's "
+                        "window where the counters CSV exports them)", gpu=gpu)]
+    return []
 
 
 def _source_line(gpu: str, sources: dict[str, str], backend_name: str) -> Finding:
@@ -166,7 +189,8 @@ def standalone_findings(backend: Any, now: float | None = None) -> tuple[list[Fi
         out.extend(disagreement_finding(gpu, sample_values(record)))
         sources = backend.counter_sources(gpu)
         out.append(_source_line(gpu, sources, backend.name))
-        missing = _missing(sources)
+        out.extend(activity_finding(gpu, record, _window(backend, gpu)))
+        missing = _missing(sources, counter_fields(record))
         if missing:
             out.append(_missing_finding(gpu, missing, "the exporter does not export them", models))
     unknown = backend.unknown_gpus()
@@ -200,14 +224,25 @@ def join_findings(backend: Any, now: float | None = None) -> list[Finding]:
         state = backend.join_state(gpu)
         sources = backend.counter_sources(gpu)
         out.append(_source_line(gpu, sources, backend.name))
+        record = backend.lookup(state.key, now)[0] if state is not None and state.key is not None else None
+        counted: tuple[str, ...] = ()
+        if record is not None and "nvml" not in (sources.get("sm_active"), sources.get("tensor_active")):  # not GPM
+            out.extend(activity_finding(gpu, record, _window(backend, gpu)))
+            counted = counter_fields(record)
         if state is not None and state.problem is not None:
             out.append(Finding("dcgm-exporter join", "warn", state.problem, "the exporter's counters for this GPU",
                                "the exporter must run on this node and list the GPU with the UUID NVML reports",
                                gpu=gpu))
-        missing = _missing(sources)
+        missing = _missing(sources, counted)
         if missing:
             out.append(_missing_finding(gpu, missing, "neither NVML nor the exporter gives them"))
     return out
+
+
+def _window(backend: Any, gpu: str) -> Any:
+    """The backend's latest counter window of ``gpu`` (agent.backends.cumulative), where it keeps one."""
+    window = getattr(backend, "counter_window", None)
+    return window(gpu) if window is not None else None
 
 
 def findings(backend: Any) -> Iterable[Finding]:

@@ -23,14 +23,22 @@ from agent.model.device import DeviceState
 COUNTER_SOURCES: dict[str, str] = {
     "gpm": "GPM",
     "dcgm": "DCGM",
+    "dcgm-totals": "DCGM totals",
     "dcgm-exporter": "dcgm-exporter",
+    "dcgm-exporter-totals": "dcgm-exporter totals",
     "amd-exporter": "DME",
     "nvml": "NVML",
     "amdsmi": "amdsmi",
 }
 """Every source a verdict's counters can come from (the ``basis_source`` label's values, joined by ``+``), and
-its short name (a terminal's)."""
-SPELLED_OUT: dict[str, str] = {"amd-exporter": "DME (AMD's Device Metrics Exporter)"}
+its short name (a terminal's). ``dcgm-totals``, ``dcgm-exporter-totals``: a field DCGM (through its bindings, or
+dcgm-exporter) gave as DCGM 4.6's cumulative cycle counters, Δactive / Δelapsed over the agent's own window
+(agent.backends.cumulative), not as DCGM's sampled ratio."""
+SPELLED_OUT: dict[str, str] = {
+    "amd-exporter": "DME (AMD's Device Metrics Exporter)",
+    "dcgm-totals": "DCGM's cumulative counters (Δactive / Δelapsed over the window)",
+    "dcgm-exporter-totals": "dcgm-exporter's cumulative counters (Δactive / Δelapsed over the window)",
+}
 """How a sentence names a source whose short name a reader may not know."""
 NO_SOURCE = "none"
 """The label value when no counter stands behind the verdict (step reports, the ranks' spread, no verdict)."""

@@ -28,7 +28,7 @@ from agent.virtual.devices import (
     partition_count,
     partitionable,
 )
-from agent.virtual.profiles import AmdProfile, NvmlProfile
+from agent.virtual.profiles import AmdProfile, DcgmProfile, NvmlProfile
 from agent.virtual.serving.figures import ServingError, phase_figures
 from agent.virtual.workloads import GpuRef, ServingPhase, StrictModel, Workload, gpu_parent
 
@@ -91,6 +91,8 @@ class Node(StrictModel):
     faults: list[Fault] = Field(default_factory=list)
     nvml: NvmlProfile = Field(
         default_factory=NvmlProfile, description="The fake NVML driver's behaviour on this node.")
+    dcgm: DcgmProfile = Field(
+        default_factory=DcgmProfile, description="The fake DCGM host engine's behaviour on this node (with dcgm: on).")
     amd: AmdProfile = Field(
         default_factory=AmdProfile, description="AMD partition modes and the fake libamd_smi's behaviour on this node.")
 

@@ -1,4 +1,4 @@
-"""How a scenario node's (fake) drivers behave: the ``nvml`` and ``amd`` blocks of a node.
+"""How a scenario node's (fake) drivers behave: the ``nvml``, ``dcgm`` and ``amd`` blocks of a node.
 
 These are kept apart from the node schema because their readers are different: the fake
 libnvidia-ml (:mod:`agent.virtual.fake_nvml`) and the fake libamd_smi
@@ -63,6 +63,19 @@ class NvmlProfile(StrictModel):
     @property
     def driver_major(self) -> int:
         return int(self.driver_version.split(".", 1)[0])
+
+
+class DcgmProfile(StrictModel):
+    """How the node's (fake) DCGM host engine behaves, for :mod:`agent.virtual.fake_dcgm` (``dcgm: on``)."""
+
+    version: str = Field("4.6.0", pattern=r"^\d+\.\d+\.\d+$", description="The DCGM release (dcgmVersionInfo): "
+                         "3.x loads libdcgm.so.3; 4.5+ has dcgmConnect_v3; 4.6+ knows the cumulative counters.")
+    cumulative: bool = Field(False, description="True: the host engine offers DCGM 4.6's cumulative counters "
+                             "(DCGM_FI_PROF_*_CYCLES_*_TOTAL, ids 1084-1096; not before 4.6.0), which the agent "
+                             "prefers to the sampled ratios (Δactive / Δelapsed over its own window).")
+    ratios: bool = Field(True, description="False: the host engine offers none of the sampled SM, occupancy, tensor "
+                         "and FP-pipe ratios (1002-1004, 1006-1008): with cumulative, a node whose pipe activity only the "
+                         "cumulative counters give (engine and DRAM activity, which no counter gives, stay).")
 
 
 AmdSymbol = Annotated[str, Field(pattern=r"^amdsmi_[a-z0-9_]+$")]

@@ -43,6 +43,8 @@ that this source reads, so neither release changes a value here."""
 
 def field_name(field_id: int, version: str | None) -> str:
     """``field_id``'s DCGM_FI_PROF_* name as the host engine of ``version`` (``"4.6.0"``) calls it."""
+    if field_id in CUMULATIVE:
+        return CUMULATIVE[field_id][0]  # DCGM 4.6.0 introduced them under these names
     try:
         major, minor = (int(p) for p in (version or "").split(".")[:2])
     except ValueError:
@@ -75,3 +77,29 @@ def sample_value(field_id: int, value: float) -> float | None:
     if field_id in RATIOS:
         return min(1.0, max(0.0, float(value)))
     return max(0.0, float(value))
+
+
+CUMULATIVE: dict[int, tuple[str, str | None]] = {
+    1084: ("SM_CYCLES_ELAPSED_TOTAL", None),
+    1085: ("SM_CYCLES_ACTIVE_TOTAL", "sm_active"),
+    1086: ("MMA_CYCLES_ACTIVE_TOTAL", "tensor_active"),
+    1087: ("DMMA_CYCLES_ACTIVE_TOTAL", "tensor_dmma_active"),
+    1088: ("HMMA_CYCLES_ACTIVE_TOTAL", "tensor_hmma_active"),
+    1089: ("IMMA_CYCLES_ACTIVE_TOTAL", "tensor_imma_active"),
+    1090: ("DFMA_CYCLES_ACTIVE_TOTAL", "tensor_dfma_active"),
+    1091: ("PCIE_TX_BYTES_TOTAL", None),
+    1092: ("PCIE_RX_BYTES_TOTAL", None),
+    1093: ("INT_CYCLES_ACTIVE_TOTAL", None),
+    1094: ("FP64_CYCLES_ACTIVE_TOTAL", "fp64_active"),
+    1095: ("FP32_CYCLES_ACTIVE_TOTAL", "fp32_active"),
+    1096: ("FP16_CYCLES_ACTIVE_TOTAL", "fp16_active"),
+}
+"""DCGM 4.6.0's cumulative profiling counters (``dcgmlib/dcgm_fields.h``, ids 1084-1096; ``dcgm_fields.cpp``:
+``DCGM_FT_INT64``, backed by NVML's GPM metrics 248-260 "since reboot"): ``DCGM_FI_PROF_`` + name -> the sample
+field ``Δ(that counter) / Δ(SM cycles elapsed)`` fills (:mod:`agent.backends.cumulative`). The elapsed cycles are
+the denominator. None: not turned into a sample field: the integer pipe has no field in the sample, and the PCIe
+byte totals would need the time of DCGM's own update (an exposition carries none), so the byte-rate gauges
+(1009/1010) stay the PCIe source."""
+CUMULATIVE_ELAPSED = 1084
+CUMULATIVE_NAMES: dict[str, int] = {f"DCGM_FI_PROF_{name}": fid for fid, (name, _) in CUMULATIVE.items()}
+"""The counters by the name DCGM and dcgm-exporter print them under (its counters CSV types them ``counter``)."""

@@ -15,6 +15,10 @@ lost GPU or a field without data costs that GPU or field only. Blank values (pro
 before Hopper) are unknown, never zero, and reported as "paused or unavailable". A lost connection
 (nv-hostengine restarted or stopped) is re-established with back-off; the group and watches are
 created again, and values return after the first update interval.
+
+Where the host engine offers DCGM 4.6's cumulative counters (1084-1096), they are watched too, and the activity
+between two reads is Δactive / Δelapsed over that span (agent.backends.cumulative), which wins over the sampled
+ratio of the same field; the fields it gave are named in :attr:`ProfilingRead.counted`.
 """
 
 from __future__ import annotations
@@ -27,9 +31,10 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from agent.backends.base import BackendUnavailable, DeviceLostError, Meaning
+from agent.backends.cumulative import CounterWindows, Totals
 from agent.backends.dcgm.bindings import DcgmModules
 from agent.backends.dcgm.errors import describe, describe_code, meaning, meaning_of_code
-from agent.backends.dcgm.fields import BLANK, FIELDS, NAMES, decode, sample_value
+from agent.backends.dcgm.fields import BLANK, CUMULATIVE, CUMULATIVE_ELAPSED, FIELDS, NAMES, decode, sample_value
 from agent.backends.profiling import ProfilingRead
 from agent.model import DeviceInfo
 
@@ -76,6 +81,8 @@ class DcgmSource:
         self._retry_at = 0.0
         self._group = self._field_group = None
         self._closed = False
+        self.windows = CounterWindows()
+        """Each GPU's cumulative counters (by UUID) at the latest read."""
         self._init()
         try:
             self._connect()
@@ -148,9 +155,10 @@ class DcgmSource:
                 continue
             offered = {int(g.fieldIds[j]) for g in groups.metricGroups[: groups.numMetricGroups]
                        for j in range(g.numFieldIds)}
-            state.fields = tuple(f for f in FIELDS if f in offered)
+            state.fields = tuple(f for f in (*FIELDS, *CUMULATIVE) if f in offered)
+            counted = {CUMULATIVE[f][1] for f in offered if f in CUMULATIVE} if CUMULATIVE_ELAPSED in offered else set()
             for fid in FIELDS:
-                if fid not in offered:
+                if fid not in offered and FIELDS[fid] not in counted:
                     state.absent[NAMES[fid]] = "not offered by DCGM on this GPU"
             if state.fields:
                 watched.append(state)
@@ -197,10 +205,15 @@ class DcgmSource:
 
     def _decode(self, state: GpuState, raw: object, now: float) -> ProfilingRead:
         values: dict[str, float | None] = {}
+        totals: dict[int, float] = {}
         blanks = waiting = stale = 0
         oldest_ok = now - max(10.0, STALE_PERIODS * self.update_us / 1e6)
         for fv in raw:  # type: ignore[attr-defined]
             fid = int(fv.fieldId)
+            if fid in CUMULATIVE:
+                if fv.status == 0 and (value := decode(fv, self.m.value)) is not BLANK and fv.ts / 1e6 >= oldest_ok:
+                    totals[fid] = float(value)
+                continue
             if fid not in FIELDS:
                 continue
             values[FIELDS[fid]] = None
@@ -217,16 +230,21 @@ class DcgmSource:
                 stale += 1
             else:
                 values[FIELDS[fid]] = sample_value(fid, value)
-        state.paused = bool(values) and blanks == len(values)
+        exact = self.windows.activity(state.uuid, _totals(totals))
+        values.update(exact)
+        counted = tuple(sorted(exact))
+        state.paused = bool(values) and blanks == len(values) and not exact
         if state.paused:
             return ProfilingRead(values, reason=PAUSED_REASON, paused=True)
         if waiting:
-            return ProfilingRead(values, reason="DCGM: waiting for the first profiling update")
+            return ProfilingRead(values, reason="DCGM: waiting for the first profiling update", counted=counted)
         if stale:
-            return ProfilingRead(values, reason="DCGM: profiling values are stale (the host engine stopped updating)")
-        return ProfilingRead(values)
+            return ProfilingRead(values, reason="DCGM: profiling values are stale (the host engine stopped updating)",
+                                 counted=counted)
+        return ProfilingRead(values, counted=counted)
 
     # ------------------------------------------------------------------ connection loss
+
 
     def _lost(self, why: str) -> None:
         if self.handle is not None:
@@ -274,3 +292,12 @@ class DcgmSource:
                 except self.m.structs.DCGMError:
                     pass
             self._disconnect()
+
+
+def _totals(counts: dict[int, float]) -> Totals | None:
+    """The cumulative counters of one read as :class:`Totals` (sample field -> active cycles); None without the
+    elapsed cycles to divide by."""
+    if CUMULATIVE_ELAPSED not in counts:
+        return None
+    return Totals(counts[CUMULATIVE_ELAPSED], {CUMULATIVE[f][1]: v for f, v in counts.items()  # type: ignore[misc]
+                                               if CUMULATIVE[f][1] is not None})

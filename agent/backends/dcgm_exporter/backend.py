@@ -30,8 +30,9 @@ from __future__ import annotations
 import logging
 from typing import Any, Mapping
 
+from agent.backends.cumulative import CounterWindows, WindowState, prefer
 from agent.backends.dcgm_exporter.exposition import GpuRecord
-from agent.backends.dcgm_exporter.mapping import capabilities, sample_values
+from agent.backends.dcgm_exporter.mapping import capabilities, counter_fields, sample_values, totals
 from agent.backends.exporter_backend import MAX_DEVICES, ExporterBackend, joined
 from agent.model import DeviceInfo, GpuSpec
 from agent.model.specs.lookup import resolve_spec
@@ -41,7 +42,17 @@ from agent.model.specs.slices import mig_name_spec
 log = logging.getLogger("roofwatch.dcgm_exporter")
 
 SOURCE = "dcgm-exporter"
-__all__ = ["MAX_DEVICES", "SOURCE", "UNNAMED_MODEL", "DcgmExporterBackend", "device_info", "joined"]
+TOTALS = "dcgm-exporter-totals"
+"""The source of a field the exporter gave as cumulative counters over the window (agent.model.counter_source)."""
+__all__ = ["MAX_DEVICES", "SOURCE", "TOTALS", "UNNAMED_MODEL", "DcgmExporterBackend", "device_info", "joined",
+           "named_totals"]
+
+
+def named_totals(sources: dict[str, str], window: WindowState | None) -> dict[str, str]:
+    """``sources`` with each field the exporter's cumulative counters gave over the latest window named as such,
+    so the verdict's ``basis_source`` and doctor say the activity is the counters', not DCGM's sampled ratio."""
+    used = window.used if window is not None else ()
+    return {f: TOTALS if f in used and source == SOURCE else source for f, source in sources.items()}
 
 
 UNNAMED_MODEL = "NVIDIA GPU (model not exported)"
@@ -79,7 +90,7 @@ def device_info(record: GpuRecord, siblings: Mapping[str, GpuRecord] | None = No
     return DeviceInfo(gpu=record.key, uuid=f"{uuid}/{record.instance}" if record.instance else uuid, vendor="nvidia",
                       model=model, memory_total_bytes=total, pci_bus_id=record.pci_bus_id,
                       sm_clock_max_mhz=values.get("sm_clock_max_mhz"), spec=spec,
-                      capabilities=(SOURCE, *capabilities(values)))
+                      capabilities=(SOURCE, *capabilities({**values, **dict.fromkeys(counter_fields(record), 0.0)})))
 
 
 def unnamed_spec(record: GpuRecord, siblings: Mapping[str, GpuRecord]) -> GpuSpec | None:
@@ -100,8 +111,23 @@ class DcgmExporterBackend(ExporterBackend):
     devices_word = "GPUs and MIG instances"
     most_per_node = "a node has at most 16 GPUs x 7 MIG instances"
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.windows = CounterWindows()
+        """Each GPU's cumulative counters at the latest read (agent.backends.cumulative)."""
+
     def device(self, record: GpuRecord, records: Mapping[str, GpuRecord]) -> DeviceInfo:
         return device_info(record, records)
 
     def values(self, gpu: str, record: GpuRecord, now: float | None) -> dict[str, Any]:
-        return sample_values(record)
+        """The record's fields, the activity of its cumulative counters over the window since the previous read
+        winning over the sampled ratios. Asked again for the same record (``counter_sources``), the window is
+        the same: an unchanged reading gives the previous window's activity."""
+        return prefer(sample_values(record), self.windows.activity(gpu, totals(record)))
+
+    def counter_window(self, gpu: str) -> WindowState | None:
+        """How GPU ``gpu``'s cumulative counters went at the latest read; None when it has none (doctor)."""
+        return self.windows.state(gpu)
+
+    def counter_sources(self, gpu: str) -> dict[str, str]:
+        return named_totals(super().counter_sources(gpu), self.windows.state(gpu))

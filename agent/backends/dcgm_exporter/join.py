@@ -24,8 +24,9 @@ from __future__ import annotations
 import logging
 from typing import Any, Sequence
 
-from agent.backends.dcgm_exporter.backend import SOURCE
-from agent.backends.dcgm_exporter.mapping import COUNTER_FIELDS, PROFILING_FIELDS, sample_values
+from agent.backends.cumulative import CounterWindows, WindowState, prefer
+from agent.backends.dcgm_exporter.backend import SOURCE, named_totals
+from agent.backends.dcgm_exporter.mapping import COUNTER_FIELDS, PROFILING_FIELDS, sample_values, totals
 from agent.backends.exporter_join import ExporterJoin, JoinState
 from agent.model import DeviceInfo, GpuSample
 
@@ -45,6 +46,18 @@ class DcgmExporterJoin(ExporterJoin):
     source = SOURCE
     fields = COUNTER_FIELDS
     no_key = "NVML gave no UUID to match"
+
+    def __init__(self, inner: Any, reader: Any) -> None:
+        super().__init__(inner, reader)
+        self.windows = CounterWindows()
+        """Each GPU's cumulative counters at the latest read (agent.backends.cumulative)."""
+
+    def counter_window(self, gpu: str) -> WindowState | None:
+        """How GPU ``gpu``'s cumulative counters went at the latest read; None when it has none (doctor)."""
+        return self.windows.state(gpu)
+
+    def counter_sources(self, gpu: str) -> dict[str, str]:
+        return named_totals(super().counter_sources(gpu), self.windows.state(gpu))
 
     def match_keys(self, infos: Sequence[DeviceInfo]) -> dict[str, tuple[str, str | None] | None]:
         return {info.gpu: self._exporter_key(info) for info in infos}
@@ -68,11 +81,12 @@ class DcgmExporterJoin(ExporterJoin):
         return self.reader.lookup_uuid(key[0], key[1], now)
 
     def updates(self, gpu: str, sample: GpuSample, record: Any, now: float) -> dict[str, Any]:
-        """The profiling fields as a set when NVML read no GPM this interval; any other field only where
-        NVML left it unknown."""
+        """The profiling fields as a set when NVML read no GPM this interval (the activity of DCGM's cumulative
+        counters over the window winning over its sampled ratios); any other field only where NVML left it
+        unknown."""
         nvml_profiled = sample.sm_active is not None  # GPM answered this interval
         out: dict[str, Any] = {}
-        for name, value in sample_values(record).items():
+        for name, value in prefer(sample_values(record), self.windows.activity(gpu, totals(record))).items():
             if name in _NEVER or value is None:
                 continue
             if (name in PROFILING_FIELDS and not nvml_profiled) or getattr(sample, name) is None:

@@ -12,12 +12,18 @@ bandwidth). ``GPU_UTIL`` stands in for ``gr_active`` only when ``PROF_GR_ENGINE_
 A field the exposition lacks is None, never zero; so is a value that means "no sensor": DCGM
 reports ``MEMORY_TEMP`` 0 on boards with GDDR memory, which have no memory temperature sensor. ``DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL`` (in the
 default CSV) is left out: DCGM documents no unit for it; the per-direction profiling rates are used.
+
+DCGM 4.6's cumulative counters (``DCGM_FI_PROF_*_CYCLES_*_TOTAL``, ``TYPE counter``) are not a reading of one
+record: :func:`totals` hands them to the backend, whose :class:`agent.backends.cumulative.CounterWindows` turns two
+reads into activity over the window between them, winning over the ratios of the same fields.
 """
 
 from __future__ import annotations
 
 from typing import Any, Mapping
 
+from agent.backends.cumulative import Totals
+from agent.backends.dcgm.fields import CUMULATIVE, CUMULATIVE_ELAPSED
 from agent.backends.dcgm_exporter.exposition import GpuRecord
 from agent.model import RemappedRows
 
@@ -38,7 +44,12 @@ RATIOS: dict[str, str] = {
 }
 """DCGM profiling (DCP) ratios, 0..1 already."""
 
-PROFILING_FIELDS: frozenset[str] = frozenset(RATIOS.values())
+ELAPSED = f"DCGM_FI_PROF_{CUMULATIVE[CUMULATIVE_ELAPSED][0]}"
+CUMULATIVE_FIELDS: dict[str, str] = {f"DCGM_FI_PROF_{name}": f for name, f in CUMULATIVE.values() if f is not None}
+"""DCGM 4.6's cumulative counters (``TYPE counter`` in the exporter's counters CSV) -> the sample field their
+Δ over :data:`ELAPSED`'s Δ gives (:mod:`agent.backends.cumulative`); they win over the ratios above."""
+
+PROFILING_FIELDS: frozenset[str] = frozenset({*RATIOS.values(), *CUMULATIVE_FIELDS.values()})
 """Sample fields that only profiling counters give (NVML GPM on Hopper+, DCGM DCP on Volta+)."""
 
 RATES: dict[str, str] = {
@@ -71,9 +82,23 @@ COUNTS: dict[str, str] = {
 
 
 COUNTER_FIELDS: frozenset[str] = frozenset({
-    *RATIOS.values(), "gr_active", "util_gpu", "mem_busy", *RATES.values(), *PLAIN.values(), *COUNTS.values(), "energy_j",
-    "mem_used_bytes", "mem_total_bytes", "remapped_rows"})
+    *PROFILING_FIELDS, "gr_active", "util_gpu", "mem_busy", *RATES.values(), *PLAIN.values(), *COUNTS.values(),
+    "energy_j", "mem_used_bytes", "mem_total_bytes", "remapped_rows"})
 """Every sample field :func:`sample_values` can give: the counters whose source ``doctor`` names."""
+
+
+def totals(record: GpuRecord) -> Totals | None:
+    """The record's cumulative counters, or None when it has no elapsed-cycles counter to divide by."""
+    v = record.values
+    if ELAPSED not in v:
+        return None
+    return Totals(v[ELAPSED], {f: v[name] for name, f in CUMULATIVE_FIELDS.items() if name in v})
+
+
+def counter_fields(record: GpuRecord) -> tuple[str, ...]:
+    """The sample fields the record's cumulative counters can give from its second reading on."""
+    counted = totals(record)
+    return tuple(sorted(counted.active)) if counted is not None else ()
 
 
 def _ratio(value: float) -> float:

@@ -21,6 +21,13 @@ Behaviour and where it was taken from (NVIDIA/DCGM, 4.6.0 unless noted):
   an assumption, the profiling module is closed source). GPUs without NVLink list no NVLink fields.
 * **Lost GPU** (GetLatestSample: "If NVML apis failed, return their error code"): a GPU the
   simulation has lost answers ``DCGM_ST_GPU_IS_LOST`` in each value's status.
+* **Cumulative counters** (DCGM 4.6.0: ``dcgmlib/dcgm_fields.h`` 1084-1096, ``DCGM_FT_INT64``, "raw monotonic
+  counter"; ``DcgmCacheManager.cpp``: read through NVML GPM on GPM GPUs, else "assume that DCP is updating this
+  field"): a host engine older than 4.6 knows none of them. Whether DCP offers them before Hopper is not
+  documented, so the fake offers them only where the scenario's ``dcgm: {cumulative: true}`` says so
+  (:class:`agent.virtual.profiles.DcgmProfile`, which may also take the sampled ratios away: a node that plays
+  only the counters). They count the GPU's cycles since the fake started (the GPU's since reboot: an engine
+  restart does not reset them): SMs x SM clock x time elapsed, and that times each pipe's activity active.
 * **Restart**: a new host-engine process knows none of the old connections, groups or watches;
   every call on an old connection answers ``DCGM_ST_CONNECTION_NOT_VALID`` (dcgm_agent.h), and a
   stopped engine refuses connections the same way.
@@ -47,6 +54,14 @@ PROFILING_FIELDS: dict[int, str] = {
     1010: "pcie_rx_bytes_per_s", 1011: "link_tx_bytes_per_s", 1012: "link_rx_bytes_per_s",
 }
 """DCGM_FI_PROF_* id -> the virtual sample's attribute that plays it."""
+CUMULATIVE_FIELDS: dict[int, str | None] = {
+    1084: None, 1085: "sm_active", 1086: "tensor_active", 1087: "tensor_dmma_active", 1088: "tensor_hmma_active",
+    1089: "tensor_imma_active", 1090: "tensor_dfma_active", 1091: "pcie_tx_bytes_per_s", 1092: "pcie_rx_bytes_per_s",
+    1093: None, 1094: "fp64_active", 1095: "fp32_active", 1096: "fp16_active",
+}
+"""DCGM 4.6's cumulative counters -> the sample's activity (a byte rate for 1091/1092) each integrates; 1084 is the
+elapsed SM cycles, 1093 (integer pipe) has no sample field and stays 0."""
+CUMULATIVE_SINCE = (4, 6)
 DOUBLE_FIELDS = frozenset(range(1001, 1009))
 BLANK = "blank"
 """A stored value that is DCGM's blank for its type."""
@@ -78,11 +93,15 @@ class FakeHostEngine:
     """One node's DCGM host engine over a virtual node; the library's C functions call into it."""
 
     def __init__(self, virtual: VirtualBackend, *, version: str = "4.6.0", root: bool = True,
-                 unsupported: tuple[str, ...] = (), gpm: bool | None = None) -> None:
+                 unsupported: tuple[str, ...] = (), gpm: bool | None = None, cumulative: bool = False,
+                 ratios: bool = True) -> None:
         """``virtual``: the node the fake NVML plays (a full-counters twin is made of it);
         ``version``: the DCGM release (its major picks the soname, 4.5+ has dcgmConnect_v3);
         ``root``: whether the engine runs as root; ``unsupported``: GPU ids (``"2"``) whose profiling
-        DCGM does not support; ``gpm``: override whether the GPUs are GPM GPUs (default: by model)."""
+        DCGM does not support; ``gpm``: override whether the GPUs are GPM GPUs (default: by model);
+        ``cumulative``: offer DCGM 4.6's cumulative counters (from 4.6.0 only); ``ratios``: offer the sampled
+        SM, occupancy, tensor and FP-pipe ratios (1002-1004, 1006-1008; False with ``cumulative``: a node that plays
+        only the counters for them; engine and DRAM activity, which no counter gives, stay)."""
         self.twin = full_counters_twin(virtual)
         self.clock = self.twin.clock
         self.version = version
@@ -100,6 +119,11 @@ class FakeHostEngine:
         self.devices: list[DeviceInfo] = [d for d in self.twin.discover() if "/" not in d.gpu]
         self._gpm = gpm
         self.watch_calls = 0
+        self.cumulative = cumulative and tuple(int(x) for x in version.split(".")[:2]) >= CUMULATIVE_SINCE
+        self.ratios = ratios
+        self.totals: dict[int, dict[int, float]] = {}
+        """gpu id -> cumulative field id -> its count; a GPU's counters, kept across engine restarts."""
+        self._counted_to: dict[int, float] = {}
 
     # ------------------------------------------------------------------ process lifecycle (tests drive these)
 
@@ -135,16 +159,18 @@ class FakeHostEngine:
         info = self.devices[gpu_id]
         if info.gpu in self.unsupported:
             return []
-        ids = list(range(1001, 1011))
+        ids = list(range(1001, 1011)) if self.ratios else [1001, 1005, 1009, 1010]
         if info.link_count:
             ids += [1011, 1012]
+        if self.cumulative:
+            ids += list(CUMULATIVE_FIELDS)
         return ids
 
     # ------------------------------------------------------------------ watches and values
 
     def watch(self, gpu_ids: list[int], field_ids: list[int], period_s: float) -> int:
         """Start (or re-time) watches; a DCGM status code (0 = OK)."""
-        profiling = [f for f in field_ids if f in PROFILING_FIELDS]
+        profiling = [f for f in field_ids if f in PROFILING_FIELDS or f in CUMULATIVE_FIELDS]
         if profiling:
             for g in gpu_ids:
                 if not self.is_gpm(g) and not self.root:
@@ -189,11 +215,31 @@ class FakeHostEngine:
         except DeviceError:
             sample = None
         supported = set(self.supported_fields(gpu_id))
+        totals = self._count(gpu_id, sample, t) if self.cumulative else {}
         for fid in w.fields:
             if sample is None:
                 w.latest[fid] = (ts, (-18,))  # DCGM_ST_GPU_IS_LOST
             elif fid not in supported or (self.paused and not self.is_gpm(gpu_id)):
                 w.latest[fid] = (ts, BLANK)
+            elif fid in CUMULATIVE_FIELDS:
+                w.latest[fid] = (ts, int(totals[fid]))
             else:
                 value = getattr(sample, PROFILING_FIELDS[fid])
                 w.latest[fid] = (ts, BLANK if value is None else value)
+
+    def _count(self, gpu_id: int, sample: GpuSample | None, t: float) -> dict[int, float]:
+        """The GPU's cumulative counters at ``t``: the span since they were last counted at ``sample``'s activity
+        (the last update's, as the engine's own sampling sees it), SM cycles at its clock x its SMs."""
+        totals = self.totals.setdefault(gpu_id, dict.fromkeys(CUMULATIVE_FIELDS, 0.0))
+        since = self._counted_to.get(gpu_id)
+        self._counted_to[gpu_id] = t
+        if sample is None or since is None or t <= since:
+            return totals
+        span = t - since
+        cycles = span * (self.devices[gpu_id].sm_count or 1) * (sample.sm_clock_mhz or 0.0) * 1e6
+        totals[1084] += cycles
+        for fid, name in CUMULATIVE_FIELDS.items():
+            value = getattr(sample, name) if name is not None else None
+            if value is not None:
+                totals[fid] += value * (span if name.endswith("_per_s") else cycles)
+        return totals

@@ -9,6 +9,9 @@ Facts from NVIDIA/DCGM ``testing/python3/dcgm_fields.py`` and ``dcgmlib/src/dcgm
   keeps the old names as deprecated aliases resolved by a module ``__getattr__`` (with a
   DeprecationWarning; an AttributeError when ``DCGM_DEPRECATED`` is 0). DCGM 3.x and 4.0-4.5 have
   the old names only. The ids never changed, which is why roofwatch asks by number.
+* DCGM 4.6.0 added the cumulative counters 1084-1096 (``DCGM_FI_PROF_SM_CYCLES_ELAPSED_TOTAL`` ...), int64
+  (testing/python3/dcgm_fields.py and dcgmlib/dcgm_fields.h at v4.6.0). The module is 4.6's; an older host
+  engine does not offer them (:class:`agent.virtual.fake_dcgm.engine.FakeHostEngine`).
 """
 
 import sys
@@ -47,6 +50,19 @@ DCGM_FI_PROF_PCIE_TX_BYTES = 1009
 DCGM_FI_PROF_PCIE_RX_BYTES = 1010
 DCGM_FI_PROF_NVLINK_TX_BYTES = 1011
 DCGM_FI_PROF_NVLINK_RX_BYTES = 1012
+DCGM_FI_PROF_SM_CYCLES_ELAPSED_TOTAL = 1084
+DCGM_FI_PROF_SM_CYCLES_ACTIVE_TOTAL = 1085
+DCGM_FI_PROF_MMA_CYCLES_ACTIVE_TOTAL = 1086
+DCGM_FI_PROF_DMMA_CYCLES_ACTIVE_TOTAL = 1087
+DCGM_FI_PROF_HMMA_CYCLES_ACTIVE_TOTAL = 1088
+DCGM_FI_PROF_IMMA_CYCLES_ACTIVE_TOTAL = 1089
+DCGM_FI_PROF_DFMA_CYCLES_ACTIVE_TOTAL = 1090
+DCGM_FI_PROF_PCIE_TX_BYTES_TOTAL = 1091
+DCGM_FI_PROF_PCIE_RX_BYTES_TOTAL = 1092
+DCGM_FI_PROF_INT_CYCLES_ACTIVE_TOTAL = 1093
+DCGM_FI_PROF_FP64_CYCLES_ACTIVE_TOTAL = 1094
+DCGM_FI_PROF_FP32_CYCLES_ACTIVE_TOTAL = 1095
+DCGM_FI_PROF_FP16_CYCLES_ACTIVE_TOTAL = 1096
 
 DCGM_DEPRECATED = 1
 
@@ -61,7 +77,8 @@ _DEPRECATED_ALIASES = {
     "DCGM_FI_PROF_PIPE_FP16_ACTIVE": "DCGM_FI_PROF_FP16_UTIL_RATIO",
 }
 
-PROFILING_TYPES = {fid: (DCGM_FT_DOUBLE if fid <= 1008 else DCGM_FT_INT64) for fid in range(1001, 1013)}
+PROFILING_TYPES = {fid: (DCGM_FT_DOUBLE if fid <= 1008 else DCGM_FT_INT64) for fid in (*range(1001, 1013),
+                                                                                     *range(1084, 1097))}
 """Field id -> type, as dcgm_fields.cpp registers them (the fake library reads this)."""
 
 
