@@ -25,7 +25,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 
@@ -280,31 +280,41 @@ def write_trace(table: dict[str, Any], name: str, path: Path) -> int:
     return len(samples)
 
 
+def regenerate(names: list[str], write: Callable[[str, Path], int], path_of: Callable[[str], Path], *,
+               check_only: bool) -> int:
+    """Write each named trace, or (``check_only``) compare a fresh one with the shipped file; 1 when one is stale.
+    Shared by this builder and traces/published/families/build.py."""
+    stale = []
+    for name in names:
+        if not check_only:
+            print(f"{path_of(name).name}: {write(name, path_of(name))} samples")
+            continue
+        fresh = path_of(name).with_name(f".{name}.check.jsonl.gz")
+        if not path_of(name).exists():
+            stale.append(name)
+            continue
+        try:
+            write(name, fresh)
+            with gzip.open(fresh, "rt") as a, gzip.open(path_of(name), "rt") as b:
+                if a.read() != b.read():
+                    stale.append(name)
+        finally:
+            fresh.unlink(missing_ok=True)
+    if stale:
+        print("stale, run with --write: " + ", ".join(stale), file=sys.stderr)
+    return 1 if stale else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--write", action="store_true", help="regenerate the shipped traces")
     parser.add_argument("--check", action="store_true", help="fail when a shipped trace differs")
     args = parser.parse_args(argv)
+    if not (args.write or args.check):
+        return 0
     table = load_table()
-    stale = []
-    for name in table["traces"]:
-        if args.write:
-            print(f"{trace_path(name).name}: {write_trace(table, name, trace_path(name))} samples")
-        elif args.check:
-            fresh = HERE / f".{name}.check.jsonl.gz"
-            if not trace_path(name).exists():
-                stale.append(name)
-                continue
-            try:
-                write_trace(table, name, fresh)
-                with gzip.open(fresh, "rt") as a, gzip.open(trace_path(name), "rt") as b:
-                    if a.read() != b.read():
-                        stale.append(name)
-            finally:
-                fresh.unlink(missing_ok=True)
-    if stale:
-        print("stale, run with --write: " + ", ".join(stale), file=sys.stderr)
-    return 1 if stale else 0
+    return regenerate(list(table["traces"]), lambda name, path: write_trace(table, name, path), trace_path,
+                      check_only=not args.write)
 
 
 if __name__ == "__main__":

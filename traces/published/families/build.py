@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import bisect
-import gzip
 import importlib.util
 import math
 import random
@@ -474,26 +473,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="fail when a shipped trace differs")
     parser.add_argument("names", nargs="*", help="only these traces (default: all)")
     args = parser.parse_args(argv)
+    if not (args.write or args.check):
+        return 0
     table = load_table()
-    stale = []
-    for name in args.names or list(table["traces"]):
-        if args.write:
-            print(f"{trace_path(name).name}: {write_trace(table, name, trace_path(name))} samples")
-        elif args.check:
-            fresh = HERE / f".{name}.check.jsonl.gz"
-            if not trace_path(name).exists():
-                stale.append(name)
-                continue
-            try:
-                write_trace(table, name, fresh)
-                with gzip.open(fresh, "rt") as a, gzip.open(trace_path(name), "rt") as b:
-                    if a.read() != b.read():
-                        stale.append(name)
-            finally:
-                fresh.unlink(missing_ok=True)
-    if stale:
-        print("stale, run with --write: " + ", ".join(stale), file=sys.stderr)
-    return 1 if stale else 0
+    return parent.regenerate(args.names or list(table["traces"]), lambda name, path: write_trace(table, name, path),
+                             trace_path, check_only=not args.write)
 
 
 if __name__ == "__main__":
