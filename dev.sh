@@ -152,9 +152,9 @@ build_image() {
     base=${ROOFWATCH_IMAGE_BASE:-}
     if [ -z "$base" ]; then
         local mirror=${ROOFWATCH_DEBIAN_MIRROR:-http://deb.debian.org}
-        say "building a Debian bookworm base (python3, python3-venv, ca-certificates) with mmdebstrap from $mirror"
+        say "building a Debian bookworm base (python3, python3-venv, ca-certificates, libstdc++6) with mmdebstrap from $mirror"
         mmdebstrap --quiet --variant=essential --hook-dir=/usr/share/mmdebstrap/hooks/merged-usr \
-            --include=python3,python3-venv,ca-certificates \
+            --include=python3,python3-venv,ca-certificates,libstdc++6 \
             --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/info/*' \
             --dpkgopt='path-exclude=/usr/share/locale/*' --dpkgopt='path-exclude=/usr/share/doc/*' \
             --dpkgopt='path-include=/usr/share/doc/*/copyright' \

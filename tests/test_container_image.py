@@ -181,6 +181,36 @@ def test_roofwatch_inside_says_its_version_and_its_doctor_agrees_with_the_checko
     assert ("amdsmi not installed" in inside.stdout) == (variant == "default")
 
 
+IMPORT_EVERY_MODULE = """
+import importlib, pkgutil, sys
+import agent, exporters
+absent = set(sys.argv[1:])
+for package in (agent, exporters):
+    for module in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
+        try:
+            importlib.import_module(module.name)
+        except ModuleNotFoundError as exc:
+            if exc.name not in absent:
+                print(module.name, repr(exc))
+        except Exception as exc:
+            print(module.name, repr(exc))
+"""
+ABSENT_BY_DESIGN = {"default": ("amdsmi",), "amd": ()}
+"""Vendor libraries a variant leaves out on purpose: the default image has no amdsmi wrapper."""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_every_module_imports_inside_the_image(images, variant):
+    """What a DaemonSet reaches only on a real node (the kubelet's gRPC pod-resources client, DRA names) must
+    load inside the image too: grpc's compiled core needs libstdc++, which a bare Debian base lacks."""
+    image = images[variant]
+    python = ["env", "-i", *image.config["Env"], shutil.which("chroot"), f"--userspec={image.config['User']}",
+              str(image.rootfs), "/opt/roofwatch/bin/python", "-c", IMPORT_EVERY_MODULE, *ABSENT_BY_DESIGN[variant]]
+    done = subprocess.run(python, capture_output=True, text=True, timeout=300)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", ""), done.stdout + done.stderr
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_a_demo_inside_serves_metrics(images, variant):
