@@ -18,7 +18,7 @@ from pathlib import Path
 
 from grafana_foundation_sdk.builders.dashboard import Dashboard
 
-from dashboards import cluster, job, node, serving
+from dashboards import cluster, global_fleet, job, node, serving
 from dashboards.common import encode
 
 DIRECTORY = Path(__file__).resolve().parent
@@ -29,6 +29,7 @@ BUILDERS: dict[str, Callable[[], Dashboard]] = {
     f"{node.UID}.json": node.build,
     f"{job.UID}.json": job.build,
     f"{serving.UID}.json": serving.build,
+    f"{global_fleet.UID}.json": global_fleet.build,
 }
 
 

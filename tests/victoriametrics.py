@@ -105,12 +105,13 @@ class VictoriaMetrics(_Process):
 class VmAgent(_Process):
     """vmagent scraping with a Prometheus ``scrape_configs`` file and remote-writing to ``write_url``."""
 
-    def __init__(self, workdir: Path, config: Path, write_url: str) -> None:
+    def __init__(self, workdir: Path, config: Path, write_url: str, *extra: str) -> None:
+        """``extra``: more flags, say a second ``-remoteWrite.url`` with its ``-remoteWrite.urlRelabelConfig``."""
         port = free_port()
         self.base = f"http://127.0.0.1:{port}"
         super().__init__([binary("vmagent"), f"-promscrape.config={config}", f"-remoteWrite.url={write_url}",
                           f"-remoteWrite.tmpDataPath={workdir / 'vmagent-queue'}", "-remoteWrite.flushInterval=200ms",
-                          f"-httpListenAddr=127.0.0.1:{port}", "-loggerLevel=WARN"], workdir / "vmagent.log")
+                          f"-httpListenAddr=127.0.0.1:{port}", "-loggerLevel=WARN", *extra], workdir / "vmagent.log")
         try:
             poll(lambda: http_get(self.base + "/health")[0] == 200, timeout=30, what="vmagent /health")
         except BaseException:
@@ -122,11 +123,12 @@ class VmAlert(_Process):
     """vmalert evaluating rule files live against ``vm``, writing results back to it."""
 
     def __init__(self, workdir: Path, rules: list[Path], vm: VictoriaMetrics, notifier_url: str,
-                 interval: str = "2s") -> None:
+                 interval: str = "2s", write_url: str | None = None) -> None:
+        """``write_url``: where the results go instead of ``vm`` (a vmagent that forwards them)."""
         port = free_port()
         self.base = f"http://127.0.0.1:{port}"
         super().__init__([binary("vmalert"), *[f"-rule={r}" for r in rules], f"-datasource.url={vm.base}",
-                          f"-remoteWrite.url={vm.base}", "-remoteWrite.flushInterval=200ms",
+                          f"-remoteWrite.url={write_url or vm.base}", "-remoteWrite.flushInterval=200ms",
                           f"-notifier.url={notifier_url}", f"-evaluationInterval={interval}",
                           f"-httpListenAddr=127.0.0.1:{port}", "-loggerLevel=WARN"], workdir / "vmalert.log")
         try:

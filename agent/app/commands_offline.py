@@ -192,15 +192,18 @@ def _register_fleet_report(sub: argparse._SubParsersAction) -> None:
                     "GPU-hours by class, wasted GPU-hours and their cost, MFU distribution, worst jobs, straggler and "
                     "jitter incidents and energy, against the previous period; write one self-contained HTML page "
                     "(docs/fleet-report.md).")
-    fleet.add_argument("--prometheus", required=True, metavar="URL", help="the store's API root, e.g. http://prometheus:9090")
+    fleet.add_argument("--prometheus", required=True, action="append", metavar="URL",
+                       help="the store's API root, e.g. http://prometheus:9090; once per cluster store to merge "
+                            "their answers (one --deadline for all; a store that fails is listed on the page)")
     fleet.add_argument("--range", default="7d", metavar="DURATION", help="period to review (default 7d; 10m to 400d)")
     fleet.add_argument("--end", metavar="TIME", help="end of the period: unix seconds or RFC 3339 (default now)")
     fleet.add_argument("--cluster", metavar="C", help="only series whose cluster label is C")
     fleet.add_argument("--out", default="fleet.html", metavar="FILE", help="HTML file to write (default fleet.html)")
     fleet.add_argument("--json", metavar="FILE", help="also write the computed numbers as JSON")
-    fleet.add_argument("--source", choices=["roofwatch", "dcgm", "amd"], default="roofwatch",
-                       help="roofwatch agents' series (default), or dcgm-exporter's (dcgm) or AMD Device Metrics "
-                            "Exporter's (amd) classified by roofwatch's classifier")
+    fleet.add_argument("--source", choices=["roofwatch", "aggregates", "dcgm", "amd"], default="roofwatch",
+                       help="roofwatch agents' series (default); the recording rules' aggregates alone (aggregates: "
+                            "a global store that holds no per-GPU series); or dcgm-exporter's (dcgm) or AMD Device "
+                            "Metrics Exporter's (amd) classified by roofwatch's classifier")
     fleet.add_argument("--cost-per-gpu-hour", dest="costs", action="append", default=[], metavar="MODEL=USD",
                        help="price of a GPU-hour by spec (h100-sxm) or model name; default=USD for the rest (default 2.0)")
     fleet.add_argument("--header", dest="headers", action="append", default=[], metavar="'NAME: VALUE'",

@@ -11,9 +11,11 @@ from typing import Callable, TextIO
 
 from agent.classifier.thresholds import Thresholds
 from agent.context.file_input import FileInputError, read_text_file
-from agent.model.redact import remember
+from agent.model.redact import hide, remember, safe_url, url_secrets
+from agent.views.fleet_report.aggregates import collect_aggregates
 from agent.views.fleet_report.collect import FleetReport, collect
-from agent.views.fleet_report.data import Prices
+from agent.views.fleet_report.data import Prices, Problem
+from agent.views.fleet_report.merge import merge
 from agent.views.fleet_report.promapi import Deadline, PromClient, PromError
 from agent.views.fleet_report.window import Window, parse_duration, parse_time
 
@@ -36,7 +38,8 @@ class OptionError(Exception):
 
 @dataclass
 class Options:
-    prometheus: str
+    prometheus: list[str]
+    """One store's API root, or one per cluster (the report merges their answers: merge.py)."""
     range: str = "7d"
     end: str | None = None
     cluster: str | None = None
@@ -54,10 +57,16 @@ class Options:
     title: str | None = None
 
 
-def client_for(opts: Options) -> PromClient:
-    parsed = urllib.parse.urlsplit(opts.prometheus)
+MERGEABLE = ("roofwatch", "aggregates")
+"""The sources whose reports from several stores merge into one (dcgm and amd read one store's GPUs)."""
+
+
+def client_for(opts: Options, url: str) -> PromClient:
+    """A client of the store at ``url`` with the command's headers and credentials (its deadline is set by the
+    caller: one for the whole command, however many stores)."""
+    parsed = urllib.parse.urlsplit(url)
     if parsed.scheme not in ("http", "https") or not parsed.hostname:
-        raise OptionError(f"--prometheus: {opts.prometheus!r} is not an http(s) URL such as http://prometheus:9090")
+        raise OptionError(f"--prometheus: {safe_url(url)!r} is not an http(s) URL such as http://prometheus:9090")
     if not 0 < opts.timeout_s <= 3600:
         raise OptionError(f"--timeout: {opts.timeout_s:g} must be between 0 and 3600 seconds")
     if opts.deadline_s is not None and not 1 <= opts.deadline_s <= MAX_DEADLINE_S:
@@ -73,9 +82,7 @@ def client_for(opts: Options) -> PromClient:
     if basic is not None and ":" not in basic:
         raise OptionError("--basic-auth-file: the file must hold user:password")
     headers.update(PromClient.auth_headers(token, basic))
-    client = PromClient(opts.prometheus, timeout_s=opts.timeout_s, headers=headers)
-    client.deadline = Deadline.starting_now(deadline_for(opts, client))
-    return client
+    return PromClient(url, timeout_s=opts.timeout_s, headers=headers)
 
 
 def deadline_for(opts: Options, client: PromClient) -> float:
@@ -123,20 +130,37 @@ def build(opts: Options, thresholds: Thresholds, progress: Callable[[str], None]
         raise OptionError("--top and --max-gpus must be at least 1")
     if not 1.0 <= opts.amd_window_us <= 1e7:
         raise OptionError(f"--amd-profiler-window-us: {opts.amd_window_us:g} must be between 1 and 10000000 microseconds")
+    if not opts.prometheus:
+        raise OptionError("--prometheus: give the store's API root (once per cluster store, or the global store once)")
+    if len(opts.prometheus) > 1 and opts.source not in MERGEABLE:
+        raise OptionError(f"--source {opts.source} reads one store: give --prometheus once")
     window = window_for(opts)
-    client = client_for(opts)
-    report = _sections(opts, thresholds, progress, window, prices, client)
-    report.deadline_s = client.deadline.total_s if client.deadline else None
-    report.not_run, report.queries = client.not_run, client.queries
-    return report
+    clients = [client_for(opts, url) for url in opts.prometheus]
+    deadline = Deadline.starting_now(deadline_for(opts, clients[0]))
+    reports, failed = [], []
+    for url, client in zip(opts.prometheus, clients):
+        client.deadline = deadline  # one deadline for the whole command, however many stores
+        try:
+            report = _sections(opts, thresholds, progress, window, prices, client, url)
+        except OptionError as exc:
+            if len(clients) == 1 or exc.usage:
+                raise
+            failed.append(Problem(f"Store {safe_url(url)}", hide(str(exc), url_secrets(url))))  # the page shows it
+            continue
+        report.deadline_s = deadline.total_s
+        report.not_run, report.queries = client.not_run, client.queries
+        reports.append(report)
+    if not reports:
+        raise OptionError("--prometheus: no store answered: " + "; ".join(p.error for p in failed), usage=False)
+    return reports[0] if len(clients) == 1 else merge(reports, failed, opts.top)
 
 
 def _sections(opts: Options, thresholds: Thresholds, progress: Callable[[str], None], window: Window, prices: Prices,
-              client: PromClient) -> FleetReport:
+              client: PromClient, url: str) -> FleetReport:
     try:  # one cheap query first: a wrong URL or an unreachable server is one clear error, not ten
         client.query("vector(1)", window.end)
     except PromError as exc:
-        raise OptionError(f"--prometheus {opts.prometheus}: {exc} (the API root: Prometheus :9090, VictoriaMetrics "
+        raise OptionError(f"--prometheus {safe_url(url)}: {exc} (the API root: Prometheus :9090, VictoriaMetrics "
                           f":8428, Mimir .../prometheus)", usage=False) from None
     if opts.source == "dcgm":
         from agent.views.fleet_report.dcgm import dcgm_report, dcgm_step, dcgm_thresholds
@@ -150,6 +174,8 @@ def _sections(opts: Options, thresholds: Thresholds, progress: Callable[[str], N
         return amd_report(client, window, cluster=opts.cluster, prices=prices, max_gpus=opts.max_gpus,
                           window_us=opts.amd_window_us, progress=progress,
                           thresholds=dcgm_thresholds(thresholds, dcgm_step(window.range_s)))
+    if opts.source == "aggregates":
+        return collect_aggregates(client, window, cluster=opts.cluster, prices=prices, top=opts.top, progress=progress)
     return collect(client, window, cluster=opts.cluster, prices=prices, top=opts.top, progress=progress)
 
 
