@@ -20,7 +20,7 @@ from pathlib import Path
 
 import psutil
 
-from benchmarks import collector_cost, hostile, memory_soak, otlp_push, scrape
+from benchmarks import collector_cost, hostile, memory_soak, otlp_push, scrape, shared_cost
 from benchmarks.figures import Figure, table
 
 
@@ -49,6 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     figures: list[Figure] = []
     cost, runs = collector_cost.run(args.quick)
     figures += cost
+    shared, shared_runs = shared_cost.run(args.quick)
+    figures += shared
     figures += scrape.run(args.quick)
     figures += otlp_push.run(args.quick)
     figures += hostile.run(args.quick, baseline=not args.no_listener_baseline)
@@ -58,6 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     print(table(figures))
     print()
     print(collector_cost.side_by_side(runs))
+    print()
+    print(shared_cost.side_by_side(shared_runs))
     if args.json:
         Path(args.json).write_text(json.dumps({"machine": machine(), "figures": [f.to_json() for f in figures]}, indent=2))
     missed = [f for f in figures if f.verdict == "MISSED"]

@@ -7,7 +7,7 @@ instead of once per panel refresh.
 
 from __future__ import annotations
 
-from grafana_foundation_sdk.builders import bargauge, table
+from grafana_foundation_sdk.builders import bargauge, table, timeseries
 from grafana_foundation_sdk.builders.dashboard import Dashboard, Row
 from grafana_foundation_sdk.models import common as cm
 
@@ -117,26 +117,8 @@ def build() -> Dashboard:
             .with_target(prom(f"roofwatch_node:gpu_mfu:avg{{{C}}}", "{{node}}")))
 
         .with_row(Row("Where the GPU-hours go"))
-        .with_panel(
-            class_colour_overrides(
-                timeseries_panel(
-                    "GPUs by class",
-                    "How many GPUs are in each workload class; the stacked area is GPU-hours. Compute- and "
-                    "memory-bound are productive; idle, input-starved and communication-jittered are GPUs "
-                    "waiting on something else. A growing non-productive band is the first thing to fix.",
-                    "none", w=12, h=8).min(0).stacking(stacked())
-                .fill_opacity(60).line_width(1)
-                .with_target(prom(f"sum by (class) (roofwatch_cluster:gpus:sum{{{C}}})", "{{class}}"))))
-        .with_panel(
-            class_colour_overrides(
-                timeseries_panel(
-                    "GPU-hours by class, trailing hour",
-                    "GPU-hours spent in each class over the hour before each point (stacked). At a steady "
-                    "state the total equals the GPU count. Which of them were wasted (an idle GPU nobody "
-                    "holds is spare, not waste) is in the Waste row below, by the agent's waste label.",
-                    "h", w=12, h=8).min(0).stacking(stacked())
-                .fill_opacity(60).line_width(1)
-                .with_target(prom(f"sum by (class) (roofwatch_cluster:gpu_hours:sum_1h{{{C}}})", "{{class}}"))))
+        .with_panel(gpus_by_class())
+        .with_panel(gpu_hours_by_class())
 
         .with_row(Row("Waste"))
         .with_panel(
@@ -209,6 +191,8 @@ def build() -> Dashboard:
                 .override_by_name("Wasted GPU-hours (1h)", [unit_override("h")]),
                 "Job", link_to("roofwatch-job", "Open job", "job")))
 
+        .with_panel(namespace_bill_panel())
+
         .with_row(Row("Energy"))
         .with_panel(
             timeseries_panel(
@@ -250,5 +234,66 @@ def build() -> Dashboard:
     )
 
 
-MAY_BE_EMPTY: dict[str, str] = {}
-"""Panels allowed to show no data on a healthy fleet, with the reason (none here)."""
+def gpus_by_class(title: str = "GPUs by class") -> timeseries.Panel:
+    """GPUs per workload class from the per-cluster recording: the same panel here and on the global dashboard."""
+    return class_colour_overrides(
+        timeseries_panel(
+            title,
+            "How many GPUs are in each workload class; the stacked area is GPU-hours. Compute- and "
+            "memory-bound are productive; idle, input-starved and communication-jittered are GPUs "
+            "waiting on something else. A growing non-productive band is the first thing to fix.",
+            "none", w=12, h=8).min(0).stacking(stacked())
+        .fill_opacity(60).line_width(1)
+        .with_target(prom(f"sum by (class) (roofwatch_cluster:gpus:sum{{{C}}})", "{{class}}")))
+
+
+def gpu_hours_by_class() -> timeseries.Panel:
+    """GPU-hours per class over the trailing hour, from the per-cluster hourly recording."""
+    return class_colour_overrides(
+        timeseries_panel(
+            "GPU-hours by class, trailing hour",
+            "GPU-hours spent in each class over the hour before each point (stacked). At a steady "
+            "state the total equals the GPU count. Which of them were wasted (an idle GPU nobody "
+            "holds is spare, not waste) is in the Waste row below, by the agent's waste label.",
+            "h", w=12, h=8).min(0).stacking(stacked())
+        .fill_opacity(60).line_width(1)
+        .with_target(prom(f"sum by (class) (roofwatch_cluster:gpu_hours:sum_1h{{{C}}})", "{{class}}")))
+
+
+NAMESPACE_BILL = "GPU-hours, energy and waste by namespace, trailing hour"
+
+
+def namespace_bill_panel() -> table.Panel:
+    """Each Kubernetes namespace's share of the trailing hour: whole GPUs whole, shared GPUs by holder share
+    (the roofwatch_namespace: recordings; docs/attribution.md, "The bill")."""
+    ns = f"sum by (cluster, namespace) ({{metric}}{{{{{C}{{extra}}}}}})"
+    return (
+        table.Panel().title(NAMESPACE_BILL).datasource(DATASOURCE).span(24).height(8)
+        .description("What each Kubernetes namespace held over the last hour. A whole GPU counts whole for its "
+                     "pod's namespace; a shared GPU (time-sliced, a shared DRA claim) counts an equal share for "
+                     "each holder the agent names on it, its energy the agent's estimate per holder, and a holder "
+                     "that holds memory and runs nothing wastes its share (idle-allocated) even while the others "
+                     "keep the GPU busy. GPUs and holders with no pod (MPS clients, plain processes) are in no "
+                     "namespace. The fleet report bills the same shares over any period.")
+        .with_target(prom(ns.format(metric="roofwatch_namespace:gpu_hours:sum_1h", extra=""),
+                          instant=True, table=True, ref="A"))
+        .with_target(prom(ns.format(metric="roofwatch_namespace:gpu_waste_hours:sum_1h", extra=f', waste=~"{WASTED}"'),
+                          instant=True, table=True, ref="B"))
+        .with_target(prom(ns.format(metric="roofwatch_namespace:gpu_energy_kwh:sum_1h", extra=""),
+                          instant=True, table=True, ref="C"))
+        .with_target(prom(ns.format(metric="roofwatch_namespace:gpus_by_waste:sum", extra=""),
+                          instant=True, table=True, ref="D"))
+        .transformations(merged())
+        .with_transformation(organize(
+            {"cluster": "Cluster", "namespace": "Namespace", "Value #A": "GPU-hours (1h)",
+             "Value #B": "Wasted GPU-hours (1h)", "Value #C": "Energy (1h)", "Value #D": "GPUs now"}))
+        .sort_by([sort_desc("GPU-hours (1h)")])
+        .override_by_name("GPU-hours (1h)", [unit_override("h")])
+        .override_by_name("Wasted GPU-hours (1h)", [unit_override("h")])
+        .override_by_name("Energy (1h)", [unit_override("kwatth")]))
+
+
+MAY_BE_EMPTY: dict[str, str] = {
+    NAMESPACE_BILL: "no pod holds a GPU outside Kubernetes (the test fleet); tests/test_dashboard_shared.py fills it",
+}
+"""Panels allowed to show no data on a healthy fleet, with the reason."""

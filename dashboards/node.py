@@ -34,9 +34,9 @@ from dashboards.common import (
     timeseries_panel,
     unit_override,
 )
+from dashboards.node_tables import HOLDERS, SEL, holders_panel, jitter_evidence_panel
 
 UID = "roofwatch-node"
-SEL = 'cluster=~"$cluster", node=~"$node", gpu=~"$gpu"'
 NODE = 'cluster=~"$cluster", node=~"$node"'
 
 # The roofline's corner points: far left on the memory roof, the ridge, far right on the compute
@@ -123,37 +123,6 @@ def _binary_timeline(title: str, description: str, metric: str,
 
 def _ratio(title: str, description: str, metric: str, *, w: int = 8) -> timeseries.Panel:
     return _ts(title, description, "percentunit", prom(f"{metric}{{{SEL}}}", "GPU {{gpu}}"), w=w).min(0).max(1)
-
-
-def jitter_evidence_panel() -> table.Panel:
-    """Per GPU, what a communication-jittered verdict rests on and the figures behind it."""
-    return (
-        table.Panel().title("Jitter evidence").datasource(DATASOURCE).span(12).height(8)
-        .description(
-            "Per GPU, what a communication_jittered verdict rests on (Evidence: step_reports = the job's step "
-            "times, with or without step ids; comm_counters = SM and tensor counters; fabric_and_power = power "
-            "and memory activity falling as fabric bytes rise, on a GPU without SM or tensor counters such as "
-            "A100 or L40S through NVML alone or MI300X; rank_spread = a straggler among the job's ranks; "
-            "network_counters = the NIC's congestion or link-down counters) and the figures behind it: the "
-            "share of samples spent waiting, the correlation of power with NVLink/XGMI plus NIC bytes (near -1 "
-            "when compute and communication take turns), the step-time CV and the mean step time. A CV above "
-            "~10% or a wait above ~30% means the job is paced by its slowest rank or the network. Blank: "
-            "the GPU lacks that signal (no fabric counter, no step reports).")
-        .with_target(prom(f"roofwatch_gpu_workload_reason_info{{{SEL}}}", instant=True, table=True, ref="A"))
-        .with_target(prom(f"roofwatch_gpu_comm_wait_ratio{{{SEL}}}", instant=True, table=True, ref="B"))
-        .with_target(prom(f"roofwatch_gpu_power_fabric_correlation{{{SEL}}}", instant=True, table=True, ref="C"))
-        .with_target(prom(f"roofwatch_gpu_step_time_cv{{{SEL}}}", instant=True, table=True, ref="D"))
-        .with_target(prom(f"roofwatch_gpu_step_time_seconds{{{SEL}}}", instant=True, table=True, ref="E"))
-        .transformations(merged())
-        .with_transformation(organize(
-            {"gpu": "GPU", "class": "Class", "detail": "Reason", "basis": "Evidence", "basis_source": "Counters from",
-             "Value #B": "Comm wait", "Value #C": "Power-fabric r", "Value #D": "Step-time CV", "Value #E": "Step time"},
-            hide=("Time", "Value #A", "throttle", "waste", "uuid", "node", "cluster", "job", "instance", "__name__")))
-        .override_by_name("Comm wait", [unit_override("percentunit")])
-        .override_by_name("Power-fabric r", [unit_override("none"), model.DynamicConfigValue(id_val="decimals", value=2)])
-        .override_by_name("Step-time CV", [unit_override("percentunit")])
-        .override_by_name("Step time", [unit_override("s")])
-    )
 
 
 MBU_STEPS = steps((None, "red"), (MBU_POOR, "orange"), (MBU_TARGET, "green"))
@@ -391,6 +360,7 @@ def build() -> Dashboard:
                  "Value #C": "Remap pending", "Value #D": "Remap failed"},
                 hide=("Time", "uuid", "node", "cluster", "job", "instance", "__name__")))
             .thresholds(steps((None, "green"), (1, "red"))))
+        .with_panel(holders_panel())
         .with_panel(
             _binary_timeline(
                 "GPU up", "Whether the agent's last read of each GPU succeeded. Down means the GPU fell off "
@@ -406,5 +376,7 @@ def build() -> Dashboard:
     )
 
 
-MAY_BE_EMPTY: dict[str, str] = {}
-"""Panels allowed to show no data on a healthy node, with the reason (none here)."""
+MAY_BE_EMPTY: dict[str, str] = {
+    HOLDERS: "no GPU of the demo node is shared; tests/test_dashboard_shared.py fills it from the shared scenario",
+}
+"""Panels allowed to show no data on a healthy node, with the reason."""

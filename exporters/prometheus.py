@@ -29,6 +29,7 @@ from exporters import metrics as m
 from exporters.encoding import encode_exposition
 from exporters.families import Families, add_known, rejected_values
 from exporters.nic_families import nic_families
+from exporters.holder_families import HolderFamilies
 from exporters.process_families import ProcessFamilies
 from exporters.serving_families import serving_families
 from exporters.render_cache import PerSnapshotCache
@@ -166,6 +167,7 @@ def _device_families(fam: Families, node: str, devices: tuple[DeviceState, ...],
                                               fam.gauge(m.REMAPPED_ROWS_FAILURE))
     xid_errors, xid_last = fam.counter(m.XID_ERRORS), fam.gauge(m.XID_LAST_SEEN)
     processes = ProcessFamilies(fam, max_processes)
+    holders = HolderFamilies(fam)
 
     for device in devices:
         d = device.info
@@ -253,10 +255,11 @@ def _device_families(fam: Families, node: str, devices: tuple[DeviceState, ...],
             remap_pending.add_metric(labels, 1.0 if rows.pending else 0.0)
             remap_failure.add_metric(labels, 1.0 if rows.failure else 0.0)
         processes.add(labels, sample)
+        holders.add(labels, device)
 
     return [info, up, last, errors, peak_flops, peak_bw, *gauges, pipes, tensor_pipes, clock_events, clock_event_time,
             *counters.values(), replays, link_bytes, link_up, driver_calls, ecc, remapped, remap_pending, remap_failure, xid_errors, xid_last,
-            *processes.families()]
+            *processes.families(), *holders.families()]
 
 
 def _verdict_families(fam: Families, node: str, snapshot: NodeSnapshot, *, zeros: bool = False) -> list[Metric]:

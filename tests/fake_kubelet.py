@@ -39,6 +39,26 @@ def pod(name: str, namespace: str, **containers: dict[str, list[str]]) -> pb.Pod
     )
 
 
+def claim(name: str, namespace: str, *devices: tuple[str, str, str]) -> pb.DynamicResource:
+    """A DRA claim as the kubelet reports it under a container's ``dynamic_resources`` (Kubernetes 1.31+,
+    ``KubeletPodResourcesDynamicResources``): ``claim("gpu", "ml", ("gpu.nvidia.com", "node-1", "gpu-0"))``,
+    each device a (driver, pool, device name) triplet with the CDI name NVIDIA's driver gives it."""
+    return pb.DynamicResource(
+        claim_name=name, claim_namespace=namespace,
+        claim_resources=[pb.ClaimResource(driver_name=driver, pool_name=pool, device_name=device,
+                                          cdi_devices=[pb.CDIDevice(name=f"k8s.{driver}/claim={name}-{device}")])
+                         for driver, pool, device in devices])
+
+
+def dra_pod(name: str, namespace: str, **containers: list[pb.DynamicResource]) -> pb.PodResources:
+    """A pod whose containers got their devices through DRA claims only: ``dra_pod("p", "ns", main=[claim(...)])``."""
+    return pb.PodResources(
+        name=name, namespace=namespace,
+        containers=[pb.ContainerResources(name=container, dynamic_resources=claims)
+                    for container, claims in containers.items()],
+    )
+
+
 class _Servicer(pbg.PodResourcesListerServicer):
     def __init__(self, fake: FakeKubelet) -> None:
         self._fake = fake

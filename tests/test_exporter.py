@@ -16,6 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from agent.collector import Collector
 from agent.classifier.live import LiveClassifier
+from agent.model.holders import Holder
 from agent.model import (Attribution, DeviceInfo, GpuSample, GpuSpec, HostSample, LinkTraffic, NicPort, ProcessSample, RemappedRows, ServingReport,
                          SourceState, WorkloadReport,
                          XidCount)
@@ -60,8 +61,14 @@ def full_sample(gpu: str, now: float, n_procs: int = 3) -> GpuSample:
         links=(LinkTraffic(link=0, read_bytes=3e12, write_bytes=2e12, up=True), LinkTraffic(link=1, read_bytes=None, write_bytes=1e9, up=False)),
         remapped_rows=RemappedRows(correctable=1, uncorrectable=0, pending=False, failure=False), driver_calls=9,
         attribution=Attribution(job_id="train-" + "x" * 200, user="alice", partition="gpu", namespace="ml",
-                                pod="trainer-0", container="main"),
+                                pod="trainer-0", container="main", holders=_SHARED if gpu == "1" else None),
     )
+
+
+_SHARED = (Holder(kind="pod", via="time-slicing", namespace="ml", pod="trainer-0", container="main",
+                  pids=(1000, 1001, 1002)),
+           Holder(kind="pod", via="time-slicing", namespace="ml", pod="notebook", container="main"))
+"""GPU 1 is time-sliced: its processes' pod, and a pod given a replica that runs nothing (issue 47's holder series)."""
 
 
 class FullBackend:

@@ -28,7 +28,7 @@ OLDEST, NEWEST = NVIDIA_ML_PY[0], NVIDIA_ML_PY[-1]
 
 MISSING = {
     "12.535.161": {"nvmlDeviceGetTemperatureV", "c_nvmlProcessInfo_v3_t", "nvmlDeviceGetComputeRunningProcesses_v2",
-                   "NVMLLibraryMismatchError", "c_nvmlValue_t.usVal"},
+                   "nvmlDeviceGetMPSComputeRunningProcesses_v2", "NVMLLibraryMismatchError", "c_nvmlValue_t.usVal"},
     "12.560.30": {"nvmlDeviceGetTemperatureV", "c_nvmlValue_t.usVal"},
 }
 """What each release lacks among the names the backend uses (read from the releases' pynvml.py)."""
@@ -45,6 +45,29 @@ def test_each_release_is_detected_for_what_it_has(release):
     assert set(bindings.missing) == MISSING.get(release, set())
     assert not bindings.lost  # every gap has a replacement: nothing becomes unknown
     assert bindings.process_struct is not None and bindings.function_pointer
+
+
+CUMULATIVE_GPM = {"SM_CYCLES_ELAPSED": 248, "SM_CYCLES_ACTIVE": 249, "MMA_CYCLES_ACTIVE": 250, "DMMA_CYCLES_ACTIVE": 251,
+                  "HMMA_CYCLES_ACTIVE": 252, "IMMA_CYCLES_ACTIVE": 253, "DFMA_CYCLES_ACTIVE": 254, "PCIE_TX": 255,
+                  "PCIE_RX": 256, "INTEGER_CYCLES_ACTIVE": 257, "FP64_CYCLES_ACTIVE": 258, "FP32_CYCLES_ACTIVE": 259,
+                  "FP16_CYCLES_ACTIVE": 260}
+"""NVML's cumulative GPM metrics behind DCGM 4.6's fields 1084-1096 (NVIDIA/DCGM v4.6.0 dcgm_fields.cpp and its
+sdk/nvidia/nvml/dcgm_nvml.h: "since reboot")."""
+
+
+@pytest.mark.parametrize("release", NVIDIA_ML_PY)
+def test_which_releases_define_the_cumulative_gpm_metric_ids_as_docs_nvidia_says(release):
+    """docs/nvidia.md ("Exact-window activity"): only 13.615.71 of the tested releases defines them, at DCGM's ids;
+    the backend reads none of them (its GPM ratios are already Δ/Δ over the agent's span), so no release lacks a
+    name the backend uses (the scan above)."""
+    module = load_pynvml(None, release_pynvml(release))
+    defined = {name: getattr(module, f"NVML_GPM_METRIC_{name}", None) for name in CUMULATIVE_GPM}
+    if release == "13.615.71":
+        assert defined == CUMULATIVE_GPM
+    else:
+        assert set(defined.values()) == {None}, defined
+        assert module.NVML_GPM_METRIC_MAX in (98, 210)
+    assert not {f"NVML_GPM_METRIC_{name}" for name in CUMULATIVE_GPM} & pynvml_names_used()
 
 
 NVIDIA_SOURCES = (*sorted((REPO / "agent/backends/nvml").glob("*.py")), REPO / "agent/diagnostics/nvidia.py")

@@ -318,3 +318,61 @@ def test_once_frame_has_no_key_footer(view):
     state = TopState(url=URL)
     state.apply(view)
     assert "q quit" not in rendered(render_frame(state, interactive=False))
+
+
+# -- holders of shared GPUs (issue 47) ----------------------------------------------------------
+
+
+def holder_lines(gpu: str, holder: str, *, via: str, sm: float, memory: float, power: float, cls: str | None = None) -> str:
+    labels = f'gpu="{gpu}",holder="{holder}",node="n",uuid="U{gpu}"'
+    lines = [f'roofwatch_gpu_holder_info{{{labels},kind="pod",via="{via}"}} 1.0',
+             f"roofwatch_gpu_holder_sm_share_ratio{{{labels}}} {sm}",
+             f"roofwatch_gpu_holder_memory_used_bytes{{{labels}}} {memory}",
+             f"roofwatch_gpu_holder_power_watts{{{labels}}} {power}",
+             f"roofwatch_gpu_holder_energy_joules_total{{{labels}}} 1234.0"]
+    if cls:
+        lines.append(f'roofwatch_gpu_holder_class{{{labels},class="{cls}"}} 1.0')
+    return "\n".join(lines) + "\n"
+
+
+def test_the_holders_of_a_shared_gpu_are_listed_under_the_table_largest_first(text, view):
+    extra = (holder_lines("0", "research/notebook/main", via="time-slicing", sm=0.0, memory=20 * 2**30, power=9.0,
+                          cls="idle_held")
+             + holder_lines("0", "ml/trainer-0/main", via="time-slicing", sm=0.8, memory=40 * 2**30, power=400.0,
+                            cls="compute_bound")
+             + 'roofwatch_gpu_holder_power_watts{gpu="0",holder="unattributed",node="n",uuid="U0"} 3.0\n'
+             + holder_lines("10", "pid:4242", via="mps", sm=0.25, memory=8 * 2**30, power=90.0)
+             + holder_lines("2", "pid:77", via="mps", sm=0.5, memory=2**30, power=50.0))
+    shared = parse_exposition(mini_exposition("0", "2", "10", extra=extra), URL, fetched_at=0.0)
+    assert [(h.gpu, h.holder) for h in shared.holders] == [
+        ("0", "ml/trainer-0/main"), ("0", "research/notebook/main"), ("0", "unattributed"), ("2", "pid:77"),
+        ("10", "pid:4242")], "GPUs in index order, the largest holder first, the remainder last"
+    state = TopState(url=URL)
+    state.apply(shared)
+    screen = rendered(render_frame(state))
+    lines = [line for line in screen.splitlines() if re.match(r"^GPU \S+  \S", line)]
+    assert "SHARED GPUS (3)" in screen
+    assert lines[0].startswith("GPU 0  ml/trainer-0/main  time-slicing  SM 80% · 40.0 GiB · 400 W")
+    assert palette.class_label("compute_bound") in lines[0]
+    assert lines[1].startswith("GPU 0  research/notebook/main  time-slicing  SM 0% · 20.0 GiB · 9 W")
+    assert palette.class_label("idle_held") in lines[1]
+    assert lines[2].startswith("GPU 0  unattributed") and "3 W" in lines[2]
+    assert lines[4].startswith("GPU 10  pid:4242  mps  SM 25% · 8.0 GiB · 90 W")
+    plain = TopState(url=URL)
+    plain.apply(view)
+    assert view.holders == () and "SHARED GPUS" not in rendered(render_frame(plain)), "no shared GPU, no section"
+
+
+def test_a_holder_line_is_printable_and_never_wraps() -> None:
+    name = "ns/\x1b[31m\u202e" + "p" * 300 + "/c"  # raw ESC and a bidi override inside the label value
+    extra = holder_lines("0", name, via="time-slicing", sm=0.1, memory=2**30, power=5.0)
+    extra += 'roofwatch_gpu_holder_sm_share_ratio{gpu="0",holder="other",node="n",uuid="U0"} NaN\n'
+    shared = parse_exposition(mini_exposition("0", extra=extra), URL, fetched_at=0.0)
+    state = TopState(url=URL)
+    state.apply(shared)
+    screen = rendered(render_frame(state, 80), 80)
+    assert all(len(line) <= 80 for line in screen.splitlines())
+    other = next(line for line in screen.splitlines() if line.startswith("GPU 0  other"))
+    assert f"SM {EMPTY}" in other, "an absent figure is a dash, not 0"
+    assert shared.holders[0].holder == name, "the parser hands the ESC through: the line must not"
+    assert "\x1b" not in screen and "\u202e" not in screen and "ns/\ufffd" in screen

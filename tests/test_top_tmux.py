@@ -219,3 +219,28 @@ def test_once_against_a_closed_port_exits_1():
     assert result.returncode == 1 and result.stdout == ""
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("roofwatch top: ") and f"127.0.0.1:{port}/metrics" in lines[0]
+
+
+def test_top_lists_the_holders_of_each_shared_gpu_of_a_real_agent(tmux):
+    """issue 47: a real agent on the fake NVIDIA driver (``--backend nvml-virtual --scenario shared``): the
+    time-sliced GPU's idle notebook is ``idle_held`` on screen, and GPU 1's clients, found through NVML's MPS
+    client list, say ``mps``."""
+    agent = AgentProcess("demo", "--listen", "127.0.0.1:0", "--backend", "nvml-virtual", "--scenario", "shared")
+    try:
+        agent.wait_healthy(60)
+        top_in(tmux, agent)
+        idle = palette.class_label("idle_held")
+
+        def holders_on_screen():
+            screen = tmux.screen()
+            lines = [line for line in screen.splitlines() if re.match(r"^GPU \d+  \S", line)]
+            notebook = [line for line in lines if "research/notebook/main" in line and idle in line]
+            clients = [line for line in lines if line.startswith("GPU 1  pid:") and "  mps  " in line]
+            return (screen, lines) if "SHARED GPUS (3)" in screen and notebook and len(clients) == 4 else None
+
+        screen, lines = poll(holders_on_screen, timeout=60, what="the shared GPUs' holders on screen")
+        assert {line.split()[1] for line in lines} == {"0", "1", "2"}, "only the shared GPUs have holders"
+        assert any(line.startswith("GPU 2  inference/chat-a/main  dra") for line in lines)
+        assert "Traceback" not in screen
+    finally:
+        agent.kill()

@@ -73,6 +73,7 @@ def make_collector(settings: Settings, backend):
             expected_devices=settings.expected_gpus,
             backoff=Backoff(initial_s=settings.interval_s, max_s=retry_max_s),
             analyzer=analyzer,
+            max_holders=settings.max_holders_per_gpu,
             max_devices=settings.max_devices,
         )
     except BackendUnavailable as exc:
@@ -80,8 +81,9 @@ def make_collector(settings: Settings, backend):
         raise CliError(str(exc)) from None
     warm = getattr(backend, "warm_samples", None)
     if analyzer is not None and warm is not None:  # the virtual demo: verdicts from the first scrape
-        analyzer.prime(warm(time.time(), analyzer.thresholds.long_window_s / 2, settings.interval_s),
-                       {d.gpu: d.spec for d in collector.devices})
+        head_start = warm(time.time(), analyzer.thresholds.long_window_s / 2, settings.interval_s)
+        analyzer.prime(head_start, {d.gpu: d.spec for d in collector.devices})
+        collector.prime_holders(head_start)
     return collector
 
 

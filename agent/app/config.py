@@ -132,6 +132,8 @@ class Settings(BaseSettings):
         "PCIe tree that maps each GPU to its nearest NIC (in a container, the host's /sys mounted read-only)."
     )
     max_processes_per_gpu: int = Field(16, ge=0, le=1024, description="Per-process series kept per GPU (largest first).")
+    max_holders_per_gpu: int = Field(4, ge=1, le=64, description="Holders of a shared GPU with series of their own "
+                                     "(largest SM or memory share first); the rest are summed as `other`.")
     gpu_labels: list[Literal["job_id", "namespace", "pod", "container"]] = Field(
         default_factory=list, description="Attribution labels copied onto every GPU series (opt-in: each one adds "
         "series churn whenever jobs or pods change); roofwatch_gpu_job_info and roofwatch_gpu_pod_info always carry them.")

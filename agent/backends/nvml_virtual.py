@@ -17,6 +17,8 @@ from dataclasses import fields
 from typing import Any, Sequence
 
 from agent.backends.nvml.backend import NvmlBackend
+from agent.context.attribution.holders import with_kubelet_holders
+from agent.context.attribution.kubelet.devices import dra_key
 from agent.context.host.processes import ProcessFacts
 from agent.context.sources import HostFacts
 from agent.model import GpuSample
@@ -28,8 +30,11 @@ _PROCESS_FACTS = tuple(f.name for f in fields(ProcessFacts))
 class SimulatedHost:
     """The host side of a simulated node: what /proc and the workload client would report."""
 
-    def __init__(self, library: Any) -> None:
+    def __init__(self, library: Any, pods: Any = None) -> None:
+        """``pods``: a kubelet pod-resources cache (agent.context.attribution.kubelet), when the agent was given
+        a kubelet socket: its pods join the simulated holders, as a real node's kubelet would name them."""
         self._library = library
+        self._pods = pods
 
     def facts(self, gpu: str, pids: Sequence[int], now: float, *, bus_id: str | None = None,
               uuid: str | None = None) -> HostFacts:
@@ -43,7 +48,18 @@ class SimulatedHost:
                          net_rx_bytes_per_s=sample.net_rx_bytes_per_s, net_congestion_per_s=sample.net_congestion_per_s,
                          net_retransmits_per_s=sample.net_retransmits_per_s, net_link_downs=sample.net_link_downs,
                          workload=sample.workload, dtype=sample.dtype,
-                         attribution=sample.attribution)
+                         attribution=self._attribution(gpu, uuid, bus_id, sample.attribution))
+
+    def _attribution(self, gpu: str, uuid: str | None, bus_id: str | None, own: Any) -> Any:
+        """The scenario's holders, completed by the kubelet's pods for this GPU (by UUID, PCI address, or the
+        name NVIDIA's DRA driver gives it: ``gpu-<minor>``, the simulated node's minor being the index)."""
+        if self._pods is None:
+            return own
+        try:
+            refs = self._pods.pods_for(uuid, bus_id, *(() if "/" in gpu else (dra_key("gpu.nvidia.com", f"gpu-{gpu}"),)))
+        except Exception:  # noqa: BLE001 - attribution is an extra; never lose the sample over it
+            return own
+        return with_kubelet_holders(own, refs)
 
 
 class VirtualNvmlBackend(NvmlBackend):
@@ -51,13 +67,14 @@ class VirtualNvmlBackend(NvmlBackend):
 
     name = "nvml-virtual"
 
-    def __init__(self, virtual: VirtualBackend, **kwargs: Any) -> None:
+    def __init__(self, virtual: VirtualBackend, *, pods: Any = None, **kwargs: Any) -> None:
         from agent.virtual.fake_nvml import FakeNvmlLibrary, load_pynvml
 
         self.virtual = virtual
         self.node = virtual.node
         self.library = FakeNvmlLibrary(virtual)
-        kwargs.setdefault("host", SimulatedHost(self.library))
+        self._pods = pods
+        kwargs.setdefault("host", SimulatedHost(self.library, pods))
         kwargs.setdefault("node", virtual.node)
         super().__init__(load_pynvml(self.library), **kwargs)
 
@@ -66,5 +83,7 @@ class VirtualNvmlBackend(NvmlBackend):
 
     def close(self) -> None:
         super().close()
+        if self._pods is not None:
+            self._pods.close()
         self.library.close()
         self.virtual.close()

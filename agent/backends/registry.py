@@ -18,6 +18,7 @@ from agent.backends.base import Backend, BackendUnavailable
 from agent.backends.options import BackendOptions
 
 if TYPE_CHECKING:
+    from agent.context.attribution.kubelet import PodResourcesCache
     from agent.context.local_host import LocalHost
     from agent.context.sources import WorkloadSource
 
@@ -60,7 +61,7 @@ def open_local_host(settings: BackendOptions, reports: WorkloadSource | None = N
     metrics imply. The kubelet cache starts when its socket exists (a Kubernetes node) or when
     the socket was configured explicitly (then a missing socket is logged and retried).
     """
-    from agent.context.attribution.kubelet import PodResourcesCache, pod_from_cgroup
+    from agent.context.attribution.kubelet import pod_from_cgroup
     from agent.context.local_host import LocalHost
 
     workloads: list[WorkloadSource] = [reports] if reports is not None else []
@@ -71,12 +72,20 @@ def open_local_host(settings: BackendOptions, reports: WorkloadSource | None = N
                                    timeout_s=settings.inference_timeout_s, models=settings.models)
         scraper.start()
         workloads.append(scraper)
-    pods = None
-    socket_path = settings.kubelet_socket
-    if socket_path and (Path(socket_path).exists() or "kubelet_socket" in settings.explicit):
-        pods = PodResourcesCache(socket_path, refresh_s=settings.kubelet_refresh_s)
-        pods.start()
+    pods = _kubelet_pods(settings)
     return LocalHost(sysfs_root=settings.sysfs_root, workloads=workloads, pods=pods, pod_from_pid=pod_from_cgroup)
+
+
+def _kubelet_pods(settings: BackendOptions) -> PodResourcesCache | None:
+    """The kubelet pod-resources cache, started, when the socket exists or was configured; else None."""
+    from agent.context.attribution.kubelet import PodResourcesCache
+
+    socket_path = settings.kubelet_socket
+    if not socket_path or not (Path(socket_path).exists() or "kubelet_socket" in settings.explicit):
+        return None
+    pods = PodResourcesCache(socket_path, refresh_s=settings.kubelet_refresh_s)
+    pods.start()
+    return pods
 
 
 def open_nvml(settings: BackendOptions, reports: WorkloadSource | None = None) -> Backend:
@@ -91,7 +100,7 @@ def open_nvml_virtual(settings: BackendOptions, reports: WorkloadSource | None =
     """The real NVML backend over the fake driver that plays the virtual scenario."""
     from agent.backends.nvml_virtual import VirtualNvmlBackend
 
-    backend = VirtualNvmlBackend(open_virtual(settings))  # type: ignore[arg-type]
+    backend = VirtualNvmlBackend(open_virtual(settings), pods=_kubelet_pods(settings))  # type: ignore[arg-type]
     return with_dcgm(settings, with_dcgm_exporter(settings, backend), virtual=backend.virtual)
 
 

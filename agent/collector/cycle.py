@@ -16,6 +16,7 @@ from typing import Callable, Deque, Sequence
 
 from agent.backends.base import Backend, DeviceLostError
 from agent.collector.counters import accumulate_counters
+from agent.collector.holders import MAX_HOLDERS, HolderLedger, with_holder_verdicts
 from agent.collector.pool import MAX_WORKERS, Backoff, WorkerPool
 from agent.model import (
     CollectorHealth,
@@ -40,6 +41,9 @@ Analyzer = Callable[[NodeSnapshot], Sequence[Verdict]]
 
 MAX_DEVICES = 128
 """Default bound on devices (setting ``max_devices``): a node has at most 16 GPUs x 7 MIG instances."""
+HOLDER_WINDOW_S = 20.0
+"""The least time a holder must hold memory with no SM time to be ``idle_held`` for itself: the
+classifier's default window (a GPU's own verdict window, when longer, is used instead)."""
 LOG_EACH = 8
 """Devices going down (or back up) in one cycle logged a line each; more make one summary line."""
 
@@ -64,6 +68,8 @@ class _DeviceSlot:
     xids_refused: tuple[XidCount, ...] = ()
     counter_sources: dict[str, str] = dataclasses.field(default_factory=dict)
     """Which source gave each field of ``sample``, as the backend names it (agent.model.counter_source)."""
+    holders: HolderLedger = dataclasses.field(default_factory=HolderLedger)
+    """Each holder's share of the device when it is shared (agent.collector.holders)."""
 
     def state(self, xid_errors: tuple[XidCount, ...] = ()) -> DeviceState:
         return DeviceState(info=self.info, up=self.up, sample=self.sample, last_success_ts=self.last_success_ts,
@@ -90,6 +96,7 @@ class Collector:
         analyzer: Analyzer | None = None,
         max_devices: int = MAX_DEVICES,
         max_workers: int = MAX_WORKERS,
+        max_holders: int = MAX_HOLDERS,
     ) -> None:
         self.backend = backend
         self.node = node
@@ -113,7 +120,8 @@ class Collector:
             log.warning("backend %s lists %d devices, more than max_devices (%d): sampling the first, refusing %s",
                         backend.name, len(devices), max_devices, _first_names([(g, 0) for g in self.refused_devices]))
         self._slots: dict[str, _DeviceSlot] = {
-            d.gpu: _DeviceSlot(info=d, history=collections.deque(maxlen=history_len)) for d in devices[:max_devices]
+            d.gpu: _DeviceSlot(info=d, history=collections.deque(maxlen=history_len), holders=HolderLedger(max_holders))
+            for d in devices[:max_devices]
         }
         self.expected_devices = expected_devices if expected_devices is not None else len(self._slots)
         # A device never has two calls in flight, so a hung call holds one worker, and the pool's
@@ -136,6 +144,14 @@ class Collector:
         """Recent good samples of one device, oldest first (bounded by ``history_len``)."""
         slot = self._slots.get(gpu)
         return tuple(slot.history) if slot else ()
+
+    def prime_holders(self, samples: Sequence[GpuSample]) -> None:
+        """Play samples from before the start (the virtual demo's head start) into the holders' ledgers, so a
+        holder idle since before the start is ``idle_held`` from the first scrape; no energy is counted."""
+        for sample in samples:
+            slot = self._slots.get(sample.gpu)
+            if slot is not None:
+                slot.holders.advance(sample, None)
 
     def add_listener(self, listener: SnapshotListener) -> None:
         """Call ``listener(snapshot)`` after every cycle, on the collector thread."""
@@ -229,6 +245,9 @@ class Collector:
             except Exception:  # noqa: BLE001 - a classifier bug must not stop the raw metrics
                 log.exception("classification failed")
                 snapshot = dataclasses.replace(snapshot, verdicts=self._snapshot.verdicts)
+        ledgers = {gpu: slot.holders for gpu, slot in self._slots.items()}
+        snapshot = dataclasses.replace(snapshot, devices=with_holder_verdicts(
+            snapshot.devices, ledgers, snapshot.verdicts, HOLDER_WINDOW_S))
         self._snapshot = snapshot
         for listener in self._listeners:
             try:
@@ -254,6 +273,8 @@ class Collector:
         if counters.energy_steps_refused > slot.counters.energy_steps_refused:
             self._refused(slot.info.gpu, "energy_j", energy_step_rejection(slot.sample, sample, energy), sample.ts)
         slot.energy_since = energy_since(slot.sample, sample, slot.energy_since)
+        step = (counters.energy_j - (slot.counters.energy_j or 0.0)) if counters.energy_j is not None else None
+        slot.holders.advance(sample, step)
         slot.counters = counters
         slot.sample = sample
         slot.counter_sources = self._counter_sources(slot.info.gpu)

@@ -20,6 +20,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Sequence
 
+from agent.context.attribution.dra import DraNames
+from agent.context.attribution.holders import gpu_holders, with_holder_reports
 from agent.context.attribution.slurm import ProcessJob, process_job
 from agent.context.host.infiniband import CONGESTION_COUNTERS, RETRANSMIT_COUNTERS, PortMonitor, PortTotals
 from agent.context.host.node_stats import NodeStats
@@ -58,6 +60,7 @@ class LocalHost:
         """pid -> (its job, last asked): read once per process, misses included, since a process
         never changes job and an invisible one (another PID namespace) stays invisible."""
         self._pod_of_pid: dict[int, object | None] = {}
+        self._dra = DraNames(proc_root, sysfs_root)
 
     def facts(self, gpu: str, pids: Sequence[int], now: float, *, bus_id: str | None = None,
               uuid: str | None = None) -> HostFacts:
@@ -71,6 +74,8 @@ class LocalHost:
         workload = self._workload(gpu, uuid, pids, now)
         if workload is not None and workload.job and (attribution is None or attribution.job_id is None):
             attribution = replace(attribution or Attribution(), job_id=workload.job)
+        # a shared GPU's holders each with the report matched to their own PIDs (issue 47)
+        attribution = with_holder_reports(attribution, lambda ids: self._workload(gpu, uuid, ids, now))
         return HostFacts(processes=processes, host=host, attribution=attribution, workload=workload,
                          dtype=workload.dtype if workload is not None else None, **_port_facts(port))
 
@@ -142,15 +147,29 @@ class LocalHost:
         if job is None:
             refs = {f"index:{gpu}"} | ({f"uuid:{uuid.upper()}"} if uuid else set())
             job = next((j for j, _ in self._jobs.values() if refs & set(j.gpus)), None)
-        pod = self._pods.pod_for(uuid, bus_id) if self._pods is not None else None
+        pod_refs = self._pod_refs(gpu, uuid, bus_id)
+        pod = pod_refs[0] if pod_refs else None
         if pod is None and self._pod_from_pid is not None:
             pod = next((p for pid in pids if (p := self._pod_from(pid)) is not None), None)
-        if job is None and pod is None:
+        holders = gpu_holders(pod_refs, pids, pod_of=self._pod_from, job_of=lambda pid: self._job(pid, t).job_id)
+        if job is None and pod is None and len(holders) < 2:
             return None
         return Attribution(
             job_id=job.job_id if job else None, user=job.user if job else None,
             partition=job.partition if job else None, namespace=getattr(pod, "namespace", None),
-            pod=getattr(pod, "pod", None), container=getattr(pod, "container", None))
+            pod=getattr(pod, "pod", None), container=getattr(pod, "container", None), holders=holders or None)
+
+    def _pod_refs(self, gpu: str, uuid: str | None, bus_id: str | None) -> tuple[object, ...]:
+        """Every pod the kubelet gave this GPU to: by UUID or PCI address, then by the names DRA drivers give a
+        whole GPU (a MIG instance or partition shares its parent's PCI address, so it is asked by UUID only)."""
+        if self._pods is None:
+            return ()
+        ids = (uuid, bus_id, *(() if "/" in gpu else self._dra.names(bus_id)))
+        pods_for = getattr(self._pods, "pods_for", None)
+        if pods_for is not None:
+            return tuple(pods_for(*ids))
+        pod = self._pods.pod_for(*ids)
+        return (pod,) if pod is not None else ()
 
     def _pod_from(self, pid: int) -> object | None:
         if pid not in self._pod_of_pid:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from agent.model.holders import HolderShare
 from agent.model.sample import GpuSample, XidCount
 from agent.model.terms import Vendor
 
@@ -102,6 +103,9 @@ class DeviceState:
     counters: DeviceCounters = field(default_factory=DeviceCounters)
     xid_errors: tuple[XidCount, ...] = ()
     """Critical-error events seen since the agent started; reported even while the device is down."""
+    holders: tuple[HolderShare, ...] = ()
+    """On a shared GPU (two holders or more), each holder's estimated share of the last interval and its
+    energy since start, largest first, then ``other`` and ``unattributed`` (agent.model.holders); () else."""
     counter_sources: Mapping[str, str] = field(default_factory=dict)
     """Which source gave each field of the last good sample, where the backend names it (its
     ``counter_sources(gpu)``: a join's ``dcgm-exporter``, ``amd-exporter``, ``dcgm`` beside the vendor

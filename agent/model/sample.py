@@ -12,6 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
+from agent.model.holders import Holder
 from agent.model.serving import ServingReport
 from agent.model.terms import Dtype, NonNegative, NonNegativeInt, Ratio, Vendor, WorkloadClass
 
@@ -96,6 +97,10 @@ class Attribution:
     """Kubernetes namespace of the pod holding the GPU."""
     pod: str | None = None
     container: str | None = None
+    holders: tuple[Holder, ...] | None = None
+    """Every holder of the GPU when the host knows them (agent.model.holders): pods given it through a
+    device plugin, a time-sliced replica or a DRA claim, and its processes grouped by pod, job or PID.
+    The fields above name the first of them, as before."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

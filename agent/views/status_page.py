@@ -232,6 +232,12 @@ def _owner(sample: dict[str, Any]) -> str:
         parts.append(f"pod <b>{esc((who.get('namespace') or '') + '/' + who['pod'])}</b>")
     if who.get("user"):
         parts.append(f"user {esc(who['user'])}")
+    holders = who.get("holders") or []
+    if len(holders) > 1:  # a shared GPU (issue 47): each holder's share is in roofwatch_gpu_holder_*
+        names = ["/".join(h.get(k) or "" for k in ("namespace", "pod")) if h.get("pod")
+                 else h.get("job_id") or "pid " + ",".join(map(str, h.get("pids") or [])) for h in holders[:3]]
+        more = f" +{len(holders) - 3}" if len(holders) > 3 else ""
+        parts.append(f"shared by <b>{len(holders)}</b>: {esc(', '.join(names))}{more}")
     return f'<div class="owner small">{" · ".join(parts)}</div>' if parts else ""
 
 

@@ -25,6 +25,7 @@ from agent.model.waste import WASTE_KINDS
 from agent.views import palette
 from agent.model.text import printable
 from agent.views.top_attention import render_attention, summary_text
+from agent.views.top_holders import render_holders
 from agent.views.top_jitter import render_jitter
 from agent.views.top_serving import ServingRow, render_serving
 from agent.views.top_source import GpuKey, GpuRow, NodeView
@@ -370,6 +371,9 @@ def render_frame(state: TopState, width: int = 200, interactive: bool = True) ->
         jitter = render_jitter(rows, width)
         if jitter is not None:
             parts.append(jitter)
+        shared = render_holders(state.view.holders, width)
+        if shared is not None:
+            parts.append(shared)
         if state.view.serving:
             parts.append(render_serving(state.view.serving, width))
     if interactive:

@@ -19,6 +19,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from agent.model.terms import DEFAULT_PORT
 from agent.model.text import one_line
 from agent.views.http_get import FetchError, agent_endpoint, bounded_get
+from agent.views.top_holders import PREFIX as HOLDER_PREFIX
+from agent.views.top_holders import HolderRow, HolderSeries
 from agent.views.top_serving import PREFIX as SERVING_PREFIX
 from agent.views.top_serving import ServingRow, ServingSeries
 
@@ -99,6 +101,8 @@ class NodeView:
     version: str | None = None
     serving: tuple[ServingRow, ...] = ()
     """One row per inference server (agent.views.top_serving); empty where no GPU serves."""
+    holders: tuple[HolderRow, ...] = ()
+    """One row per holder of a shared GPU (agent.views.top_holders); empty where no GPU is shared."""
 
     @property
     def nodes(self) -> tuple[str, ...]:
@@ -190,6 +194,7 @@ def parse_exposition(text: str, url: str, fetched_at: float | None = None) -> No
     by_source: dict[GpuKey, dict[str, dict[str, float]]] = {}
     node_facts: dict[str, object] = {}
     serving = ServingSeries()
+    holders = HolderSeries()
     seen_info = False
     for sample in _samples(text, url):
         name, labels, value = sample.name, sample.labels, _value(sample.value)
@@ -198,6 +203,9 @@ def parse_exposition(text: str, url: str, fetched_at: float | None = None) -> No
             continue
         if name.startswith(SERVING_PREFIX):
             serving.add(name, labels, value)
+            continue
+        if name.startswith(HOLDER_PREFIX):
+            holders.add(name, labels, value)
             continue
         if not name.startswith("roofwatch_gpu_"):
             continue
@@ -210,7 +218,7 @@ def parse_exposition(text: str, url: str, fetched_at: float | None = None) -> No
     return NodeView(
         url=url, rows=rows, fetched_at=time.time() if fetched_at is None else fetched_at,
         gpus_visible=node_facts.get("gpus_visible"), gpus_expected=node_facts.get("gpus_expected"),
-        version=node_facts.get("version"), serving=serving.rows(),
+        version=node_facts.get("version"), serving=serving.rows(), holders=holders.rows(),
     )
 
 

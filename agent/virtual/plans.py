@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from agent.model import Attribution, DeviceInfo, GpuSpec, ProcessSample
+from agent.model.holders import Holder
 from agent.model.specs import spec_by_key
 from agent.virtual.devices import (
     HIDDEN_FIELDS,
@@ -71,6 +72,8 @@ class GpuPlan:
     blind: bool = False
     """No utilisation counters at all: even a perfect classifier can only say ``unknown``."""
     processes: dict[int, tuple[ProcessSample, ...]] = field(default_factory=dict)
+    holders: tuple[tuple[Holder, float, int], ...] = ()
+    """A shared GPU's holders, each with its share of the SM time and the bytes its process holds."""
 
 
 @dataclass(slots=True)
@@ -170,10 +173,29 @@ def _gpu_plan(seed: int, node: Node, info: DeviceInfo, dev: DeviceModel, workloa
     pid = 2000 + int(unit_hash(hash_prefix(seed, "pid", job, where.rank), node.name) * 4_000_000)
     if workload is not None and workload.pid is not None:
         pid = workload.pid
+    holders = _holders(workload, pid) if workload is not None else ()
+    attribution = Attribution(job_id=workload.job) if workload is not None else None
+    if holders:
+        first = holders[0][0]
+        attribution = Attribution(job_id=workload.job if workload else None, namespace=first.namespace,
+                                  pod=first.pod, container=first.container, holders=tuple(h for h, _, _ in holders))
     return GpuPlan(node=node.name, gpu=info.gpu, info=info, dev=dev, schedule=schedule, plans=plans,
                    before_start=before, dtype=dtype, pid=pid, process_name=name, noise_key=key,
-                   energy_offset_j=1e6 + unit_hash(key, "energy") * 4e8,
-                   attribution=Attribution(job_id=workload.job) if workload is not None else None)
+                   energy_offset_j=1e6 + unit_hash(key, "energy") * 4e8, attribution=attribution, holders=holders)
+
+
+def _holders(workload: Workload, pid: int) -> tuple[tuple[Holder, float, int], ...]:
+    """The scenario's holders of a shared GPU, each with a PID of its own beside the job's (``pid + 1 + i``)."""
+    out = []
+    for i, spec in enumerate(workload.holders):
+        pids = (pid + 1 + i,)
+        if spec.via == "mps":
+            holder = Holder(kind="process", via="process", pids=pids)
+        else:
+            holder = Holder(kind="pod", via=spec.via, namespace=spec.namespace, pod=spec.pod,
+                            container=spec.container, claim=spec.claim, pids=pids)
+        out.append((holder, spec.share, int(spec.mem_gib * 1024**3)))
+    return tuple(out)
 
 
 def _node_devices(seed: int, node: Node, spec: GpuSpec, view: DriverView, counters: str

@@ -62,6 +62,8 @@ def sample_device(plan: GpuPlan, state: GpuState, t0: float, t1: float, ts: floa
         state.temp_c = lagged_temperature_c(state.temp_c, steady_temperature_c(power, dev, temp_offset), dt)
         energy, temp = state.energy_j, state.temp_c
     processes = _processes(plan, end_plan)
+    if plan.holders and processes:
+        processes = _holder_processes(plan, processes[0], act[1])
     used = sum(p.used_memory_bytes or 0 for p in processes)
     mem_used = min(dev.mem_total_bytes, used + DRIVER_RESERVE) if processes else 0
     busy = end_plan.kind != "idle" and end_plan.kind != "idle_held"
@@ -112,6 +114,16 @@ def _processes(plan: GpuPlan, phase: PhasePlan) -> tuple[ProcessSample, ...]:
                                     cpu_workers_cores=phase.cpu_workers_cores, workers=phase.workers),)
         plan.processes[key] = cached
     return cached
+
+
+def _holder_processes(plan: GpuPlan, job: ProcessSample, sm_active: float) -> tuple[ProcessSample, ...]:
+    """A shared GPU's processes: one per holder, splitting the interval's SM time by the holders' shares; on AMD
+    also the compute units its queues occupy (amdsmi ``cu_occupancy``), the same share of the busy CUs."""
+    cus = plan.info.sm_count if plan.info.vendor == "amd" else None
+    return tuple(ProcessSample(pid=holder.pids[0], name=job.name, used_memory_bytes=memory,
+                               sm_util=round(min(1.0, max(0.0, sm_active * share)), 4), cpu_cores=job.cpu_cores,
+                               compute_units=round(cus * min(1.0, max(0.0, sm_active * share))) if cus else None)
+                 for holder, share, memory in plan.holders)
 
 
 def _tensor_split(tensor: float | None, dtype: str | None) -> dict[str, float | None]:

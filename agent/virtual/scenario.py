@@ -54,7 +54,8 @@ from agent.context.yaml_input import YamlInputError, load_yaml
 from agent.virtual.nodes import Node
 from agent.virtual.workloads import PHASE_KINDS, CommJitterPhase, StrictModel, Workload
 
-BUILTIN_SCENARIOS: tuple[str, ...] = ("demo", "cluster", "mi300x", "mi300x-dme", "fleet", "serving")
+BUILTIN_SCENARIOS: tuple[str, ...] = ("demo", "cluster", "mi300x", "mi300x-dme", "fleet", "serving", "shared",
+                                      "a100-dcgm-counters")
 """Scenarios shipped in ``agent/virtual/scenarios/<name>.yaml``."""
 
 

@@ -215,6 +215,29 @@ def gpu_parent(ref: int | str) -> int:
     return ref if isinstance(ref, int) else int(ref.split("/", 1)[0])
 
 
+class HolderSpec(StrictModel):
+    """One holder of a shared GPU (issue 47): a pod given a time-sliced replica or a shared DRA claim, or an
+    MPS client process. The GPU's physics stay its workload's phases; its holders split the SM time of each
+    interval by ``share`` and hold ``mem_gib`` each, as the driver's per-process lists would show them."""
+
+    pod: str | None = Field(None, min_length=1, description="Pod name; none for an MPS client process.")
+    namespace: str | None = Field(None, min_length=1)
+    container: str = Field("main", min_length=1)
+    via: Literal["time-slicing", "dra", "mps"] = "time-slicing"
+    claim: str | None = Field(None, min_length=1, description="DRA claim as namespace/name (via: dra).")
+    share: float = Field(ge=0.0, le=1.0, description="Share of the GPU's SM time its process uses.")
+    mem_gib: float = Field(ge=0.0, description="Device memory its process holds (GiB).")
+    process: str | None = Field(None, min_length=1, description="Process name (default: the workload's).")
+
+    @model_validator(mode="after")
+    def _named(self) -> "HolderSpec":
+        if self.via == "mps" and self.pod is not None:
+            raise ValueError("an MPS client is a process: give it no pod")
+        if self.via != "mps" and (self.pod is None or self.namespace is None):
+            raise ValueError(f"a holder via {self.via} is a pod: give it a namespace and a pod")
+        return self
+
+
 class Workload(StrictModel):
     """One job's share of a node: the GPUs (or MIG instances) it uses and the phases it cycles through."""
 
@@ -226,6 +249,17 @@ class Workload(StrictModel):
     pid: int | None = Field(None, ge=1, description="Host PID the driver reports for this job's process "
                             "(default: a stable made-up one); lets a test attach a real process to a simulated GPU.")
     phases: list[Phase] = Field(min_length=1)
+    holders: list[HolderSpec] = Field(default_factory=list, max_length=64, description="Holders sharing each of "
+                                      "its GPUs (time-sliced pods, a shared DRA claim, MPS clients); none: the job "
+                                      "holds its GPUs alone.")
+
+    @field_validator("holders")
+    @classmethod
+    def _shares_fit(cls, holders: list[HolderSpec]) -> list[HolderSpec]:
+        total = sum(h.share for h in holders)
+        if total > 1.0 + 1e-9:
+            raise ValueError(f"the holders' shares add up to {total:g}; a GPU has no more than all of its SM time")
+        return holders
 
     @field_validator("gpus")
     @classmethod

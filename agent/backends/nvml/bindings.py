@@ -11,6 +11,7 @@ name                                            first in    without it
                                                             reading, the unversioned call)
 ``nvmlDeviceGetComputeRunningProcesses_v2``     12.560      the C symbol of the same name through
                                                             ``_nvmlGetFunctionPointer``
+``nvmlDeviceGetMPSComputeRunningProcesses_v2``  12.560      the same, for the MPS client list
 ``c_nvmlProcessInfo_v3_t``                      12.560      ``c_nvmlProcessInfo_t``: the same four
                                                             fields in every release
 ``NVMLLibraryMismatchError``                    12.560      nothing raises it there
@@ -31,6 +32,15 @@ from pathlib import Path
 from typing import Any
 
 UPGRADE = "upgrade nvidia-ml-py (pip install -U nvidia-ml-py; 12.570 or newer has every name roofwatch uses)"
+
+
+_V2_PROCESS_LISTS = (
+    ("nvmlDeviceGetComputeRunningProcesses_v2", "on drivers before R510 the process list is read through the C "
+     "symbol directly", "on drivers before R510 processes are unknown"),
+    ("nvmlDeviceGetMPSComputeRunningProcesses_v2", "on drivers R470 to R505 the MPS client list is read through the "
+     "C symbol directly", "on drivers R470 to R505 MPS clients are not told apart from other processes"),
+)
+"""The ``_v2`` wrappers 12.535 lacks: (name, what happens without it where C symbols can be called, where not)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,13 +76,12 @@ class Bindings:
             missing["c_nvmlProcessInfo_v3_t"] = f"processes are read into {struct or 'pynvml objects'} (same fields)"
         function_pointer = callable(getattr(module, "_nvmlGetFunctionPointer", None))
         lost: set[str] = set()
-        if not callable(getattr(module, "nvmlDeviceGetComputeRunningProcesses_v2", None)):
-            direct = function_pointer and struct is not None
-            missing["nvmlDeviceGetComputeRunningProcesses_v2"] = (
-                "on drivers before R510 the process list is read through the C symbol directly" if direct
-                else "on drivers before R510 processes are unknown")
-            if not direct:
-                lost.add("nvmlDeviceGetComputeRunningProcesses_v2")
+        direct = function_pointer and struct is not None
+        for name, readable, unknown in _V2_PROCESS_LISTS:
+            if not callable(getattr(module, name, None)):
+                missing[name] = readable if direct else unknown
+                if not direct:
+                    lost.add(name)
         mismatch = getattr(module, "NVMLLibraryMismatchError", None)
         if not isinstance(mismatch, type):
             missing["NVMLLibraryMismatchError"] = "not needed: this release raises NVMLError for a missing symbol"

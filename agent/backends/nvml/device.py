@@ -33,6 +33,7 @@ from agent.backends.nvml.errors import INVALID_ARGUMENT, Meaning, describe, desc
 from agent.backends.nvml.fields import CLOCK_EVENT_FIELDS, FIELDS, Field, FieldBatch
 from agent.backends.nvml.process_reads import ComputeProcesses, ProcessUtilization
 from agent.backends.readings import CounterRate, ReadingPolicy
+from agent.context.attribution.holders import with_mps_clients
 from agent.context.sources import HostFacts, HostSource
 from agent.model import DeviceInfo, GpuSample, ProcessSample, RemappedRows, XidCount
 
@@ -92,6 +93,8 @@ class NvmlDevice:
         struct = self.bindings.process_struct
         self._compute_processes = ComputeProcesses(nvml, count, struct=struct)
         self._compute_processes_v2 = ComputeProcesses(nvml, count, version=2, struct=struct)
+        self._mps_processes = ComputeProcesses(nvml, count, struct=struct, mps=True)
+        self._mps_processes_v2 = ComputeProcesses(nvml, count, version=2, struct=struct, mps=True)
         self._process_utilization = ProcessUtilization(nvml, count)
         self._gpm: gpm.GpmReader | None = None
         self._gpm_checked = False
@@ -220,8 +223,9 @@ class NvmlDevice:
             temp = self._opt("temperature_legacy", "nvmlDeviceGetTemperature", h, nvml.NVML_TEMPERATURE_GPU)
         clock = self._opt("sm_clock", "nvmlDeviceGetClockInfo", h, nvml.NVML_CLOCK_SM)
         reasons = self._clock_reasons(h)
-        pids_memory, sm_utils = self._processes(h)
+        pids_memory, sm_utils, mps = self._processes(h)
         host = self._host_facts(pids_memory, now)
+        attribution = with_mps_clients(host.attribution, pids_memory or {}, mps) if mps else host.attribution
         interval = now - self._state.last_now if self._state.last_now is not None and now > self._state.last_now else None
         self._state.last_now = now
         self._ever_read = True
@@ -234,7 +238,7 @@ class NvmlDevice:
             processes=_processes(pids_memory, sm_utils, host),
             host=host.host, net_tx_bytes_per_s=host.net_tx_bytes_per_s, net_rx_bytes_per_s=host.net_rx_bytes_per_s,
             net_congestion_per_s=host.net_congestion_per_s, net_retransmits_per_s=host.net_retransmits_per_s,
-            net_link_downs=host.net_link_downs, workload=host.workload, dtype=host.dtype, attribution=host.attribution,
+            net_link_downs=host.net_link_downs, workload=host.workload, dtype=host.dtype, attribution=attribution,
             xid_errors=(self._xids(self.gpu) or None) if self._xids else None,
             **values,
         )
@@ -324,20 +328,33 @@ class NvmlDevice:
             reasons = self._opt("clock_throttle_reasons", "nvmlDeviceGetCurrentClocksThrottleReasons", h)
         return int(reasons) if reasons is not None else None
 
-    def _processes(self, h: Any) -> tuple[dict[int, int | None] | None, dict[int, float]]:
+    def _processes(self, h: Any) -> tuple[dict[int, int | None] | None, dict[int, float], frozenset[int]]:
+        """PID -> used bytes, PID -> SM share, and which PIDs are MPS clients (read only when a process is on it)."""
         listed = self._opt("processes", self._compute_processes, h)
         if listed is None and "processes" in self.absent:  # drivers before R510 have only _v2
             listed = self._opt("processes_v2", self._compute_processes_v2, h)
         if listed is None:
-            return None, {}
+            return None, {}, frozenset()
         pids = dict(listed)
+        clients = self._mps_clients(h) if pids else {}
+        for pid, used in clients.items():  # a client only the MPS list names joins with its memory
+            if pids.get(pid) is None:
+                pids[pid] = used
         utils: dict[int, float] = {}
         if pids and not self.is_mig:
             samples = self._opt("process_utilization", self._process_utilization, h, self._state.process_util_ts)
             for pid, stamp, sm in sorted(samples or (), key=lambda s: s[1]):
                 utils[pid] = min(1.0, sm / 100.0)  # the newest sample per PID wins
                 self._state.process_util_ts = max(self._state.process_util_ts, stamp)
-        return pids, utils
+        return pids, utils, frozenset(clients)
+
+    def _mps_clients(self, h: Any) -> dict[int, int | None]:
+        """The MPS client list (Volta+; ``_v3`` from R510, ``_v2`` from R470): one call per interval on a GPU
+        with processes; NOT_SUPPORTED or a driver without the symbol switches each version off for good."""
+        listed = self._opt("mps_processes", self._mps_processes, h)
+        if listed is None and "mps_processes" in self.absent:
+            listed = self._opt("mps_processes_v2", self._mps_processes_v2, h)
+        return dict(listed or ())
 
     def _host_facts(self, pids: dict[int, int | None] | None, now: float) -> HostFacts:
         try:

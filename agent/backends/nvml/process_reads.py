@@ -12,6 +12,8 @@ They use pynvml's ``_nvmlGetFunctionPointer`` and struct types. Where a pynvml l
 public wrapper is used instead (two calls), so nothing depends on them being there. The same
 reader serves the ``_v2`` symbol of drivers before R510, which nvidia-ml-py 12.535 has no
 wrapper for (the struct is the same in both: pid, used memory, GPU and compute instance ids).
+The MPS client list (``nvmlDeviceGetMPSComputeRunningProcesses_v3``, ``_v2`` on R470 to R505) has the
+same signature and struct, so the same reader serves it (``mps=True``).
 """
 
 from __future__ import annotations
@@ -73,16 +75,24 @@ class _SizedRead:
         return [self._buffer[i] for i in range(count.value)]
 
 
+COMPUTE_PROCESSES = "nvmlDeviceGetComputeRunningProcesses"
+MPS_PROCESSES = "nvmlDeviceGetMPSComputeRunningProcesses"
+"""The two process lists' pynvml names without a version suffix (the unversioned wrapper calls ``_v3``)."""
+
+
 class ComputeProcesses:
-    """``nvmlDeviceGetComputeRunningProcesses_v3`` (or ``_v2``) as [(pid, used bytes)]."""
+    """``nvmlDeviceGetComputeRunningProcesses_v3`` (or ``_v2``), or with ``mps`` the MPS client list, as
+    [(pid, used bytes)]."""
 
     def __init__(self, nvml: Any, wrap: Callable[[Callable[..., Any]], Callable[..., Any]], *, version: int = 3,
-                 struct: str | None = "c_nvmlProcessInfo_v3_t") -> None:
+                 struct: str | None = "c_nvmlProcessInfo_v3_t", mps: bool = False) -> None:
         """``struct``: the pynvml struct to read into (:class:`~agent.backends.nvml.bindings.Bindings`
-        picks one this release has); ``version`` 2 reads the symbol of drivers before R510."""
+        picks one this release has); ``version`` 2 reads the symbol of drivers before R510; ``mps`` the
+        MPS clients' list instead of every compute context."""
         self._nvml = nvml
-        self._wrapper = f"nvmlDeviceGetComputeRunningProcesses{'_v2' if version == 2 else ''}"
-        self._read = _SizedRead(nvml, f"nvmlDeviceGetComputeRunningProcesses_v{version}", struct or "", wrap)
+        name = MPS_PROCESSES if mps else COMPUTE_PROCESSES
+        self._wrapper = f"{name}{'_v2' if version == 2 else ''}"
+        self._read = _SizedRead(nvml, f"{name}_v{version}", struct or "", wrap)
 
     def __call__(self, handle: Any) -> list[ProcessMemory]:
         nvml = self._nvml

@@ -27,7 +27,7 @@ SOURCES: dict[str, str] = {
     "OFU": "achieved tensor FLOP/s ~ tensor activity x dense peak x clock ratio (Pedersen et al., "
            "'Instant GPU Efficiency Visibility at Fleet Scale'); docs/classification.md section 4",
     "classifier": "roofwatch's own thresholds (agent/classifier/thresholds.py, docs/classification.md section 5)",
-    "nvidia.md": "docs/nvidia.md, Cost: about 9 NVML calls per interval on a Hopper GPU",
+    "nvidia.md": "docs/nvidia.md, Cost: about 10 NVML calls per interval on a Hopper GPU running a process",
 }
 
 
@@ -111,8 +111,8 @@ def _table() -> tuple[Expectation, ...]:
                     reason="most samples show the collective-wait signature: resident, SM <= 0.3, tensor <= 0.05, "
                            "DRAM <= 0.15", source="classifier"),
         Expectation("all", "driver_calls", high=12.0,
-                    reason="the agent's cost on the driver: about 9 NVML calls per sample on Hopper, plus "
-                           "per-process reads for the selftest's own process", source="nvidia.md"),
+                    reason="the agent's cost on the driver: about 10 NVML calls per sample on Hopper with the "
+                           "selftest's own process running (its process reads included)", source="nvidia.md"),
     ]
     rows += [Expectation(p.name, "verdict", equals=p.label,
                          reason="the class roofwatch gives must be the class this phase produces", source="classifier")

@@ -176,6 +176,8 @@ def collect(client: PromClient, window: Window, *, cluster: str | None, prices: 
     if namespaces == []:  # expected outside Kubernetes: a note, not a problem (a failed query still is one)
         report.notes["Waste by namespace"] = NO_NAMESPACES
     report.namespaces = group_rows(rows(namespaces), ("cluster", "namespace"), prices)
+    if report.namespaces:
+        _namespace_bill(run, q, report, window)
     _jobs(run, q, report, window)
     _mfu(run, q, report, window)
     _incidents(run, q, report, window)
@@ -185,6 +187,17 @@ def collect(client: PromClient, window: Window, *, cluster: str | None, prices: 
                          "by_cluster": {s.labels.get("cluster", ""): round(s.value, 6) for s in energy}}
     _previous(run, Queries(window.previous, cluster, top), report, prices)
     return report
+
+
+def _namespace_bill(run: _Runner, q: Queries, report: FleetReport, window: Window) -> None:
+    """Each namespace's kWh (whole GPUs' counters, shared GPUs' holder estimates) and busy MFU (whole GPUs)."""
+    by_key = {(g.key["cluster"], g.key["namespace"]): g for g in report.namespaces}
+    for section, expr, attr in (("Energy by namespace", q.energy_kwh_by_namespace(), "kwh"),
+                                ("MFU by namespace", q.mfu_by_namespace(), "mfu")):
+        for s in run.instant(section, expr, window.end) or []:
+            group = by_key.get((s.labels.get("cluster", ""), s.labels.get("namespace", "")))
+            if group is not None:
+                setattr(group, attr, s.value)
 
 
 def _jobs(run: _Runner, q: Queries, report: FleetReport, window: Window) -> None:

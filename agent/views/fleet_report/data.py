@@ -73,6 +73,8 @@ class Group:
     models: set[str] = field(default_factory=set)
     assumed_price: bool = False
     mfu: float | None = None
+    kwh: float | None = None
+    """Energy in the period (the namespace table: whole GPUs' counters, shared GPUs' holder estimates)."""
     reasons: list[dict[str, object]] = field(default_factory=list)
 
     def add(self, cls: str, hours: float, model: str, spec: str, prices: Prices, waste: str = NOT_WASTED) -> None:
@@ -122,6 +124,7 @@ class Group:
                 "useful_hours": round(self.useful, 6), "cost_usd": round(self.cost, 4),
                 "wasted_cost_usd": round(self.wasted_cost, 4), "models": sorted(self.models),
                 "assumed_price": self.assumed_price, "mfu": None if self.mfu is None else round(self.mfu, 6),
+                "kwh": None if self.kwh is None else round(self.kwh, 6),
                 "reasons": self.reasons}
 
 

@@ -97,9 +97,58 @@ class Queries:
         return self._hours(f"{self.waste_classes()} * {self._job()} * {self._model()}", "cluster, user, model, spec, class, waste")
 
     def class_hours_by_namespace(self) -> str:
-        """GPU-hours per class of GPUs a Kubernetes pod held, by cluster, namespace and model."""
-        return self._hours(f"{self.waste_classes()} * {self._namespace()} * {self._model()}",
+        """GPU-hours per class of GPUs a Kubernetes pod held, by cluster, namespace and model: a whole GPU whole for
+        its pod's namespace, a shared GPU by its holders' shares (:meth:`_shared_by_namespace`)."""
+        whole = f"({self.waste_classes()} * {self._namespace()} unless {ON} {self._holder_energy()})"
+        return self._hours(f"({whole} or {self._shared_by_namespace()}) * {self._model()}",
                            "cluster, namespace, model, spec, class, waste")
+
+    # -- shared GPUs (docs/attribution.md, "The bill") ------------------------------------------------
+    def _holder_energy(self, named: bool = False) -> str:
+        """The per-holder energy series: every holder of a shared GPU has one (``named``: without the
+        ``unattributed`` remainder, which is energy no holder explains, not a holder)."""
+        return self.sel("roofwatch_gpu_holder_energy_joules_total", **({"holder": "!unattributed"} if named else {}))
+
+    def _holder_shares(self) -> str:
+        """Each holder's share of its shared GPU's time: an equal share for every holder the agent names (pods, jobs,
+        processes, ``other``), as a time-sliced replica or a share of a DRA claim is an equal slot of the GPU.
+        roofwatch:gpu_holder_share:ratio in deploy/prometheus/roofwatch-rules.yml records the same."""
+        named = f"group by ({KEY}, holder) ({self._holder_energy(named=True)})"
+        return f"({named} / {ON} group_left () count by ({KEY}) ({named}))"
+
+    def _holder_namespace(self) -> str:
+        info = self.sel("roofwatch_gpu_holder_info", namespace="!")
+        return f"on ({KEY}, holder) group_left (namespace) max by ({KEY}, holder, namespace) ({info})"
+
+    def _shared_by_namespace(self) -> str:
+        """Each namespaced holder's share of its shared GPU with a class and waste: a holder whose own class is
+        ``idle_held`` counts its share as idle and idle_held (the waste a shared GPU hides); any other holder its
+        share in the GPU's class and waste. Holders with no namespace (MPS clients, plain processes, ``other``)
+        are in no namespace, as a whole GPU no pod holds."""
+        share = self._holder_shares()
+        idle = f"max by ({KEY}, holder) ({self.sel('roofwatch_gpu_holder_class', **{'class': HELD_IDLE})})"
+        own = (f'label_replace(label_replace({share} * on ({KEY}, holder) group_left () {idle}, '
+               f'"waste", {string(HELD_IDLE)}, "", ""), "class", {string(IDLE)}, "", "")')
+        gpu = f"max by ({KEY}, class, waste) ({self.waste_classes()} == 1)"
+        rest = f"({share} unless on ({KEY}, holder) {idle}) * {ON} group_left (class, waste) {gpu}"
+        return f"(({own} or {rest}) * {self._holder_namespace()})"
+
+    def energy_kwh_by_namespace(self) -> str:
+        """kWh by cluster and namespace over the window: a whole GPU's energy counter for its pod's namespace, each
+        namespaced holder's estimated energy (the agent's split) on a GPU shared at any time in the window."""
+        span = f"[{self.w.range_s}s]"
+        holders = f"increase({self._holder_energy(named=True)}{span}) * {self._holder_namespace()}"
+        whole = (f"(increase({self.sel('roofwatch_gpu_energy_joules_total')}{span}) unless {ON} "
+                 f"count_over_time({self._holder_energy()}{span})) * {self._namespace()}")
+        return f"sum by (cluster, namespace) ({holders} or {whole}) / 3.6e6"
+
+    def mfu_by_namespace(self) -> str:
+        """Mean busy MFU by cluster and namespace over the whole GPUs its pods held: a shared GPU's MFU is its
+        holders' together, no one holder's (a holder's own MFU has no series yet)."""
+        sub = self.w.subquery()
+        inner = f"({self._mfu_busy()} * {self._namespace()} unless {ON} {self._holder_energy()})"
+        return (f"sum by (cluster, namespace) (sum_over_time({inner}{sub})) / "
+                f"sum by (cluster, namespace) (count_over_time({inner}{sub}))")
 
     def worst_jobs(self) -> str:
         """The ``top`` jobs by wasted GPU-hours (ranked on the server)."""

@@ -56,7 +56,11 @@ def build_page(report: FleetReport, *, title: str | None = None) -> str:
         _problems_banner(report),
         _cards(report),
     ]
-    if report.source == "roofwatch":
+    if report.source == "aggregates":  # what the global store cannot answer, said once, not shown as zeros
+        body.append('<ul class="muted small" id="aggregates-notes">' + "".join(
+            f"<li><b>{esc(section)}</b>: {esc(note)}</li>" for section, note in report.notes.items()
+            if section != "Waste by namespace") + "</ul>")
+    if report.source in ("roofwatch", "aggregates"):
         body += [
             "<h2>GPU-hours by class</h2>", class_table(report.fleet),
             "<h2>Wasted GPU-hours and their cost</h2>",
@@ -66,7 +70,8 @@ def build_page(report: FleetReport, *, title: str | None = None) -> str:
             "<h3>By cluster</h3>", waste_table(report.fleet, ("cluster",), "waste-cluster"),
             "<h3>By namespace</h3>", _namespaces(report),
             "<h3>By user</h3>", '<p class="muted small">GPUs a job held (roofwatch_gpu_job_info).</p>',
-            waste_table(report.users, ("cluster", "user"), "waste-user", empty="No GPUs held by a job in this period."),
+            waste_table(report.users, ("cluster", "user"), "waste-user",
+                        empty=report.notes.get("Waste by user", "No GPUs held by a job in this period.")),
             "<h2>Worst jobs</h2>", jobs_table(report.jobs),
             "<h2>MFU distribution</h2>", _mfu_section(report),
             "<h2>Straggler and jitter incidents</h2>", _incidents(report),
@@ -91,7 +96,7 @@ def _cards(report: FleetReport) -> str:
              ("wasted cost", "wasted_cost_usd", usd, True), ("idle-allocated GPU-hours", "idle_allocated_gpu_hours", hours, True),
              ("busy MFU (mean)", "mfu_mean", pct, False), ("kWh per useful GPU-hour", "kwh_per_useful_gpu_hour",
                                                            lambda v: "—" if v is None else f"{v:.2f}", True)]
-    if report.source != "roofwatch":
+    if report.source not in ("roofwatch", "aggregates"):
         cards = cards[:1] + cards[4:5]
     out = []
     for label, key, show, lower_is_better in cards:
@@ -112,6 +117,10 @@ def _cards(report: FleetReport) -> str:
 def _mfu_section(report: FleetReport) -> str:
     mfu = report.mfu
     histogram = {int(k): float(v) for k, v in dict(mfu.get("histogram") or {}).items()}
+    if not histogram and report.source == "aggregates" and mfu.get("mean") is not None:
+        return (f'<p data-mfu-mean="{mfu.get("mean")}">Mean {pct(_f(mfu.get("mean")), 1)} over '
+                f'{hours(_f(mfu.get("busy_gpu_hours")))} busy GPU-hours (the clusters\' means weighted by their busy '
+                "GPUs; the distribution is in each cluster's own store).</p>")
     if not histogram:
         return '<p class="muted">No MFU readings from busy GPUs in this period.</p>'
     width, height, left, bottom, top = 900, 260, 50, 225, 15
@@ -204,13 +213,23 @@ def _definitions(report: FleetReport) -> str:
         f"Target {MFU_TARGET:.0%}.</dd></dl>")
 
 
+SHARED_RULE = ("A whole GPU counts whole for its pod's namespace. A shared GPU (time-sliced, a shared DRA claim, MPS) "
+               "counts an equal share for each holder the agent names on it: its GPU-hours in the GPU's class, or as "
+               "idle-allocated when that holder itself held memory and ran nothing; its kWh is the agent's estimate per "
+               "holder (busy energy by SM-time share, the idle floor evenly). Holders with no pod (MPS clients, plain "
+               "processes) are in no namespace. MFU: whole GPUs only.")
+"""The shared GPUs' rule, stated on the page above the namespace table (docs/attribution.md, "The bill")."""
+
+
 def _namespaces(report: FleetReport) -> str:
     """The namespace table, or why it is empty: outside Kubernetes that is expected, said in a neutral note."""
     note = report.notes.get("Waste by namespace")
     if note and not report.namespaces:
         return f'<p class="muted" id="waste-namespace-note">{esc(note)}</p>'
-    return waste_table(report.namespaces, ("cluster", "namespace"), "waste-namespace",
-                       empty="No GPUs held by a Kubernetes pod in this period.")
+    bill = [("kWh", lambda g: "—" if g.kwh is None else f"{g.kwh:,.2f}"), ("busy MFU (whole GPUs)", lambda g: pct(g.mfu))]
+    return (f'<p class="muted small" id="shared-rule">{esc(SHARED_RULE)}</p>'
+            + waste_table(report.namespaces, ("cluster", "namespace"), "waste-namespace",
+                          empty="No GPUs held by a Kubernetes pod in this period.", extra=bill))
 
 
 def _problems_banner(report: FleetReport) -> str:

@@ -5,7 +5,7 @@ them; every name in them comes from the store and is escaped (agent.views.svg.es
 from __future__ import annotations
 
 import math
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 from agent.model import WORKLOAD_CLASSES
 from agent.model.waste import WASTE_KINDS
@@ -85,9 +85,11 @@ WASTE_COLUMNS = tuple((kind, WASTE_TITLES[kind]) for kind in WASTE_KINDS)
 
 
 def waste_table(groups: Sequence[Group], keys: Iterable[str], table_id: str, limit: int = 25,
-                empty: str = "No GPUs in this period.") -> str:
+                empty: str = "No GPUs in this period.",
+                extra: Sequence[tuple[str, Callable[[Group], str]]] = ()) -> str:
     """GPU-hours and what of them was wasted (idle-allocated, starved, jittered) or spare, most costly first.
-    The kinds' cells add up to the wasted cell as shown (:func:`hour_cells`)."""
+    The kinds' cells add up to the wasted cell as shown (:func:`hour_cells`). ``extra``: more columns (title,
+    cell text) after those, such as the namespace bill's kWh and MFU."""
     keys = tuple(keys)
     if not groups:
         return f'<p class="muted" id="{table_id}-empty">{esc(empty)}</p>'
@@ -100,12 +102,14 @@ def waste_table(groups: Sequence[Group], keys: Iterable[str], table_id: str, lim
             + f'<td class="num">{hours(g.total)}</td>' + "".join(f'<td class="num">{c}</td>' for c in cells[:-1])
             + f'<td class="num"><b>{cells[-1]}</b></td><td class="num">{pct(g.wasted / g.total if g.total else None)}</td>'
             f'<td class="num"><b>{usd(g.wasted_cost)}</b>{"*" if g.assumed_price else ""}</td>'
-            f'<td class="num muted">{hours(g.spare)}</td></tr>')
+            f'<td class="num muted">{hours(g.spare)}</td>'
+            + "".join(f'<td class="num">{cell(g)}</td>' for _, cell in extra) + "</tr>")
     more = f'<p class="muted small">{len(groups) - limit} more rows in the JSON data.</p>' if len(groups) > limit else ""
     head = "".join(f"<th>{esc(k)}</th>" for k in keys) + "<th>GPU-h</th>"
     head += "".join(f"<th>{esc(title)}</th>" for _, title in WASTE_COLUMNS)
     return (f'<table id="{table_id}" class="wide"><tr>{head}<th>wasted GPU-h</th><th>wasted share</th><th>wasted cost</th>'
-            f"<th>spare (idle, held by nobody)</th></tr>{''.join(rows)}</table>{more}")
+            f"<th>spare (idle, held by nobody)</th>{''.join(f'<th>{esc(t)}</th>' for t, _ in extra)}</tr>"
+            f"{''.join(rows)}</table>{more}")
 
 
 def jobs_table(jobs: Sequence[Group]) -> str:

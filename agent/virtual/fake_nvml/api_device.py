@@ -317,6 +317,16 @@ class DeviceFunctions:
 
     @c_function("nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2", handle=True)
     def _c_compute_processes(self, dev: NvmlDevice, count: Any, infos: Any) -> int | None:
+        return self._fill_processes(dev, count, infos, mps=False)
+
+    @c_function("nvmlDeviceGetMPSComputeRunningProcesses_v3", "nvmlDeviceGetMPSComputeRunningProcesses_v2", handle=True)
+    def _c_mps_processes(self, dev: NvmlDevice, count: Any, infos: Any) -> int | None:
+        """The MPS clients (nvml.h: Volta and newer; ``_v2`` from R470, ``_v3`` from R510, gated in profile.py):
+        the scenario's MPS holders, each also in the compute list as nvidia-smi's ``M+C`` type says. The MPS
+        server process is not simulated; a GPU without MPS clients lists none (success, count 0)."""
+        return self._fill_processes(dev, count, infos, mps=True)
+
+    def _fill_processes(self, dev: NvmlDevice, count: Any, infos: Any, *, mps: bool) -> int | None:
         if target(count) is None:
             raise Fail(codes.ERROR_INVALID_ARGUMENT)
         self._fresh(dev)
@@ -325,7 +335,10 @@ class DeviceFunctions:
             s = d.counters.latest if d.counters is not None else None
             if d.is_mig and d.parent is not None and d is not d.parent.first_of_gi(d.gi):
                 continue  # the engine runs a GPU instance's processes: listed on its first compute instance
+            clients = _mps_clients(s) if mps else None
             for p in (s.processes or ()) if s is not None else ():
+                if clients is not None and p.pid not in clients:
+                    continue
                 used = p.used_memory_bytes if p.used_memory_bytes is not None else codes.ULL_NOT_AVAILABLE
                 gi, ci = (d.gi, d.ci) if d.is_mig else (codes.UINT_MAX, codes.UINT_MAX)
                 rows.append((p.pid, used, gi, ci))
@@ -341,10 +354,17 @@ class DeviceFunctions:
             entry.pid, entry.usedGpuMemory, entry.gpuInstanceId, entry.computeInstanceId = pid, used, gi, ci
         return None
 
-    @c_function("nvmlDeviceGetGraphicsRunningProcesses_v3", "nvmlDeviceGetGraphicsRunningProcesses_v2",
-                "nvmlDeviceGetMPSComputeRunningProcesses_v3", handle=True)
+    @c_function("nvmlDeviceGetGraphicsRunningProcesses_v3", "nvmlDeviceGetGraphicsRunningProcesses_v2", handle=True)
     def _c_no_processes(self, dev: NvmlDevice, count: Any, infos: Any) -> None:
-        """Graphics and MPS clients: none in any simulated workload (CUDA compute only)."""
+        """Graphics processes: none in any simulated workload (CUDA compute only)."""
         if target(count) is None:
             raise Fail(codes.ERROR_INVALID_ARGUMENT)
         set_value(count, 0)
+
+
+def _mps_clients(sample: GpuSample | None) -> frozenset[int]:
+    """PIDs of the scenario's MPS clients on a device: its process holders (agent.virtual.plans makes a
+    scenario holder a process only for ``via: mps``; the others are pods)."""
+    who = sample.attribution if sample is not None else None
+    return frozenset(pid for h in (who.holders or ()) if h.kind == "process" and h.via in ("process", "mps")
+                     for pid in h.pids) if who is not None else frozenset()

@@ -113,7 +113,8 @@ class Counters:
             return s
 
     def _record_processes(self, s: GpuSample, now: float) -> None:
-        """One utilisation sample per process for this advance, SM (or engine) time split evenly."""
+        """One utilisation sample per process for this advance, SM (or engine) time split evenly, or by the
+        shares a shared GPU's holders carry."""
         procs = s.processes or ()
         util = s.sm_active if s.sm_active is not None else s.gr_active
         if not procs or util is None:
@@ -122,7 +123,9 @@ class Counters:
         sm = round(100.0 * util / n)
         mem = round(100.0 * memory_busy(s) / n)
         ts = int(now * 1e6)
-        self.process_utils.append((ts, tuple(ProcessUtil(ts, p.pid, sm, mem) for p in procs)))
+        # A shared GPU's holders carry their own SM share (agent.virtual.sampling); the rest split it evenly.
+        self.process_utils.append((ts, tuple(
+            ProcessUtil(ts, p.pid, round(100.0 * p.sm_util) if p.sm_util is not None else sm, mem) for p in procs)))
 
     def snapshot(self) -> Snapshot:
         with self.lock:

@@ -49,7 +49,9 @@ GPM_SYMBOLS = frozenset({
 })
 GATES: tuple[tuple[int, frozenset[str]], ...] = (
     (450, frozenset({"nvmlDeviceGetComputeRunningProcesses_v2"})),
-    (510, frozenset({"nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetMemoryInfo_v2"})),
+    (470, frozenset({"nvmlDeviceGetMPSComputeRunningProcesses_v2"})),
+    (510, frozenset({"nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetMemoryInfo_v2",
+                     "nvmlDeviceGetMPSComputeRunningProcesses_v3"})),
     (520, GPM_SYMBOLS),
     (525, frozenset({"nvmlGpmMigSampleGet"})),
     (535, frozenset({"nvmlDeviceGetCurrentClocksEventReasons"})),
@@ -60,7 +62,8 @@ GATES: tuple[tuple[int, frozenset[str]], ...] = (
 
 The process-list and temperature gates are what users of pynvml meet in the field: pynvml's
 nvmlDeviceGetComputeRunningProcesses calls only ``_v3`` (FunctionNotFound on R470, use the
-``_v2`` symbol there), and nvmlDeviceGetTemperatureV appeared with R565.
+``_v2`` symbol there), and nvmlDeviceGetTemperatureV appeared with R565. The MPS client list has the
+same history one branch later: ``_v2`` from R470 (none before), ``_v3`` from R510.
 """
 
 DriverVersion = tuple[int, ...]

@@ -32,6 +32,9 @@ Decisions worth knowing:
 * **Shared GPUs** (time-slicing replicas ``::N``, ``-slice-N``, several containers holding the
   same device): :meth:`pods_for` returns every holder, sorted by namespace, pod, container;
   :meth:`pod_for` returns the first of them, so the choice is stable across refreshes.
+* **DRA claims** (a container's ``dynamic_resources``) are indexed like device-plugin devices, under
+  ``dra:<driver>/<device>`` (and the device's UUID or PCI address when the driver names it so); the
+  host side asks with the names each driver gives a local GPU (agent.context.attribution.dra).
 """
 
 from __future__ import annotations
@@ -46,7 +49,13 @@ from types import MappingProxyType
 import grpc
 
 from agent.context.attribution.kubelet.client import KubeletError, PodResourcesClient
-from agent.context.attribution.kubelet.devices import DEFAULT_RESOURCE_PREFIXES, is_gpu_resource, normalize_device_id
+from agent.context.attribution.kubelet.devices import (
+    DEFAULT_RESOURCE_PREFIXES,
+    dra_device_keys,
+    is_gpu_resource,
+    is_replica,
+    normalize_device_id,
+)
 from agent.context.attribution.kubelet.model import PodRef, PodResources
 
 log = logging.getLogger("roofwatch.kubelet")
@@ -97,8 +106,8 @@ class _Snapshot:
     pods: Mapping[PodKey, PodResources] = field(default_factory=lambda: MappingProxyType({}))
 
 
-def _ref_order(ref: PodRef) -> tuple[str, str, str]:
-    return (ref.namespace or "", ref.pod or "", ref.container or "")
+def _ref_order(ref: PodRef) -> tuple[str, str, str, str, str]:
+    return (ref.namespace or "", ref.pod or "", ref.container or "", ref.via or "", ref.claim or "")
 
 
 def build_snapshot(pods: Iterable[PodResources], prefixes: Iterable[str]) -> _Snapshot:
@@ -108,7 +117,7 @@ def build_snapshot(pods: Iterable[PodResources], prefixes: Iterable[str]) -> _Sn
     gpu_pods: dict[PodKey, PodResources] = {}
     for pod in pods:
         for container in pod.containers:
-            ref = PodRef(namespace=pod.namespace or None, pod=pod.name or None, container=container.name or None)
+            names = {"namespace": pod.namespace or None, "pod": pod.name or None, "container": container.name or None}
             for devices in container.devices:
                 if not is_gpu_resource(devices.resource_name, prefixes):
                     continue
@@ -116,8 +125,15 @@ def build_snapshot(pods: Iterable[PodResources], prefixes: Iterable[str]) -> _Sn
                     key = normalize_device_id(device_id)
                     if key is None:
                         continue
-                    holders.setdefault(key, set()).add(ref)
+                    via = "time-slicing" if is_replica(device_id) else "device-plugin"
+                    holders.setdefault(key, set()).add(PodRef(**names, via=via))
                     gpu_pods[(pod.namespace, pod.name)] = pod
+            for claim in container.dynamic:  # DRA: mapped like device-plugin devices (docs/attribution.md)
+                ref = PodRef(**names, via="dra", claim=f"{claim.claim_namespace}/{claim.claim_name}")
+                for device in claim.devices:
+                    for key in dra_device_keys(device.driver_name, device.device_name):
+                        holders.setdefault(key, set()).add(ref)
+                        gpu_pods[(pod.namespace, pod.name)] = pod
     by_device = {key: tuple(sorted(refs, key=_ref_order)) for key, refs in holders.items()}
     return _Snapshot(by_device=MappingProxyType(by_device), pods=MappingProxyType(gpu_pods))
 

@@ -17,7 +17,13 @@ from typing import Any
 
 import grpc
 
-from agent.context.attribution.kubelet.model import ContainerDevices, ContainerResources, PodResources
+from agent.context.attribution.kubelet.model import (
+    ClaimDevice,
+    ContainerDevices,
+    ContainerResources,
+    DynamicResources,
+    PodResources,
+)
 from agent.context.attribution.kubelet.podresources.v1 import api_pb2, api_pb2_grpc
 
 # The kubelet's own consumers allow 16 MiB; gRPC's 4 MiB default is too small for a List on a
@@ -62,6 +68,21 @@ class KubeletError(Exception):
         return self.code is grpc.StatusCode.UNKNOWN and "disabled" in (self.details or "").lower()
 
 
+def _claim_from_message(message: api_pb2.DynamicResource) -> DynamicResources:
+    """A DRA claim of a container; a kubelet before 1.31 (or without ``KubeletPodResourcesDynamicResources``)
+    sends none, so an empty list is the common case."""
+    return DynamicResources(
+        claim_name=message.claim_name,
+        claim_namespace=message.claim_namespace,
+        devices=tuple(
+            ClaimDevice(driver_name=resource.driver_name, pool_name=resource.pool_name,
+                        device_name=resource.device_name,
+                        cdi_devices=tuple(cdi.name for cdi in resource.cdi_devices))
+            for resource in message.claim_resources
+        ),
+    )
+
+
 def _pod_from_message(message: api_pb2.PodResources) -> PodResources:
     return PodResources(
         name=message.name,
@@ -73,6 +94,7 @@ def _pod_from_message(message: api_pb2.PodResources) -> PodResources:
                     ContainerDevices(resource_name=devices.resource_name, device_ids=tuple(devices.device_ids))
                     for devices in container.devices
                 ),
+                dynamic=tuple(_claim_from_message(claim) for claim in container.dynamic_resources),
             )
             for container in message.containers
         ),

@@ -55,3 +55,41 @@ def is_gpu_resource(resource_name: str, prefixes: Iterable[str]) -> bool:
     """Whether an extended resource counts as a GPU (its name starts with one of ``prefixes``)."""
     name = resource_name.lower()
     return any(name.startswith(prefix.lower()) for prefix in prefixes)
+
+
+DEFAULT_DRA_DRIVERS: tuple[str, ...] = ("gpu.nvidia.com", "gpu.amd.com")
+"""DRA drivers whose devices are GPUs: NVIDIA's (kubernetes-sigs/dra-driver-nvidia-gpu, also GKE's) and
+AMD's (ROCm/k8s-gpu-dra-driver). Others (NVIDIA's ``compute-domain.nvidia.com``, NICs) are ignored."""
+
+# A device name that already is an id the GPU backends read: a GPU or MIG UUID, or a PCI address.
+_UUID_NAME = re.compile(r"^(?:gpu|mig)-[0-9a-f]{8}-[0-9a-f]{4}-", re.IGNORECASE)
+
+
+def dra_key(driver_name: str, device_name: str) -> str:
+    """The map key of a DRA device by its driver's own name for it (``dra:gpu.nvidia.com/gpu-3``): how
+    :mod:`agent.context.attribution.dra` names a local GPU by each driver's naming rule."""
+    return f"dra:{driver_name.strip().lower()}/{device_name.strip().lower()}"
+
+
+def dra_device_keys(driver_name: str, device_name: str,
+                    drivers: Iterable[str] = DEFAULT_DRA_DRIVERS) -> tuple[str, ...]:
+    """The keys a DRA-allocated device is found under: its driver-named key, and its normalised id when
+    the driver names devices by UUID or PCI address. Empty for a driver that gives no GPUs.
+
+    >>> dra_device_keys("gpu.nvidia.com", "gpu-0")
+    ('dra:gpu.nvidia.com/gpu-0',)
+    >>> dra_device_keys("compute-domain.nvidia.com", "channel-0")
+    ()
+    """
+    if driver_name.strip().lower() not in {d.lower() for d in drivers} or not device_name.strip():
+        return ()
+    keys = [dra_key(driver_name, device_name)]
+    direct = normalize_device_id(device_name)
+    if direct is not None and (_UUID_NAME.match(direct) or _PCI_BUS_ID.match(direct)):
+        keys.append(direct)
+    return tuple(keys)
+
+
+def is_replica(device_id: str) -> bool:
+    """Whether a device-plugin id names a time-sliced replica (``::n``, ``-slice-n``, ``/vgpun``)."""
+    return _REPLICA_SUFFIX.search(device_id.strip().lower()) is not None

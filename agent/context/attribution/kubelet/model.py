@@ -7,7 +7,7 @@ message objects, which are not safe to share between threads).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -24,6 +24,11 @@ class PodRef:
     container: str | None
     pod_uid: str | None = None
     container_id: str | None = None
+    via: str | None = field(default=None, compare=False)
+    """How the kubelet gave it the device: ``device-plugin``, ``time-slicing`` (a replica id) or ``dra``."""
+    claim: str | None = field(default=None, compare=False)
+    """``namespace/name`` of the DRA claim, for a device given through one. Neither this nor ``via`` is part
+    of a holder's identity: one pod container is one holder however it got the device."""
 
 
 @dataclass(frozen=True)
@@ -35,11 +40,32 @@ class ContainerDevices:
 
 
 @dataclass(frozen=True)
+class ClaimDevice:
+    """One device a DRA claim gave a container (the pod-resources ``ClaimResource``): the driver, pool and
+    device name triplet identifies it; ``cdi_devices`` are the CDI names the runtime injected."""
+
+    driver_name: str
+    pool_name: str
+    device_name: str
+    cdi_devices: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class DynamicResources:
+    """One DRA claim of a container (the pod-resources ``DynamicResource``)."""
+
+    claim_name: str
+    claim_namespace: str
+    devices: tuple[ClaimDevice, ...]
+
+
+@dataclass(frozen=True)
 class ContainerResources:
-    """One container of a pod with the device-plugin devices assigned to it."""
+    """One container of a pod with the device-plugin devices and the DRA claims assigned to it."""
 
     name: str
     devices: tuple[ContainerDevices, ...]
+    dynamic: tuple[DynamicResources, ...] = ()
 
 
 @dataclass(frozen=True)
