@@ -148,7 +148,7 @@ class ExporterBackend:
         last = self._last_now.get(gpu)
         self._last_now[gpu] = now
         interval = now - last if last is not None and now > last else None
-        host = self._host_facts(info, now)
+        host = self._host_facts(info, now, sorted(getattr(record, "processes", None) or ()))
         return GpuSample(ts=now, gpu=gpu, node=self.node or "local", uuid=info.uuid, vendor=self.vendor,
                          model=info.model, interval_s=interval, attribution=joined(record.attribution, host.attribution),
                          host=host.host, net_tx_bytes_per_s=host.net_tx_bytes_per_s,
@@ -156,12 +156,14 @@ class ExporterBackend:
                          net_retransmits_per_s=host.net_retransmits_per_s, net_link_downs=host.net_link_downs,
                          workload=host.workload, dtype=host.dtype, **self.values(gpu, record, now))
 
-    def _host_facts(self, info: DeviceInfo, now: float) -> HostFacts:
-        """The node's facts for this GPU, with no PIDs (the exporter lists none); nothing on failure."""
+    def _host_facts(self, info: DeviceInfo, now: float, pids: list[int]) -> HostFacts:
+        """The node's facts for this GPU and the PIDs the exporter lists on it (AMD's Device Metrics Exporter's
+        ``gpu_process_cu_occupancy``, at most its per-GPU bound; dcgm-exporter lists none), so each process joins
+        its pod or Slurm job as on the vendor-library backends; nothing on failure."""
         if self.host is None:
             return HostFacts(processes={})
         try:
-            return self.host.facts(info.gpu, [], now, bus_id=info.pci_bus_id, uuid=info.uuid)
+            return self.host.facts(info.gpu, pids, now, bus_id=info.pci_bus_id, uuid=info.uuid)
         except Exception as exc:  # noqa: BLE001 - host facts are extras; never fail a GPU over them
             log.debug("host facts for GPU %s failed: %s", info.gpu, exc)
             return HostFacts(processes={})

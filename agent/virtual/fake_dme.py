@@ -16,6 +16,8 @@ own), so the amdsmi backend and this exporter describe the same GPUs at the same
   cycles); TOTAL_16_OPS = ``tensor_active`` x the device's BF16 peak x the window; FETCH/WRITE_SIZE = ``dram_active``
   x the device's bandwidth x the window, in KiB (a fifth written);
 * the whole GPU's activity, power and clock on partition 0 only, as DME prints them (metricslist.md:77-95);
+* ``gpu_process_cu_occupancy{process_id="<pid>", <GPU labels>}`` (1.5.0+) per process of each processor whose
+  compute units the engine says, as gpuagent copies amdsmi's ``cu_occupancy``;
 * ``/gpumetrics`` (DME 1.4.0+): gpuagent's ``GPUGetResponse`` as Go's ``encoding/json`` writes it (field names of the
   ``json`` tags, zero values left out, enums as numbers; :mod:`agent.backends.amd_exporter.gpumetrics` cites the
   sources), one entry per processor with ``Status.Index`` = its ``gpu_id`` and ``Status.PCIeStatus.PCIeBusId`` = the
@@ -130,6 +132,11 @@ def render(library: Any, order: Sequence[int] | None = None) -> str:
                 add("gpu_clock", {**labels, "clock_index": "0", "clock_type": "system"}, round(sample.sm_clock_mhz))
         for name, value in _profiler(sample, info.spec).items():
             add(name, labels, value)
+        for proc in sample.processes or ():
+            # DME 1.5.0+: one series per process gpuagent lists on this GPU object, labelled process_id; a PID 0 or
+            # an occupancy amdsmi could not read (all ones) is left out (v1.5.1 gpuagent_gpu_metrics.go:2760-2772)
+            if proc.pid and proc.compute_units is not None:
+                add("gpu_process_cu_occupancy", {"process_id": str(proc.pid), **labels}, proc.compute_units)
     lines = ["# HELP gpu_nodes_total Number of GPUs in the node", "# TYPE gpu_nodes_total gauge",
              f'gpu_nodes_total{{hostname="{library.backend.node}"}} {len(library.devices)}']
     for name in sorted(families):

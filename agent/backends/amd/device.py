@@ -34,6 +34,7 @@ from agent.backends.amd import table as tbl
 from agent.backends.amd import values as v
 from agent.backends.amd.bindings import Bindings
 from agent.backends.amd.errors import LOST_WHEN_CORE, code_of, describe, meaning
+from agent.backends.amd.processes import process_list
 from agent.backends.base import DeviceLostError
 from agent.backends.readings import ReadingPolicy
 from agent.context.sources import HostFacts, HostSource
@@ -104,8 +105,10 @@ class AmdDevice:
                                   "the GPU is gone or being reset") from None
         self._policy.error(what, exc, core=core)
 
-    def _opt(self, what: str, name: str, *args: Any, core: bool = False) -> Any:
-        """``amdsmi.<name>(*args)`` under the error policy, as reading ``what``; None when unknown."""
+    def _opt(self, what: str, name: str, *args: Any, core: bool = False,
+             via: Callable[..., Any] | None = None) -> Any:
+        """``amdsmi.<name>(*args)`` under the error policy, as reading ``what``; None when unknown. ``via``: a
+        function of (amdsmi, *args) that makes that call (and may recover what it raised away)."""
         if what in self._policy.absent:
             return None
         fn = getattr(self.amdsmi, name, None) if self.bindings.has(name) else None
@@ -113,7 +116,7 @@ class AmdDevice:
             self._policy.absent[what] = f"{self._release()} has no {name}"
             return None
         try:
-            return fn(*args)
+            return via(self.amdsmi, *args) if via is not None else fn(*args)
         except self.amdsmi.AmdSmiLibraryException as exc:
             self._error(what, exc, core=core)
             return None
@@ -260,7 +263,8 @@ class AmdDevice:
         out["mem_total_bytes"] = self.info.memory_total_bytes
 
     def _processes(self) -> list[dict[str, Any]] | None:
-        procs = self._opt("processes", "amdsmi_get_gpu_process_list", self.handle)
+        # NO_PERM (a process whose /proc entry this user cannot read) comes after a filled list: kept (processes.py)
+        procs = self._opt("processes", "amdsmi_get_gpu_process_list", self.handle, via=process_list)
         if procs is None:
             return None
         return [p for p in procs if isinstance(p, dict) and v.bounded(p.get("pid"), 1, 2**31) is not None]

@@ -19,6 +19,12 @@ Devices are named as the amdsmi backend names them (:mod:`agent.backends.amd.dis
 SPX is ``"<gpu>"``, a partition ``"<gpu>/<partition id>"``, ``<gpu>`` counting physical GPUs in
 ``gpu_id`` order. A physical GPU starts at each partition 0 (or unpartitioned object) in ``gpu_id``
 order, or where the serial number changes.
+
+Per-process series (``gpu_process_cu_occupancy{process_id="1234", <GPU labels>}``, DME 1.5.0+,
+v1.5.1 ``gpuagent_gpu_metrics.go:1748-1752, 2760-2772``) are kept per GPU object by PID
+(:attr:`AmdRecord.processes`), at most :data:`MAX_PROCESSES_PER_GPU` of them: a GPU object listing more has
+its processes unknown for that exposition (never a truncated list, whose shares would be overstated), and a
+note says which. A ``process_id`` that is no PID skips the line as a bad index does.
 """
 
 from __future__ import annotations
@@ -40,6 +46,14 @@ ID_LABELS = ("gpu_id", *INDEX_LABELS)
 """Labels that must be an index wherever they appear; ``gpu_partition_id`` too, unless it says "no partition"."""
 NO_PARTITION = frozenset({"NA", "N/A", ""})
 """``gpu_partition_id`` of an unpartitioned GPU object (``"NA"`` from 1.4.0)."""
+PROCESS_FAMILY = "gpu_process_cu_occupancy"
+"""DME's one per-process family (1.5.0+; field GPU_PROCESS_CU_OCCUPANCY), labelled ``process_id``."""
+MAX_PROCESSES_PER_GPU = 256
+"""Process series kept per GPU object. A hostile or broken exposition may print 100,000 of them for one GPU
+(every one a holder for the ledger, a host lookup and a series): past this bound the GPU's processes are
+unknown for that exposition. amdsmi's own wrapper asks for at most 1024 processes per device
+(``MAX_NUM_PROCESSES``); a GPU shared by more than 256 processes at once is not a workload this reads."""
+MAX_PID = 2**31 - 1
 SENTINELS = frozenset(float(x) for x in (0xFFFF, 0x7FFFFFFF, 0xFFFFFFFF, 0xFFFFFFFFFFFFFFFF))
 """gpuagent's "not applicable" values (``utils.IsValueApplicable``, v1.5.1 ``pkg/exporter/utils/utils.go:179-191``;
 0xFF is left out: no exported field can be 255 by accident except one that DME already drops)."""
@@ -69,6 +83,11 @@ class AmdRecord:
     """Series name (1.4+, prefix taken off) -> value, for series without an index label."""
     indexed: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     """Series name -> index (``"3"``, ``"system/2"`` for clocks) -> value."""
+    processes: Mapping[int, float] | None = None
+    """PID -> ``gpu_process_cu_occupancy`` of each process DME lists on this GPU object (empty: none, while
+    another GPU object's processes show the field is on); None when unknown: no object has the family (DME
+    before 1.5.0, the field disabled, or no process anywhere: a gauge vector without children prints nothing,
+    so these look alike), or this object listed more than :data:`MAX_PROCESSES_PER_GPU`."""
     newest_ts_s: float | None = None
     instance: None = None
     xid: None = None
@@ -78,6 +97,15 @@ class AmdRecord:
     def primary(self) -> bool:
         """The GPU's partition 0 (or the whole GPU): the only one whose activity, power and energy are real."""
         return self.partition in (None, 0)
+
+
+def pid_value(text: str | None) -> int | None:
+    """A ``process_id`` label as a PID: ASCII digits, no leading zero, 1 to 2^31-1 (DME skips PID 0 itself);
+    None for anything else (``str.isdigit`` accepts "²", which ``int`` refuses)."""
+    if not text or len(text) > 10 or not text.isascii() or not text.isdigit() or text[0] == "0":
+        return None
+    pid = int(text)
+    return pid if pid <= MAX_PID else None
 
 
 def _text(labels: Mapping[str, str], name: str) -> str | None:
@@ -93,6 +121,8 @@ class _Grouper:
         self.prefixes: dict[str, int] = {}
         self.spelled: set[str] = set()
         self.label_values: dict[str, set[str]] = {}
+        self.crowded: set[str] = set()
+        """GPU objects that listed more than MAX_PROCESSES_PER_GPU processes."""
 
     def add(self, s: Series, split_name: tuple[str, str]) -> None:
         prefix, name = split_name
@@ -115,6 +145,9 @@ class _Grouper:
             entry["ts"] = s.ts_s if entry["ts"] is None else max(entry["ts"], s.ts_s)
         if not math.isfinite(s.value) or s.value in SENTINELS:
             return
+        if name == PROCESS_FAMILY:
+            self._process(gpu, entry, labels, s.value)
+            return
         index = next((labels[i] for i in INDEX_LABELS if i in labels), None)
         if index is None:
             entry["values"].setdefault(name, s.value)
@@ -123,8 +156,21 @@ class _Grouper:
             index = f"{clock_type(labels['clock_type'])}/{index}"
         entry["indexed"].setdefault(name, {}).setdefault(index, s.value)
 
+    def _process(self, gpu: str, entry: dict, labels: Mapping[str, str], value: float) -> None:
+        """One process's CU occupancy, within the per-GPU bound (past it the GPU's list is dropped, not grown)."""
+        pid = pid_value(labels.get("process_id"))
+        if pid is None or gpu in self.crowded:
+            return
+        procs = entry.setdefault("processes", {})
+        if pid not in procs and len(procs) >= MAX_PROCESSES_PER_GPU:
+            self.crowded.add(gpu)
+            entry["processes"] = None
+            return
+        procs.setdefault(pid, value)
+
     def records(self) -> dict[str, AmdRecord]:
         out: dict[str, AmdRecord] = {}
+        listed = bool(self.crowded) or any(e.get("processes") for e in self.grouped.values())
         physical, serial, members = -1, None, 0
         for gpu in sorted(self.grouped, key=int):
             e = self.grouped[gpu]
@@ -146,7 +192,8 @@ class _Grouper:
                 model=_text(labels, "card_model"), series=_text(labels, "card_series"),
                 hostname=_text(labels, "hostname"), uuid=_text(labels, "gpu_uuid"),
                 attribution=Attribution(**found) if any(found.values()) else None,
-                values=dict(e["values"]), indexed={k: dict(v) for k, v in e["indexed"].items()}, newest_ts_s=e["ts"])
+                values=dict(e["values"]), indexed={k: dict(v) for k, v in e["indexed"].items()}, newest_ts_s=e["ts"],
+                processes=dict(e.get("processes") or {}) if listed and gpu not in self.crowded else None)
         return out
 
     def notes(self) -> tuple[str, ...]:
@@ -154,7 +201,11 @@ class _Grouper:
         named = tuple(f"MetricsFieldPrefix {p!r} taken off the series names" for p in prefixes)
         profiler = any(n.startswith("gpu_prof_") for n in self.spelled)
         state = ("profiler series present (gpu_prof_*)" if profiler else "no profiler series (gpu_prof_*)",)
-        return (*named, *release_hints(self.spelled, self.label_values), *state)
+        crowded = sorted(self.crowded, key=int)
+        processes = (f"gpu_id {', '.join(crowded[:8])}{' ...' if len(crowded) > 8 else ''}: more than "
+                     f"{MAX_PROCESSES_PER_GPU} {PROCESS_FAMILY} series, processes unknown (their holders' shares too)",
+                     ) if crowded else ()
+        return (*named, *release_hints(self.spelled, self.label_values), *state, *processes)
 
 
 def _own(series: Series) -> bool:
@@ -175,6 +226,8 @@ def unusable(series: Series) -> str | None:
     part = labels.get("gpu_partition_id")
     if part is not None and part not in NO_PARTITION and not is_index(part):
         return f" (gpu_partition_id {ascii(part[:16])} is no index)"
+    if named[1] == PROCESS_FAMILY and pid_value(labels.get("process_id")) is None:
+        return f" (process_id {ascii(labels.get('process_id', '')[:16])} is no PID)"
     why = unconvertible(named[1], series.value)
     return f" ({why})" if why else None
 

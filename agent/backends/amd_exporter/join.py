@@ -12,6 +12,9 @@ then DME's profiler reading for the same device fills what amdsmi left unknown:
 * ``dram_active`` from the profiler's HBM bytes over the device's bandwidth, only where amdsmi read no
   UMC activity (a partition other than 0): amdsmi's own readings win wherever it has one.
 
+* each process's ``compute_units`` from DME's ``gpu_process_cu_occupancy`` (1.5.0+) where amdsmi gives none
+  (its wrapper has ``cu_occupancy`` from 6.4.2), matched by PID: amdsmi's list stays the list.
+
 The device's peaks are amdsmi's (a partition's share), so DME's counts are divided by the same spec the
 verdicts use. Nothing else DME exports is taken.
 
@@ -30,16 +33,16 @@ device's position in amdsmi's processor list (gpuagent's index), right only whil
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Mapping, Sequence
 
 from agent.backends.amd_exporter.backend import SOURCE, profiler_advice
 from agent.backends.amd_exporter.exposition import AmdRecord
 from agent.backends.amd_exporter.gpumetrics import REFRESH_S, BdfWatch, normalise_bdf
-from agent.backends.amd_exporter.mapping import DEFAULT_WINDOW_US, profiled, profiler_values
+from agent.backends.amd_exporter.mapping import DEFAULT_WINDOW_US, process_samples, profiled, profiler_values
 from agent.backends.exporter_join import ExporterJoin
 from agent.backends.exporter_reader import ExporterReader
-from agent.model import DeviceInfo, GpuSample
+from agent.model import DeviceInfo, GpuSample, ProcessSample
 
 log = logging.getLogger("roofwatch.amd_exporter")
 
@@ -122,6 +125,19 @@ def shared_serials(records: Mapping[str, AmdRecord]) -> list[str]:
                   for (serial, part), n in seen.items() if n > 1)
 
 
+def with_exporter_occupancy(processes: tuple[ProcessSample, ...] | None, record: Any
+                            ) -> tuple[ProcessSample, ...] | None:
+    """amdsmi's processes with DME's ``gpu_process_cu_occupancy`` where amdsmi has none (its wrapper before 6.4.2
+    has no ``cu_occupancy``), matched by PID on the matched device; None when nothing changes. amdsmi's list stays
+    the list: a PID only DME names is not added, and amdsmi's own occupancy wins."""
+    theirs = {p.pid: p.compute_units for p in process_samples(record) or () if p.compute_units is not None}
+    if not processes or not theirs or all(p.compute_units is not None for p in processes):
+        return None
+    filled = tuple(replace(p, compute_units=theirs[p.pid]) if p.compute_units is None and p.pid in theirs else p
+                   for p in processes)
+    return filled if filled != processes else None
+
+
 def _handle_id(handle: Any) -> Any:
     return getattr(handle, "value", handle)
 
@@ -202,15 +218,20 @@ class AmdExporterJoin(ExporterJoin):
 
     def updates(self, gpu: str, sample: GpuSample, record: Any, now: float) -> dict[str, Any]:
         """DME's profiler fields, over amdsmi's own spec for the device: those amdsmi left unknown, and the HBM
-        bytes in place of UMC activity."""
+        bytes in place of UMC activity; and DME's CU occupancy for amdsmi's processes that have none."""
+        out: dict[str, Any] = {}
+        processes = with_exporter_occupancy(sample.processes, record)
+        if processes is not None:
+            out["processes"] = processes
         reading = profiled(record.values, self.window_us)
         if reading is None:
-            return {}
+            return out
         device = self.inner.devices.get(gpu)
         spec = device.info.spec if device is not None else None
         theirs = profiler_values(reading, spec)
-        return {name: value for name, value in theirs.items()
-                if name in PROFILER_FIELDS and (getattr(sample, name) is None or name == "dram_active")}
+        out.update({name: value for name, value in theirs.items()
+                    if name in PROFILER_FIELDS and (getattr(sample, name) is None or name == "dram_active")})
+        return out
 
     def fallback_rules(self) -> dict[str, str]:
         """GPU -> ``bdf`` or ``gpu_id``: the rule each device matched without a serial takes now (doctor)."""

@@ -22,10 +22,11 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from agent.backends.amd.values import MAX_COMPUTE_UNITS, bounded
 from agent.backends.amd_exporter.exposition import AmdRecord
 from agent.backends.amd_exporter.units import KIB, MIB
 from agent.model.indexes import index_value
-from agent.model import GpuSpec, LinkTraffic
+from agent.model import GpuSpec, LinkTraffic, ProcessSample
 
 DEFAULT_WINDOW_US = 1000.0
 """rocpctl's window from DME 1.4.1 on (and 1.5's ``ProfilerConfig.SamplingInterval`` default)."""
@@ -192,7 +193,28 @@ def sample_values(record: AmdRecord, spec: GpuSpec | None, window_us: float, lin
         if v.get(name, -1) >= 0:
             out[target] = int(v[name])
     out.update(_links(record, links, now))
+    processes = process_samples(record)
+    if processes is not None:
+        out["processes"] = processes
     return out
+
+
+def process_samples(record: AmdRecord) -> tuple[ProcessSample, ...] | None:
+    """The processes DME lists on this GPU object, each with its ``gpu_process_cu_occupancy`` as its compute units;
+    None when unknown (:attr:`AmdRecord.processes`).
+
+    DME's Help says "Compute Unit occupancy for a process in percent" (v1.5.1 ``gpuagent_gpu_metrics.go:1750``,
+    ``gpu.proto:606``), but the value is gpuagent's copy of amdsmi's ``cu_occupancy``, which amdsmi.h documents
+    as the number of CUs the process's queues occupy (KFD's ``/sys/class/kfd/kfd/proc/<pid>/stats_*/cu_occupancy``).
+    It is read as compute units, the unit amdsmi gives; the holders' shares use it only as a weight among one
+    GPU's processes, which either unit gives alike. A value past any GPU's CU count is unknown, never 0."""
+    if record.processes is None:
+        return None
+    out = []
+    for pid in sorted(record.processes):
+        cus = bounded(record.processes[pid], 0, MAX_COMPUTE_UNITS)
+        out.append(ProcessSample(pid=pid, compute_units=round(cus) if cus is not None else None))
+    return tuple(out)
 
 
 def _links(record: AmdRecord, rates: LinkRates | None, now: float | None) -> dict[str, Any]:
@@ -221,7 +243,7 @@ CAPABILITIES: dict[str, tuple[str, ...]] = {
     "gr_active": ("gr_active",), "tensor_active": ("tensor_active",), "sm_active": ("sm_active",),
     "sm_occupancy": ("sm_occupancy",), "dram_active": ("dram_active",), "power": ("power_w",),
     "energy": ("energy_j",), "xgmi": ("links",), "temperature": ("temperature_c",), "clocks": ("sm_clock_mhz",),
-    "memory": ("mem_used_bytes",), "ecc": ("ecc_uncorrected_errors",),
+    "memory": ("mem_used_bytes",), "ecc": ("ecc_uncorrected_errors",), "processes": ("processes",),
 }
 
 

@@ -34,7 +34,7 @@ READ = frozenset({
     "gpu_energy_consumed", "gpu_clock", "gpu_max_clock", "gpu_min_clock", "gpu_edge_temperature",
     "gpu_junction_temperature", "gpu_memory_temperature", "gpu_hbm_temperature", "gpu_total_vram", "gpu_used_vram",
     "gpu_free_vram", "gpu_ecc_correct_total", "gpu_ecc_uncorrect_total", "gpu_xgmi_link_rx", "gpu_xgmi_link_tx",
-    "gpu_gfx_busy_instantaneous", "gpu_health", "gpu_vram_max_bandwidth",
+    "gpu_gfx_busy_instantaneous", "gpu_health", "gpu_vram_max_bandwidth", "gpu_process_cu_occupancy",
     "gpu_prof_tensor_active_percent", "gpu_prof_sm_active", "gpu_prof_occupancy_percent", "gpu_prof_gui_util_percent",
     "gpu_prof_fetch_size", "gpu_prof_write_size", "gpu_prof_total_16_ops", "gpu_prof_total_32_ops",
     "gpu_prof_total_64_ops", "gpu_prof_grbm_count", "gpu_prof_grbm_gui_active", "gpu_prof_valu_pipe_issue_util",
@@ -53,7 +53,7 @@ RENAMED: dict[str, str] = {**_NEIGHBOUR_1_3, **_VIOLATION_1_3}
 """1.3.x name -> the 1.4.0+ name of the same field (v1.5.1 ``docs/releasenotes.md:240-264``)."""
 
 OTHER = frozenset({
-    *RENAMED.values(), "gpu_nodes_total", "gpu_afid_errors", "gpu_process_cu_occupancy", "pcie_speed",
+    *RENAMED.values(), "gpu_nodes_total", "gpu_afid_errors", "pcie_speed",
     "pcie_max_speed", "pcie_bandwidth", "gpu_vcn_activity", "gpu_jpeg_activity", "gpu_vcn_busy_instantaneous",
     "gpu_jpeg_busy_instantaneous", "gpu_violation_gfx_low_utilization_accumulated",
 })

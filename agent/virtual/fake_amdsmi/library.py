@@ -91,6 +91,9 @@ class FakeAmdSmiLibrary(SystemFunctions, IdentityFunctions, MetricsFunctions, Po
         self._hung = 0
         self._strings: dict[bytes, Any] = {}
         self._forced: dict[tuple[str, str | None], int] = {}
+        self.unreadable_pids: set[int] = set()
+        """PIDs whose /proc entry libamd_smi cannot read (another user's process, to an unprivileged caller):
+        amdsmi_get_gpu_process_list fills them in with no name and answers NO_PERM (api_process.py)."""
         self.sockets: list[AmdSocket] = self._build_sockets(frozenset(HIDDEN_FIELDS[preset]))
         self.devices: list[AmdDevice] = [d for s in self.sockets for d in s.devices]
         self._by_gpu = {d.gpu: d for d in self.devices}
