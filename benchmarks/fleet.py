@@ -82,7 +82,7 @@ def build(shape: fleet_data.FleetShape, workdir: Path, *, rules: Path = fleet_qu
     started = time.monotonic()
     data = workdir / "data"
     data.mkdir(parents=True)
-    template = fleet_data.parse_template(fleet_data.node_exposition())
+    template = fleet_data.node_template(shape.scenario)
     stamps = shape.timestamps()
     samples = 0
     for path, count in fleet_data.write_history(lambda i: workdir / f"window-{i}.om", template, shape):
@@ -242,6 +242,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rules-per-cluster", action="store_true",
                         help="victoriametrics: time the rules as one cluster's own vmalert evaluates them (every "
                              "query limited to its cluster), the setup docs/deploy.md recommends for large fleets")
+    parser.add_argument("--scenario", default="demo", choices=sorted(fleet_data.TEMPLATE_NODES) + ["demo"],
+                        help="the built-in scenario whose node every fleet node copies (default demo: whole GPUs; "
+                             "shared: time-sliced, MPS, DRA and MIG GPUs, so the holder rules read real series)")
     parser.add_argument("--job-nodes", type=int, default=16, help="nodes per job (default 16: 128-GPU jobs)")
     parser.add_argument("--repeat", type=int, default=3, help="runs per query; the median is reported")
     parser.add_argument("--eval-interval", type=float, default=30.0, metavar="S",
@@ -307,8 +310,8 @@ def run_one(engine: str, nodes: int, hours: float, work: Path, args: argparse.Na
             nodes, hours, work, rules=args.rules, boards=boards, repeat=args.repeat, eval_s=args.eval_interval,
             evaluations=args.evaluations, replay=not args.no_replay, intervals=recommended_interval,
             clusters=args.clusters, job_nodes=args.job_nodes, memory_percent=args.memory_percent,
-            per_cluster=args.rules_per_cluster, log=log)
-    per_node = len(fleet_data.parse_template(fleet_data.node_exposition()))
+            per_cluster=args.rules_per_cluster, scenario=args.scenario, log=log)
+    per_node = len(fleet_data.node_template(args.scenario))
     lead = fleet_live.prometheus_lead_s(nodes, per_node, hours, args.eval_interval, args.evaluations, PROM_BACKFILL_RATE)
     t0 = int(time.time()) // 15 * 15
     if lead is None:
@@ -317,7 +320,8 @@ def run_one(engine: str, nodes: int, hours: float, work: Path, args: argparse.Na
     else:
         log(f"  the history reaches {lead / 60:.0f} min past now, for the live evaluation")
         hist_h, end = hours + lead / 3600, t0 + int(lead) // 15 * 15
-    shape = fleet_data.FleetShape(nodes=nodes, hours=hist_h, clusters=args.clusters, job_nodes=args.job_nodes, end=end)
+    shape = fleet_data.FleetShape(nodes=nodes, hours=hist_h, clusters=args.clusters, job_nodes=args.job_nodes, end=end,
+                                  scenario=args.scenario)
     fleet = build(shape, work, rules=args.rules, log=log)
     raw = measure(fleet, work, args.repeat, dashboards=boards, live_eval_s=args.eval_interval if lead else None,
                   evaluations=args.evaluations, log=log)

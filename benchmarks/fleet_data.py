@@ -62,8 +62,9 @@ class Series:
         return next((v for k, v in self.labels if k == key), None)
 
 
-def node_exposition() -> str:
-    """The agent's text exposition of the built-in virtual 8-GPU node, second collection cycle."""
+def node_exposition(scenario: str = "demo", node: str | None = None) -> str:
+    """The agent's text exposition of one node of a built-in virtual scenario (default: the demo's 8-GPU
+    node; ``shared``'s ``shared-node`` for a fleet of shared GPUs), second collection cycle."""
     from prometheus_client.exposition import generate_latest
     from prometheus_client.registry import CollectorRegistry
 
@@ -71,7 +72,7 @@ def node_exposition() -> str:
     from agent.app.config import Settings
     from exporters.prometheus import SnapshotCollector
 
-    settings = Settings(backend="virtual")
+    settings = Settings(backend="virtual", scenario=scenario, virtual_node=node)
     collector = make_collector(settings, open_backend_or_fail(settings))
     try:
         collector.collect_once()
@@ -115,6 +116,20 @@ def parse_template(text: str) -> list[Series]:
     return out
 
 
+def node_template(scenario: str = "demo") -> list[Series]:
+    """The series every fleet node repeats: the scenario's first node (:data:`TEMPLATE_NODES`), parsed."""
+    return parse_template(node_exposition(scenario, TEMPLATE_NODES.get(scenario)))
+
+
+TEMPLATE_NODES = {"shared": "shared-node"}
+"""The node of a multi-node scenario a fleet node copies (one node's series, never two nodes' under one name)."""
+
+
+def gpu_index(s: Series) -> int:
+    """The physical GPU a series is on: ``3`` for ``gpu="3"`` and for a MIG instance's ``gpu="3/1"``."""
+    return int((s.label("gpu") or "0").split("/")[0])
+
+
 @dataclasses.dataclass(frozen=True)
 class FleetShape:
     """How big the fleet is and how long its history: the benchmark's parameters."""
@@ -125,6 +140,8 @@ class FleetShape:
     clusters: int = 2
     job_nodes: int = 16
     end: int = 0  # unix seconds of the last sample; 0 = now, rounded to the step
+    scenario: str = "demo"
+    """The built-in scenario whose node every fleet node copies (:func:`node_template`)."""
 
     def timestamps(self) -> list[int]:
         end = self.end or int(time.time()) // self.step_s * self.step_s
@@ -318,7 +335,7 @@ def write_window(out: TextIO, template: list[Series], shape: FleetShape, ts: lis
             family = s.family
             kind = "counter" if s.kind == "counter" else "gauge" if s.kind != "info" else "info"
             out.write(f"# TYPE {s.family} {kind}\n")
-        gpu = int(s.label("gpu") or 0)
+        gpu = gpu_index(s)
         for node in range(shape.nodes):
             for one, block in expand(p, s, gpu, shape.job(node), single):
                 prefix = _relabel(one, shape, node)
@@ -337,7 +354,7 @@ def json_window(template: list[Series], shape: FleetShape, ts: list[int], start_
     single = single_class(template)
     dumps = json.dumps
     for s in template:
-        gpu = int(s.label("gpu") or 0)
+        gpu = gpu_index(s)
         for node in range(shape.nodes):
             for one, block in expand(p, s, gpu, shape.job(node), single):
                 metric = dict(labels_of(one, shape, node))

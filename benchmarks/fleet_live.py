@@ -76,15 +76,16 @@ def catch_up(vm: VictoriaServer, template: list[fleet_data.Series], shape: fleet
 def measure_victoria(nodes: int, hours: float, workdir: Path, *, rules: Path, boards: list[Path], repeat: int,
                      eval_s: float, evaluations: int, replay: bool, intervals: Callable[[str, float], float],
                      clusters: int = 2, job_nodes: int = 16, memory_percent: float = 40.0,
-                     per_cluster: bool = False, log: Callable[[str], None] = print) -> dict:
+                     per_cluster: bool = False, scenario: str = "demo", log: Callable[[str], None] = print) -> dict:
     """One fleet on VictoriaMetrics: import, replay the recordings, vmalert live, every dashboard query.
 
     Returns the same keys as :func:`benchmarks.fleet.measure` (Prometheus), plus the engine and
     what the rules and the hourly group read."""
     started = time.monotonic()
-    template = fleet_data.parse_template(fleet_data.node_exposition())
+    template = fleet_data.node_template(scenario)
     t0 = int(time.time()) // STEP_S * STEP_S
-    shape = fleet_data.FleetShape(nodes=nodes, hours=hours, clusters=clusters, job_nodes=job_nodes, end=t0)
+    shape = fleet_data.FleetShape(nodes=nodes, hours=hours, clusters=clusters, job_nodes=job_nodes, end=t0,
+                                  scenario=scenario)
     ts = shape.timestamps()
     first = ts[0]
     vm = VictoriaServer(workdir / "vm", memory_percent=memory_percent)
