@@ -34,6 +34,7 @@ class HolderFamilies:
         self.power = fam.gauge(m.HOLDER_POWER)
         self.energy = fam.counter(m.HOLDER_ENERGY)
         self.cls = fam.gauge(m.HOLDER_CLASS)
+        self.mfu = fam.gauge(m.HOLDER_MFU)
 
     def add(self, labels: list[str], device: DeviceState) -> None:
         for share in device.holders:
@@ -43,14 +44,15 @@ class HolderFamilies:
                 self.info.add_metric(key, {name: m.clip_label(value) for name, value in (
                     ("kind", holder.kind), ("via", holder.via), ("namespace", holder.namespace),
                     ("pod", holder.pod), ("container", holder.container), ("job_id", holder.job_id),
-                    ("claim", holder.claim)) if value})
+                    ("claim", holder.claim), ("user", holder.user), ("account", holder.account)) if value})
             add_known(self.sm, key, share.sm_share)
             add_known(self.memory, key, share.memory_bytes)
             add_known(self.power, key, share.power_w)
             self.energy.add_metric(key, share.energy_j_total)
             if share.verdict:
                 self.cls.add_metric(key + [share.verdict], 1.0)
+            add_known(self.mfu, key, share.mfu)  # only a holder with its own report, on a GPU of known peak
 
     def families(self) -> list[Metric]:
         """Only families with a series: a node without a shared GPU exposes exactly what it did before."""
-        return [f for f in (self.info, self.sm, self.memory, self.power, self.energy, self.cls) if f.samples]
+        return [f for f in (self.info, self.sm, self.memory, self.power, self.energy, self.cls, self.mfu) if f.samples]

@@ -57,7 +57,8 @@ class ProcessFamilies:
             return
         gpu = labels[: len(m.GPU_LABELS)]
         if who.job_id:
-            self.job.add_metric(gpu, _known(job_id=who.job_id, user=who.user, partition=who.partition))
+            self.job.add_metric(gpu, _known(job_id=who.job_id, user=who.user, partition=who.partition,
+                                               account=who.account))
         if who.pod:
             self.pod.add_metric(gpu, _known(namespace=who.namespace, pod=who.pod, container=who.container))
 

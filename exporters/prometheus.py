@@ -28,6 +28,7 @@ from agent.model.waste import NOT_WASTED, waste_of
 from exporters import metrics as m
 from exporters.encoding import encode_exposition
 from exporters.families import Families, add_known, rejected_values
+from exporters.mig_families import mig_unattributed_family
 from exporters.nic_families import nic_families
 from exporters.holder_families import HolderFamilies
 from exporters.process_families import ProcessFamilies
@@ -110,6 +111,8 @@ def families_for(snapshot: NodeSnapshot, *, max_processes_per_gpu: int = 16, gpu
 
     roofline_dtype = {v.gpu: v.roofline.dtype for v in snapshot.verdicts}
     out.extend(_device_families(fam, node, snapshot.devices, max_processes_per_gpu, optional, roofline_dtype))
+    if snapshot.mig_parents:  # like the holders' families: a node without MIG exposes exactly what it did before
+        out.append(mig_unattributed_family(fam, node, snapshot.mig_parents))
     out.extend(_verdict_families(fam, node, snapshot, zeros="one_hot_zeros" in optional))
     out.extend(nic_families(node, snapshot.nics))
     out.extend(serving_families(fam, node, snapshot))

@@ -22,7 +22,7 @@ from exporters.metrics import clip_label
 
 LABEL_FIELDS = frozenset({
     "node", "gpu", "uuid", "vendor", "model", "pci_bus_id", "partition", "backend", "key",
-    "job_id", "user", "namespace", "pod", "container", "job", "name", "server", "claim",
+    "job_id", "user", "namespace", "pod", "container", "job", "name", "server", "claim", "account",
 })
 """Field names whose string values are exported as label values somewhere in ``/metrics``."""
 

@@ -19,6 +19,9 @@ previous one (end - 4h, end - 2h]. The jobs, current period:
   then compute-bound (MFU 0.50): 2 wasted GPU-hours; GPU 2 leads the job's median tensor
   activity by 0.30 in the last 40 minutes (straggler), GpuJobStraggler fires the last 30 minutes.
 * west/w1 GPUs 4-7: no job, idle, held by nobody (reason detail ``idle_free``): spare capacity, not waste.
+* west/w1 GPU 8 is in MIG mode with no instance the fleet lists: only its board's remainder series
+  (``roofwatch_gpu_mig_unattributed_energy_joules_total``, the energy no instance was given) at a steady
+  ``MIG_REMAINDER_W``, which the fleet's energy counts like any device's.
 
 Series that change labels (the reason info) end without a staleness marker in a backfill, so
 Prometheus still sees them up to 5 minutes after they end; the tests allow for it there only.
@@ -37,6 +40,9 @@ H100 = ("NVIDIA H100 80GB HBM3", "h100-sxm")
 A100 = ("NVIDIA A100-SXM4-80GB", "a100-sxm-80gb")
 POWER_W = {"compute_bound": 600.0, "memory_bound": 450.0, "idle": 100.0, "input_starved": 250.0,
            "communication_jittered": 300.0}
+MIG_REMAINDER_W = 25.0
+"""The steady power of a MIG GPU's remainder (its unconfigured slices' idle draw), west/w1 GPU 8."""
+MIG_BOARD = 'cluster="west",gpu="8",node="w1",uuid="GPU-west-w1-0008"'
 REASONS = {"compute_bound": "leaning", "memory_bound": "at_roof", "idle": "idle_held", "input_starved": "dataloader",
            "communication_jittered": "straggler_victim"}
 
@@ -93,7 +99,10 @@ def samples(end: float) -> list[tuple[str, float, int]]:
     out: list[tuple[str, float, int]] = []
     gpus = fleet()
     energy = dict.fromkeys((g.uuid for g in gpus), 0.0)
+    remainder = 0.0
     for t in times(end):
+        remainder += MIG_REMAINDER_W * STEP
+        out.append((f"roofwatch_gpu_mig_unattributed_energy_joules_total{{{MIG_BOARD}}}", remainder, t))
         for g in gpus:
             lab = g.labels()
             cls, mfu = state(g, t, end)
@@ -126,10 +135,9 @@ def energy_kwh(end: float, start: float, stop: float) -> float:
     """The energy of the fleet ending at ``end`` over (start, stop], from the same power table
     (what increase() over that range must give)."""
     total = 0.0
-    for g in fleet():
-        for t in times(end):
-            if start < t <= stop:
-                total += POWER_W[state(g, t, end)[0]] * STEP
+    for t in times(end):
+        if start < t <= stop:
+            total += MIG_REMAINDER_W * STEP + sum(POWER_W[state(g, t, end)[0]] * STEP for g in fleet())
     return total / 3.6e6
 
 

@@ -44,10 +44,11 @@ class Rig:
     """The pieces of one fake node: the simulation, the fake driver, the pynvml copy, the backend."""
 
     def __init__(self, scen: Any, *, events: bool = False, start_offset_s: float = 100.0,
-                 pynvml: str | Path | None = None) -> None:
-        """``pynvml``: the pynvml.py of the nvidia-ml-py release to run (default the installed one)."""
+                 pynvml: str | Path | None = None, node: str | None = None) -> None:
+        """``pynvml``: the pynvml.py of the nvidia-ml-py release to run (default the installed one); ``node``:
+        the scenario's node to play (default its first)."""
         self.clock = ManualClock()
-        self.virtual = VirtualBackend(scen, clock=self.clock, start_time=self.clock() - start_offset_s)
+        self.virtual = VirtualBackend(scen, node=node, clock=self.clock, start_time=self.clock() - start_offset_s)
         self.library = FakeNvmlLibrary(self.virtual)
         self.nvml = load_pynvml(self.library, pynvml)
         self.events = events

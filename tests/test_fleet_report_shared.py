@@ -17,71 +17,51 @@ shared GPU holds an equal share of it, so by hand, at every instant:
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.agent_process import AgentProcess, clean_env, poll
-from tests.fleet_stores import run_report
-from tests.prometheus_server import PrometheusServer
+from tests import shared_bill
+from tests.shared_bill import JSON_ROUNDING, POINT_H
 
 pytestmark = pytest.mark.slow
 
 RULES = Path(__file__).resolve().parent.parent / "deploy" / "prometheus" / "roofwatch-rules.yml"
-STEP_S = 60  # the report's step over its shortest period (10m): agent/views/fleet_report/window.py
-POINT_H = STEP_S / 3600
-JSON_ROUNDING = 1e-6  # the --json data rounds hours to 6 decimals (agent/views/fleet_report/data.py)
 DEVICES = 10  # GPUs 0-2 and 4-7, and GPU 3's three MIG instances: each has its one class series
 NAMESPACE_OF_HOLDER = {"ml/trainer-0/main": "ml", "research/notebook/main": "research",
                        "vision/augment/main": "vision", "inference/chat-a/main": "inference",
                        "inference/chat-b/main": "inference"}
 
 
+BOARDS = "(every board)"
+"""The key of the node's whole energy: every device's counter and each MIG GPU's remainder (no namespace is named so)."""
+
+
 def holder_energy(text: str) -> dict[str, float]:
-    """Joules per namespace from the agent's own per-holder counters in one scrape."""
-    out: dict[str, float] = {}
+    """Joules per namespace from the agent's own per-holder counters in one scrape, and the node's whole energy."""
+    out: dict[str, float] = {BOARDS: 0.0}
     for family in text_string_to_metric_families(text):
         for s in family.samples:
             if s.name == "roofwatch_gpu_holder_energy_joules_total" and s.labels["holder"] in NAMESPACE_OF_HOLDER:
                 ns = NAMESPACE_OF_HOLDER[s.labels["holder"]]
                 out[ns] = out.get(ns, 0.0) + s.value
+            if s.name in ("roofwatch_gpu_energy_joules_total", "roofwatch_gpu_mig_unattributed_energy_joules_total"):
+                out[BOARDS] += s.value
     return out
+
+
+def namespace_rule(prometheus, end: int) -> dict[tuple[str, str], float]:
+    """The namespace recording rule at the report's end, per (namespace, waste)."""
+    return {(r["metric"].get("namespace"), r["metric"].get("waste")): float(r["value"][1])
+            for r in prometheus.api("query", query="roofwatch_namespace:gpus_by_waste:sum", time=str(end))["result"]}
 
 
 @pytest.fixture(scope="module")
 def billed(tmp_path_factory):
-    work: Path = tmp_path_factory.mktemp("shared-bill")
-    agent = AgentProcess("demo", "--listen", "127.0.0.1:0", "--backend", "nvml-virtual", "--scenario", "shared",
-                         env=clean_env())
-    prometheus = None
-    try:
-        agent.wait_healthy(60)
-        prometheus = PrometheusServer(work, [agent.url.removeprefix("http://").rstrip("/")], rule_files=[RULES])
-        poll(lambda: prometheus.query("roofwatch_gpu_holder_energy_joules_total"), timeout=60, interval=0.2,
-             what="Prometheus's first scrape of the holders")
-        first_scraped = holder_energy(agent.metrics())
-        poll(lambda: prometheus.query('roofwatch_gpu_holder_class{class="idle_held"}'), timeout=120, interval=0.5,
-             what="the idle notebook's own idle_held in Prometheus")
-        first_idle = time.time()
-        energy_a, at_a = holder_energy(agent.metrics()), time.time()
-        # Two report points (whole minutes) after the notebook was idle_held, and one second for the last scrape.
-        end = (int(first_idle) // STEP_S + 2) * STEP_S
-        poll(lambda: time.time() > end + 2, timeout=200, interval=0.5, what="the report's last point")
-        rules = {(r["metric"].get("namespace"), r["metric"].get("waste")): float(r["value"][1])
-                 for r in prometheus.api("query", query="roofwatch_namespace:gpus_by_waste:sum", time=str(end))["result"]}
-        energy_b, at_b = holder_energy(agent.metrics()), time.time()
-        done, data = run_report(prometheus.base, work, end=end, range_="10m")
-        assert done.returncode == 0, done.stderr
-        watts = {ns: (energy_b[ns] - energy_a[ns]) / (at_b - at_a) for ns in energy_b}
-        grown = {ns: energy_b[ns] - watts[ns] * (at_b - end) - first_scraped[ns] for ns in energy_b}
-        yield data, rules, grown, (work / "fleet.html").read_text()
-    finally:
-        if prometheus is not None:
-            log = prometheus.stop()
-            assert "error" not in log.lower(), log[-2000:]
-        agent.kill()
+    with shared_bill.billed(tmp_path_factory.mktemp("shared-bill"), (), holder_energy, rule_files=(RULES,),
+                            at_end=namespace_rule) as bill:
+        yield bill.data, bill.at_end, bill.grown, bill.html
 
 
 def namespaces(data: dict) -> dict[str, dict]:
@@ -123,10 +103,18 @@ def test_the_report_bills_each_namespace_its_holders_energy(billed) -> None:
     # grew by from Prometheus's first scrape to the period's end (read from the agent's own exposition, the end
     # interpolated at the holders' steady power).
     for ns, joules in grown.items():
-        assert rows[ns]["kwh"] == pytest.approx(joules / 3.6e6, rel=0.03), ns
+        if ns != BOARDS:
+            assert rows[ns]["kwh"] == pytest.approx(joules / 3.6e6, rel=0.03), ns
     assert rows["research"]["kwh"] < rows["vision"]["kwh"] / 5, "the idle notebook gets only the idle floor's third"
     assert all(rows[ns]["mfu"] is None for ns in rows), "MFU only over whole GPUs: every namespace here shares"
     assert not [p for p in data["problems"] if "namespace" in p["section"]], data["problems"]
+
+
+def test_the_report_counts_every_board_whole_mig_gpus_with_their_remainder(billed) -> None:
+    """The report's energy is every device's counter plus each MIG GPU's remainder: the MIG GPU (GPU 3, three
+    instances, slices in no instance) counts whole, as its board's counter does (docs/attribution.md, "MIG")."""
+    data, _, grown, _ = billed
+    assert data["energy"]["kwh"] == pytest.approx(grown[BOARDS] / 3.6e6, rel=0.03)
 
 
 def test_the_page_states_the_shared_gpus_rule(billed) -> None:

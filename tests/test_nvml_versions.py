@@ -17,6 +17,8 @@ import subprocess
 import pytest
 
 from agent.backends.nvml.bindings import Bindings
+from agent.backends.nvml.gpm_totals import ACTIVE as GPM_TOTALS_ACTIVE
+from agent.backends.nvml.gpm_totals import ELAPSED as GPM_TOTALS_ELAPSED
 from agent.diagnostics.nvidia import nvml_findings
 from agent.virtual.fake_nvml import load_pynvml
 from agent.virtual.fake_nvml.api_device import DRIVER_RESERVED_BYTES
@@ -58,8 +60,8 @@ sdk/nvidia/nvml/dcgm_nvml.h: "since reboot")."""
 @pytest.mark.parametrize("release", NVIDIA_ML_PY)
 def test_which_releases_define_the_cumulative_gpm_metric_ids_as_docs_nvidia_says(release):
     """docs/nvidia.md ("Exact-window activity"): only 13.615.71 of the tested releases defines them, at DCGM's ids;
-    the backend reads none of them (its GPM ratios are already Δ/Δ over the agent's span), so no release lacks a
-    name the backend uses (the scan above)."""
+    the backend reads the cycle counters among them where the release defines them (agent/backends/nvml/gpm_totals.py:
+    not the PCIe bytes nor the integer pipe), and on the others asks for none (tests/test_nvml_gpm_totals.py)."""
     module = load_pynvml(None, release_pynvml(release))
     defined = {name: getattr(module, f"NVML_GPM_METRIC_{name}", None) for name in CUMULATIVE_GPM}
     if release == "13.615.71":
@@ -67,9 +69,14 @@ def test_which_releases_define_the_cumulative_gpm_metric_ids_as_docs_nvidia_says
     else:
         assert set(defined.values()) == {None}, defined
         assert module.NVML_GPM_METRIC_MAX in (98, 210)
-    assert not {f"NVML_GPM_METRIC_{name}" for name in CUMULATIVE_GPM} & pynvml_names_used()
+    read = {f"NVML_GPM_METRIC_{name}" for name in CUMULATIVE_GPM} & pynvml_names_used()
+    assert read == set(GPM_TOTALS_NAMES) == {f"NVML_GPM_METRIC_{name}" for name in CUMULATIVE_GPM
+                                             if name not in ("PCIE_TX", "PCIE_RX", "INTEGER_CYCLES_ACTIVE")}
 
 
+GPM_TOTALS_NAMES = (GPM_TOTALS_ELAPSED, *GPM_TOTALS_ACTIVE)
+"""The cumulative GPM metric ids the backend reads where the release defines them: before 13.615 none is defined,
+and the backend asks for none (no fallback needed: the GPM ratios it always reads stand)."""
 NVIDIA_SOURCES = (*sorted((REPO / "agent/backends/nvml").glob("*.py")), REPO / "agent/diagnostics/nvidia.py")
 NOT_PYNVML = {"nvmlReturn", "nvml_version"}
 """Matches of the name pattern that are no pynvml names: a struct field, an attribute of ours."""
@@ -93,6 +100,8 @@ def test_every_pynvml_name_the_backend_uses_is_in_the_release_or_has_a_fallback(
     used = pynvml_names_used()
     assert {"nvmlDeviceGetTemperatureV", "nvmlGpmMigSampleGet", "c_nvmlProcessInfo_v3_t"} <= used  # the scan works
     absent = {name for name in used if not hasattr(module, name)}
+    assert absent & set(GPM_TOTALS_NAMES) == (set() if release == NEWEST else set(GPM_TOTALS_NAMES))
+    absent -= set(GPM_TOTALS_NAMES)
     assert absent == MISSING.get(release, set()) - {"c_nvmlValue_t.usVal"}, absent
 
 

@@ -50,14 +50,19 @@ class Clock:
         return self.t
 
 
-def run_collector(scenario: str, cycles: int, clock: Clock | None = None, **kwargs) -> Collector:
-    clock = clock or Clock()
-    collector = Collector(VirtualBackend(scenario, clock=clock), node="n", interval_s=1.0, clock=clock,
-                          monotonic=clock, sample_timeout_s=30.0, analyzer=LiveClassifier(), **kwargs)
+def cycled(backend: object, cycles: int, clock: Clock, **kwargs) -> Collector:
+    """A collector of ``backend`` after ``cycles`` collections on the fake ``clock``, one second apart."""
+    collector = Collector(backend, node="n", interval_s=1.0, clock=clock, monotonic=clock, **kwargs)
     for _ in range(cycles):
         clock.t += 1.0
         collector.collect_once()
     return collector
+
+
+def run_collector(scenario: str, cycles: int, clock: Clock | None = None, **kwargs) -> Collector:
+    clock = clock or Clock()
+    return cycled(VirtualBackend(scenario, clock=clock), cycles, clock, sample_timeout_s=30.0,
+                  analyzer=LiveClassifier(), **kwargs)
 
 
 def holders_by_key(collector: Collector, gpu: str) -> dict[str, HolderShare]:
@@ -312,11 +317,7 @@ class _SharedBackend:
 def test_hostile_holder_names_are_clipped_in_metrics_and_json() -> None:
     from exporters.snapshot_json import snapshot_to_dict
 
-    clock = Clock()
-    collector = Collector(_SharedBackend(), node="n", interval_s=1.0, clock=clock, monotonic=clock)
-    for _ in range(3):
-        clock.t += 1.0
-        collector.collect_once()
+    collector = cycled(_SharedBackend(), 3, Clock())
     series = scrape(collector)
     holder_series = [s for name, rows in series.items() if name.startswith("roofwatch_gpu_holder") for s in rows]
     assert len(holder_series) >= 8, "two holders with info, SM, memory, power and energy series, and unattributed"

@@ -96,6 +96,12 @@ class CounterWindows:
             self._last[key] = _Last(totals, ratios, moved)
             return dict(ratios)
 
+    def forget(self, key: Hashable) -> None:
+        """Drop ``key``'s latest reading (its restarts stay counted): the next one is a baseline. For a reader whose
+        next reading does not continue the last one's span (GPM's sample pair started again)."""
+        with self._lock:
+            self._last.pop(key, None)
+
     def _restart(self, key: Hashable, totals: Totals) -> None:
         self._restarts[key] = self._restarts.get(key, 0) + 1
         self._last[key] = _Last(totals)

@@ -12,6 +12,19 @@ from agent.model import DeviceCounters, GpuSample
 from agent.model.bounds import Bound
 
 
+def counter_step(previous_j: float | None, current_j: float, bound: Bound | None) -> tuple[float, bool]:
+    """One step of a cumulative energy counter (J), and whether ``bound`` refused it: 0 for a first reading
+    (no base yet) and for a counter that went back (a driver reload or a wrap: a restart, never negative
+    energy); 0, refused, for a step past what the board can draw over the time it covers. The one rule for
+    a GPU's own counter and a MIG parent's (agent.collector.mig_energy)."""
+    delta = current_j - previous_j if previous_j is not None else 0.0
+    if not delta > 0:  # also NaN
+        return 0.0, False
+    if bound is not None and not bound.admits(delta):
+        return 0.0, True
+    return delta, False
+
+
 def accumulate_counters(counters: DeviceCounters, previous: GpuSample | None, sample: GpuSample, *,
                         energy_bound: Bound | None = None) -> DeviceCounters:
     """Advance the monotonic per-device totals by one interval.
@@ -26,10 +39,9 @@ def accumulate_counters(counters: DeviceCounters, previous: GpuSample | None, sa
     energy_step: float | None = None
     refused = counters.energy_steps_refused
     if sample.energy_j is not None:
-        delta = sample.energy_j - previous.energy_j if previous is not None and previous.energy_j is not None else 0.0
-        energy_step = delta if delta >= 0 else 0.0
-        if delta > 0 and energy_bound is not None and not energy_bound.admits(delta):
-            energy_step, refused = 0.0, refused + 1
+        energy_step, was_refused = counter_step(previous.energy_j if previous is not None else None,
+                                                sample.energy_j, energy_bound)
+        refused += was_refused
     elif sample.power_w is not None:
         energy_step = sample.power_w * dt
 

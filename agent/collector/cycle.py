@@ -17,6 +17,7 @@ from typing import Callable, Deque, Sequence
 from agent.backends.base import Backend, DeviceLostError
 from agent.collector.counters import accumulate_counters
 from agent.collector.holders import MAX_HOLDERS, HolderLedger, with_holder_verdicts
+from agent.collector.mig_energy import MigEnergy
 from agent.collector.pool import MAX_WORKERS, Backoff, WorkerPool
 from agent.model import (
     CollectorHealth,
@@ -30,6 +31,7 @@ from agent.model import (
 )
 from agent.model.bounds import Rejection, RejectionTally, bound_records, bound_sample, energy_since
 from agent.model.bounds import energy_step_bound_for, energy_step_rejection
+from agent.model.counter_source import MIG_SHARE
 from agent.model.redact import hide
 
 log = logging.getLogger("roofwatch.collector")
@@ -124,6 +126,7 @@ class Collector:
             for d in devices[:max_devices]
         }
         self.expected_devices = expected_devices if expected_devices is not None else len(self._slots)
+        self._mig = MigEnergy.of(list(self._slots), getattr(backend, "mig_parent", None))
         # A device never has two calls in flight, so a hung call holds one worker, and the pool's
         # threads stay bounded by max_workers even when every device hangs.
         self._workers = WorkerPool(max(1, min(max_workers, len(self._slots))), "roofwatch-sample")
@@ -202,6 +205,7 @@ class Collector:
         started = self._monotonic()
         now = self._clock()
         submitted: dict[cf.Future[GpuSample], _DeviceSlot] = {}
+        fresh: list[_DeviceSlot] = []
         went_down: list[tuple[str, str]] = []
         came_up: list[tuple[str, int]] = []
         for slot in self._slots.values():
@@ -222,6 +226,7 @@ class Collector:
                 error = future.exception()
                 if error is None:
                     self._record_success(slot, future.result(), came_up)
+                    fresh.append(slot)
                 else:
                     self._record_failure(slot, error, started, went_down)
                 continue
@@ -232,6 +237,8 @@ class Collector:
                                      f"{self._workers.threads} sampling workers busy")
             self._record_failure(slot, error, started, went_down)
         _log_changes(went_down, came_up)
+        if self._mig.instances:
+            self._split_mig_energy(fresh)
 
         self._cycles += 1
         duration = self._monotonic() - started
@@ -274,7 +281,8 @@ class Collector:
             self._refused(slot.info.gpu, "energy_j", energy_step_rejection(slot.sample, sample, energy), sample.ts)
         slot.energy_since = energy_since(slot.sample, sample, slot.energy_since)
         step = (counters.energy_j - (slot.counters.energy_j or 0.0)) if counters.energy_j is not None else None
-        slot.holders.advance(sample, step)
+        if slot.info.gpu not in self._mig.instances:  # a MIG instance's holders wait for its share of its board
+            slot.holders.advance(sample, step)
         slot.counters = counters
         slot.sample = sample
         slot.counter_sources = self._counter_sources(slot.info.gpu)
@@ -284,6 +292,23 @@ class Collector:
         slot.consecutive_failures = 0
         slot.last_success_ts = sample.ts
         slot.next_attempt_mono = 0.0
+
+    def _split_mig_energy(self, fresh: list[_DeviceSlot]) -> None:
+        """Each MIG instance read this cycle gets its estimated share of its board's energy step as its energy
+        total (agent.collector.mig_energy), marked an estimate in its counter sources; the holders of a shared
+        instance then split that share as a whole GPU's holders split its counter's step."""
+        read = [slot for slot in fresh if slot.sample is not None and slot.info.gpu in self._mig.instances]
+        cycle = self._mig.advance([(slot.info, slot.sample) for slot in read])
+        for slot in read:
+            total_j = cycle.totals_j.get(slot.info.gpu)
+            step = total_j - (slot.counters.energy_j or 0.0) if total_j is not None else None
+            if total_j is not None:
+                slot.counters = dataclasses.replace(slot.counters, energy_j=total_j)
+                slot.counter_sources = {**slot.counter_sources, "energy_j": MIG_SHARE}
+            assert slot.sample is not None
+            slot.holders.advance(slot.sample, step)  # the holders of a shared instance split its share, as a GPU's
+        for parent, rejection, ts in cycle.refused:
+            self._refused(parent, "parent_energy_j", rejection, ts)
 
     def _counter_sources(self, gpu: str) -> dict[str, str]:
         """Which source gave each field of the GPU's latest sample, where the backend says (a join does); an extra
@@ -347,7 +372,8 @@ class Collector:
         host = next((s.sample.host for s in states if s.sample is not None and s.sample.host), None)
         return NodeSnapshot(nics=self._extra("nic_ports"), ts=now, node=self.node, devices=states, health=health,
                             expected_devices=self.expected_devices, host=host, sequence=self._sequence,
-                            sources=self._extra("source_states", now), rejected=self._rejected.entries())
+                            sources=self._extra("source_states", now), rejected=self._rejected.entries(),
+                            mig_parents=self._mig.parents())
 
 
 def _log_changes(went_down: list[tuple[str, str]], came_up: list[tuple[str, int]]) -> None:

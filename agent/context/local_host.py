@@ -151,12 +151,13 @@ class LocalHost:
         pod = pod_refs[0] if pod_refs else None
         if pod is None and self._pod_from_pid is not None:
             pod = next((p for pid in pids if (p := self._pod_from(pid)) is not None), None)
-        holders = gpu_holders(pod_refs, pids, pod_of=self._pod_from, job_of=lambda pid: self._job(pid, t).job_id)
+        holders = gpu_holders(pod_refs, pids, pod_of=self._pod_from, job_of=lambda pid: self._job(pid, t))
         if job is None and pod is None and len(holders) < 2:
             return None
         return Attribution(
             job_id=job.job_id if job else None, user=job.user if job else None,
-            partition=job.partition if job else None, namespace=getattr(pod, "namespace", None),
+            partition=job.partition if job else None, account=job.account if job else None,
+            namespace=getattr(pod, "namespace", None),
             pod=getattr(pod, "pod", None), container=getattr(pod, "container", None), holders=holders or None)
 
     def _pod_refs(self, gpu: str, uuid: str | None, bus_id: str | None) -> tuple[object, ...]:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from agent.backends.nvml.bindings import UPGRADE
+from agent.backends.nvml.gpm_totals import DISAGREE, TOLERANCE
 from agent.diagnostics.findings import Finding, package_version
 from agent.diagnostics.spec_advice import spec_finding
 
@@ -160,6 +161,7 @@ def _capability_findings(device: Any) -> Iterable[Finding]:
     gpm_reason = device.absent.get("gpm")
     if "gpm" in caps:
         yield Finding("GPM", "ok", "supported (two-sample read succeeded)", gpu=gpu)
+        yield from _totals_findings(device)
     else:
         status, impact, fix = CAPABILITY_IMPACT["gpm"]
         if gpm_reason and "permission" in gpm_reason:
@@ -175,6 +177,38 @@ def _capability_findings(device: Any) -> Iterable[Finding]:
     if device.is_mig:
         yield Finding("MIG", "info", "a MIG instance: power, energy, temperature, PCIe and NVLink are whole-GPU "
                       "readings NVML does not split per instance", gpu=gpu)
+
+
+def _totals_findings(device: Any) -> Iterable[Finding]:
+    """Which activity a GPM GPU's verdicts read: GPM's cumulative metrics 248-260 as Δactive / Δelapsed, or the
+    sampled ratios, and why (agent.backends.nvml.gpm_totals). The ``activity`` line (as DCGM's) where the totals
+    are used or the self-check switched them off; a ``GPM totals`` line where the driver refused them or no window
+    has been read yet (doctor's own probe reads one baseline). Nothing where this nvidia-ml-py defines none of the
+    ids (before 13.615): the ratios, as always."""
+    totals = getattr(device, "gpm_totals", None)
+    if totals is None:
+        return
+    state = totals.state()
+    gpu = device.gpu
+    if state.off == DISAGREE:
+        yield Finding("activity", "warn", f"{DISAGREE}; GPM's sampled ratios are used",
+                      "none: the ratios over the same samples stand in",
+                      "report the driver version: its cumulative GPM metrics do not count as DCGM 4.6 reads them",
+                      gpu=gpu)
+    elif state.off is not None:
+        yield Finding("GPM totals", "info", f"sampled ratios from GPM: its cumulative metrics (ids 248-260) were "
+                      f"{state.off}; not asked for again", gpu=gpu)
+    elif state.used:
+        seen = f"; latest window {state.window_cycles:.3g} SM cycles" if state.window_cycles else ""
+        if state.restarts:
+            seen += f", {state.restarts} reading(s) where counters went back (restart or reset: that window dropped)"
+        yield Finding("activity", "info", f"cumulative counters: {', '.join(state.used)} as Δactive / Δelapsed over "
+                      f"the agent's own window (NVML GPM ids 248-260 over the ratios' two samples, each within "
+                      f"{TOLERANCE:g} of GPM's ratio), preferred to the sampled ratios{seen}", gpu=gpu)
+    else:
+        yield Finding("GPM totals", "info", "sampled ratios from GPM so far: its cumulative metrics (ids 248-260) are "
+                      f"read and used from their second window on, where they agree with the ratios within "
+                      f"{TOLERANCE:g}", gpu=gpu)
 
 
 _REASON_KEYS = {

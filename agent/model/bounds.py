@@ -122,6 +122,8 @@ GPU_SAMPLE_BOUNDS: Mapping[str, Bound] = {
     "power_limit_w": Bound(0.0, POWER_CEILING_W, "W", "a board's power limit: no board is rated above "
                                                       f"{POWER_CEILING_W:g} W"),
     "energy_j": Bound(0.0, 1e15, "J", f"energy since the driver loaded: {POWER_CEILING_W:g} W for 6,000 years"),
+    "parent_energy_j": Bound(0.0, 1e15, "J", "a MIG instance's parent board's energy since the driver loaded: "
+                                             f"{POWER_CEILING_W:g} W for 6,000 years"),
     "temperature_c": TEMPERATURE, "memory_temperature_c": TEMPERATURE,
     "sm_clock_mhz": CLOCK, "sm_clock_max_mhz": CLOCK,
     "mem_used_bytes": Bound(0.0, MEMORY_CEILING_BYTES, "bytes", f"within {MEMORY_OVER_BOARD:g} x the board's "

@@ -22,6 +22,7 @@ from agent.model.device import DeviceState
 
 COUNTER_SOURCES: dict[str, str] = {
     "gpm": "GPM",
+    "gpm-totals": "GPM totals",
     "dcgm": "DCGM",
     "dcgm-totals": "DCGM totals",
     "dcgm-exporter": "dcgm-exporter",
@@ -33,15 +34,24 @@ COUNTER_SOURCES: dict[str, str] = {
 """Every source a verdict's counters can come from (the ``basis_source`` label's values, joined by ``+``), and
 its short name (a terminal's). ``dcgm-totals``, ``dcgm-exporter-totals``: a field DCGM (through its bindings, or
 dcgm-exporter) gave as DCGM 4.6's cumulative cycle counters, Δactive / Δelapsed over the agent's own window
-(agent.backends.cumulative), not as DCGM's sampled ratio."""
+(agent.backends.cumulative), not as DCGM's sampled ratio; ``gpm-totals``: the same from NVML GPM's cumulative
+metrics 248-260, over the two GPM samples the ratios use (agent.backends.nvml.gpm_totals)."""
 SPELLED_OUT: dict[str, str] = {
     "amd-exporter": "DME (AMD's Device Metrics Exporter)",
+    "gpm-totals": "GPM's cumulative counters (Δactive / Δelapsed over the window)",
     "dcgm-totals": "DCGM's cumulative counters (Δactive / Δelapsed over the window)",
     "dcgm-exporter-totals": "dcgm-exporter's cumulative counters (Δactive / Δelapsed over the window)",
 }
 """How a sentence names a source whose short name a reader may not know."""
 NO_SOURCE = "none"
 """The label value when no counter stands behind the verdict (step reports, the ranks' spread, no verdict)."""
+
+MIG_SHARE = "mig-share"
+"""The source of a MIG instance's ``energy_j``: no counter of its own (NVML counts energy per board), but its
+**estimated** share of its parent GPU's counter step, by activity and compute slices (agent.collector.mig_energy,
+docs/attribution.md). Named in the device's ``counter_sources``; never a verdict's basis source."""
+ESTIMATED_SOURCES: dict[str, str] = {MIG_SHARE: "estimate: the MIG parent GPU's energy split by activity and slices"}
+"""Sources that are estimates rather than a counter, and how a view words them."""
 
 VENDOR_LIBRARIES: dict[str, str] = {"nvidia": "nvml", "amd": "amdsmi"}
 """The source of a field no join names: the vendor library the backend reads."""

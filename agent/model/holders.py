@@ -58,6 +58,11 @@ class Holder:
     job_id: str | None = None
     claim: str | None = None
     """The DRA claim as ``namespace/name``, for a holder found through one."""
+    user: str | None = None
+    """Who is billed for it: a job holder's Slurm job user, a process holder's owner. None for a pod: Kubernetes
+    has no user per pod (its namespace is what a pod is billed to)."""
+    account: str | None = None
+    """A job holder's Slurm account (``SLURM_JOB_ACCOUNT``); None for every other holder."""
     pids: tuple[int, ...] = ()
     report: HolderReport | None = None
     """Its own workload report, on a shared GPU, where one was matched to its PIDs."""
@@ -118,12 +123,15 @@ def holder_weights(sm_shares: Sequence[float | None]) -> tuple[float, ...] | Non
     return tuple(max(0.0, share or 0.0) for share in sm_shares)
 
 
-def split_energy(total_uj: int, busy_ratio: float | None, sm_shares: Sequence[float | None]) -> EnergySplit:
+def split_energy(total_uj: int, busy_ratio: float | None, sm_shares: Sequence[float | None],
+                 idle_shares: Sequence[float] | None = None) -> EnergySplit:
     """Split ``total_uj`` (the GPU's energy-counter step) over holders with ``sm_shares``.
 
     The busy part (``busy_ratio`` of the step, the GPU's graphics-engine activity; without one, the sum
     of the holders' SM shares) goes to the holders in proportion to their SM share; the idle floor (the
-    rest) evenly to every holder, since each keeps the GPU allocated. What the floors of integer
+    rest) evenly to every holder, since each keeps the GPU allocated, or, given ``idle_shares``, by those
+    shares of the whole floor (MIG instances: each its fraction of the GPU's compute slices, so the
+    unconfigured slices' part stays unattributed; agent.collector.mig_energy). What the floors of integer
     division leave, and the busy part when no holder has an SM figure, is the unattributed remainder:
     ``sum(by_holder) + unattributed_uj == total_uj`` always.
     """
@@ -135,16 +143,25 @@ def split_energy(total_uj: int, busy_ratio: float | None, sm_shares: Sequence[fl
     weight_sum = sum(weights) if weights is not None else 0.0
     busy = busy_ratio if busy_ratio is not None else min(1.0, weight_sum)
     busy = min(1.0, max(0.0, busy))
-    busy_uj = int(total_uj * busy)
-    idle_each = (total_uj - busy_uj) // count
-    parts = []
-    for index in range(count):
-        part = idle_each
-        if weights is not None and weight_sum > 0.0:
-            part += int(busy_uj * (weights[index] / weight_sum))
-        parts.append(part)
+    busy_uj = round(total_uj * busy)  # at most total_uj; round: 7 x 1/7 busy is the whole step, not 1 µJ short
+
+    def floors(amount: int, shares: Sequence[float]) -> list[int]:
+        """Each share of ``amount`` in whole µJ, never more than ``amount`` in all: floored after a 1e-6 nudge
+        (1/7 x 7 µJ is 0.99999... in floats), any excess of the nudge taken back from the largest part."""
+        out = [int(amount * share + 1e-6) for share in shares]
+        excess = sum(out) - amount
+        if excess > 0:
+            out[out.index(max(out))] -= excess
+        return out
+
+    if idle_shares is None:
+        idle_parts = [(total_uj - busy_uj) // count] * count
+    else:  # each its share of the floor: shares past 1 in all are scaled down, so the parts never exceed it
+        shares = [min(1.0, max(0.0, share)) for share in idle_shares]
+        scale = max(1.0, sum(shares))
+        idle_parts = floors(total_uj - busy_uj, [share / scale for share in shares])
+    busy_parts = (floors(busy_uj, [weight / weight_sum for weight in weights])
+                  if weights is not None and weight_sum > 0.0 else [0] * count)
+    parts = [idle + busy_part for idle, busy_part in zip(idle_parts, busy_parts)]
     attributed = sum(parts)
-    if attributed > total_uj:  # float rounding in the proportions can never hand out more than there was
-        parts = [idle_each] * count
-        attributed = sum(parts)
     return EnergySplit(total_uj=total_uj, by_holder=tuple(parts), unattributed_uj=total_uj - attributed)

@@ -7,7 +7,7 @@ additions, which the contract allows.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Annotated, Literal
 
 from pydantic import Field
@@ -93,6 +93,9 @@ class Attribution:
     """Who the job belongs to (Slurm job user, else the owner of the GPU's process)."""
     partition: str | None = None
     """Slurm partition."""
+    account: str | None = None
+    """The Slurm account the job is billed to (``SLURM_JOB_ACCOUNT``); None outside Slurm. Optional: traces
+    written before it read as unknown."""
     namespace: str | None = None
     """Kubernetes namespace of the pod holding the GPU."""
     pod: str | None = None
@@ -238,6 +241,13 @@ class GpuSample:
     """PCIe replays since the driver loaded: link-level retransmissions of a marginal link."""
     links: tuple[LinkTraffic, ...] | None = None
     """Per-link fabric counters (AMD XGMI); the link_* rates above are their sum over the interval."""
+    parent_energy_j: NonNegative | None = field(default=None, metadata={"trace": False})
+    """A MIG instance's *parent* GPU's cumulative energy counter in joules (NVML
+    ``nvmlDeviceGetTotalEnergyConsumption`` on the parent handle): NVML gives no energy per MIG instance, so the
+    collector splits the board's step over its instances (agent.collector.mig_energy). Not written to traces
+    (``metadata["trace"]``): no replay needs it, and the trace contract stays as it is."""
 
 
-SAMPLE_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(GpuSample))
+SAMPLE_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(GpuSample) if f.metadata.get("trace", True))
+"""The fields a trace line carries: every field of :class:`GpuSample` but the live-only ones
+(``metadata={"trace": False}``: ``parent_energy_j``), which the writer leaves out."""

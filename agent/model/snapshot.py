@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from agent.model.device import DeviceState
+from agent.model.mig import MigParentEnergy
 from agent.model.sample import HostSample
 from agent.model.verdict import Verdict
 
@@ -90,6 +91,8 @@ class NodeSnapshot:
     """The side sources' states (empty where the backend reads only the driver)."""
     rejected: tuple[RejectedValues, ...] = ()
     """Readings dropped as physically impossible, by source and field (empty while none was)."""
+    mig_parents: tuple[MigParentEnergy, ...] = ()
+    """Each MIG parent GPU's energy its instances were not given (agent.collector.mig_energy); empty without MIG."""
 
     @property
     def visible_devices(self) -> int:

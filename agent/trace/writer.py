@@ -34,7 +34,8 @@ def sample_to_dict(obj: Any) -> dict[str, Any]:
     cls = type(obj)
     names = _FIELD_NAMES.get(cls)
     if names is None:
-        names = _FIELD_NAMES[cls] = tuple(f.name for f in fields(cls))
+        # A field marked ``metadata={"trace": False}`` is live-only (GpuSample.parent_energy_j): never written.
+        names = _FIELD_NAMES[cls] = tuple(f.name for f in fields(cls) if f.metadata.get("trace", True))
     out: dict[str, Any] = {}
     for name in names:
         value = getattr(obj, name)

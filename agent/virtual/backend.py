@@ -34,6 +34,8 @@ from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 from agent.backends.base import BackendUnavailable, DeviceError, DeviceLostError
 from agent.model import DeviceInfo, GpuSample, WorkloadReport
+from agent.model.specs import spec_by_key
+from agent.virtual.devices import device_uuid
 from agent.virtual.engine import VirtualEngine
 from agent.virtual.nodes import FaultKind
 from agent.virtual.scenario import Scenario, resolve_scenario
@@ -108,6 +110,10 @@ class VirtualBackend:
         self.interval_s = interval_s
         self._devices = self.engine.devices(node)
         self._slots = {d.gpu: _GpuSlot() for d in self._devices}
+        mig = self.engine.scenario.node(node).mig
+        self._boards = {d.gpu: d.gpu.split("/")[0] for d in self._devices
+                        if "/" in d.gpu and int(d.gpu.split("/")[0]) in mig}
+        """MIG instance -> its GPU's index: their samples carry the board's energy counter (``parent_energy_j``)."""
         self._faults: list[FaultWindow] = [
             FaultWindow(str(f.gpu), f.kind, f.start_s, f.duration_s, f.hang_s, xid=f.xid)
             for f in self.engine.faults(node)]
@@ -141,11 +147,22 @@ class VirtualBackend:
             t0 = slot.last_t if slot.last_t is not None and slot.last_t < t1 else t1 - self.interval_s
             sample = self.engine.sample(self.node, gpu, t0, t1, ts=now)
             slot.last_t = t1
+        if gpu in self._boards:  # as NVML: no energy of its own, its board's counter (agent.collector.mig_energy)
+            board_j = self.engine.board_energy_j(self.node, self._boards[gpu], t1)
+            sample = dataclasses.replace(sample, parent_energy_j=board_j)
         if self._workloads is not None and gpu in self._scraped:
             pids = [p.pid for p in sample.processes or ()]
             report = self._workloads.report_for(gpu=gpu, uuid=sample.uuid, pids=pids, now=now)
             sample = dataclasses.replace(sample, workload=report)
         return sample
+
+    def mig_parent(self, gpu: str) -> tuple[str, str] | None:
+        """(GPU index, GPU UUID) of a MIG instance's board, None for a whole GPU (agent.collector.mig_energy)."""
+        index = self._boards.get(gpu)
+        if index is None:
+            return None
+        model = self.engine.scenario.node(self.node).model
+        return index, device_uuid(self.engine.scenario.seed, self.node, int(index), spec_by_key(model).vendor)
 
     def attach_workloads(self, source: WorkloadSource, gpus: Iterable[str],
                          closers: Sequence[Callable[[], None]] = (), scraped_since: float | None = None) -> None:

@@ -49,6 +49,8 @@ class VirtualEngine:
         self._host_keys = {n.name: hash_prefix(scenario.seed, n.name, "host") for n in scenario.nodes}
         self._host_cache: dict[str, tuple[int, HostSample]] = {}
         self._state = self._fresh_state()
+        self._boards: dict[tuple[str, str], list[GpuPlan]] = {}
+        """A MIG GPU's instances' plans by (node, GPU index), found on first use (board_energy_j)."""
 
     # ------------------------------------------------------------------ public API
 
@@ -75,6 +77,27 @@ class VirtualEngine:
         plan = self._plan(node, gpu)
         return sample_device(plan, self._state[(plan.node, plan.gpu)], t0, t1, t1 if ts is None else ts, labelled,
                              self._host)
+
+    def board_energy_j(self, node: str, index: int | str, t: float) -> float:
+        """The board counter of GPU ``index`` in MIG mode at virtual time ``t``, as the hardware keeps it whatever
+        the partitioning: what its instances drew (each up to its last sample) plus the idle draw of the compute
+        slices no instance holds, each slice its share of the board's idle power as DeviceModel.share gives an
+        instance its g/7 (A30: g/4). The fake driver's parent handle answers it; the virtual backend hands it
+        with each instance's sample (``parent_energy_j``)."""
+        plans = self._boards.get((node, str(index)))
+        if plans is None:
+            plans = self._boards.setdefault((node, str(index)), [
+                p for (n, gpu), p in self._plans.items() if n == node and "/" in gpu and gpu.split("/")[0] == str(index)])
+        if not plans:
+            raise KeyError(f"node {node!r} has no GPU {index!r} in MIG mode")
+        drawn = 0.0
+        for plan in plans:
+            state = self._state[(plan.node, plan.gpu)]
+            with state.lock:
+                drawn += state.energy_j
+        held = sum(p.dev.power_share for p in plans)
+        board_idle_w = plans[0].dev.idle_w / plans[0].dev.power_share
+        return drawn + board_idle_w * max(0.0, 1.0 - held) * max(0.0, t)
 
     def true_class(self, node: str, gpu: int | str, t: float) -> str:
         """Class label of the phase active at virtual time ``t`` (``idle`` before time 0).

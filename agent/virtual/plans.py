@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from agent.model import Attribution, DeviceInfo, GpuSpec, ProcessSample
-from agent.model.holders import Holder
+from agent.model.holders import Holder, HolderReport
 from agent.model.specs import spec_by_key
 from agent.virtual.devices import (
     HIDDEN_FIELDS,
@@ -173,8 +173,9 @@ def _gpu_plan(seed: int, node: Node, info: DeviceInfo, dev: DeviceModel, workloa
     pid = 2000 + int(unit_hash(hash_prefix(seed, "pid", job, where.rank), node.name) * 4_000_000)
     if workload is not None and workload.pid is not None:
         pid = workload.pid
-    holders = _holders(workload, pid) if workload is not None else ()
-    attribution = Attribution(job_id=workload.job) if workload is not None else None
+    holders = _holders(workload, pid, where.peak_flops) if workload is not None else ()
+    attribution = (Attribution(job_id=workload.job, user=workload.user, account=workload.account)
+                   if workload is not None else None)
     if holders:
         first = holders[0][0]
         attribution = Attribution(job_id=workload.job if workload else None, namespace=first.namespace,
@@ -184,16 +185,29 @@ def _gpu_plan(seed: int, node: Node, info: DeviceInfo, dev: DeviceModel, workloa
                    energy_offset_j=1e6 + unit_hash(key, "energy") * 4e8, attribution=attribution, holders=holders)
 
 
-def _holders(workload: Workload, pid: int) -> tuple[tuple[Holder, float, int], ...]:
-    """The scenario's holders of a shared GPU, each with a PID of its own beside the job's (``pid + 1 + i``)."""
+HOLDER_FLOPS_PER_TOKEN = 6 * 7e9
+"""FLOPs per token of a holder's own report (a 7B model's training step): its tokens/s follows from its MFU."""
+
+
+def _holders(workload: Workload, pid: int, peak_flops: float) -> tuple[tuple[Holder, float, int], ...]:
+    """The scenario's holders of a shared GPU, each with a PID of its own beside the job's (``pid + 1 + i``); a
+    holder with an ``mfu`` carries its own report, as with_holder_reports matches one to its PIDs on a node."""
     out = []
     for i, spec in enumerate(workload.holders):
         pids = (pid + 1 + i,)
-        if spec.via == "mps":
-            holder = Holder(kind="process", via="process", pids=pids)
+        report = None
+        if spec.mfu is not None and peak_flops > 0:
+            report = HolderReport(job=spec.job or workload.job, world_size=1, dtype=workload.dtype,
+                                  flops_per_token=HOLDER_FLOPS_PER_TOKEN,
+                                  tokens_per_s=spec.mfu * peak_flops / HOLDER_FLOPS_PER_TOKEN)
+        if spec.via == "slurm":
+            holder = Holder(kind="job", via="slurm", job_id=spec.job, user=spec.user, account=spec.account,
+                            pids=pids, report=report)
+        elif spec.via == "mps":
+            holder = Holder(kind="process", via="process", pids=pids, report=report)
         else:
             holder = Holder(kind="pod", via=spec.via, namespace=spec.namespace, pod=spec.pod,
-                            container=spec.container, claim=spec.claim, pids=pids)
+                            container=spec.container, claim=spec.claim, pids=pids, report=report)
         out.append((holder, spec.share, int(spec.mem_gib * 1024**3)))
     return tuple(out)
 

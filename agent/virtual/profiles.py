@@ -8,7 +8,7 @@ partition modes through :class:`~agent.virtual.nodes.Node`.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
@@ -41,6 +41,12 @@ class NvmlProfile(StrictModel):
     driver_loaded: bool = Field(True, description="False: nvmlInit fails with NVML_ERROR_DRIVER_NOT_LOADED.")
     persistence_mode: bool = Field(True, description="nvmlDeviceGetPersistenceMode.")
     gpm: bool = Field(True, description="False: nvmlGpmQueryDeviceSupport says unsupported even on Hopper or newer.")
+    gpm_cumulative: Literal["since_reboot", "differences", "call_fails"] = Field(
+        "since_reboot", description="How a driver that has the cumulative GPM metrics (ids 248-260; R590 and later "
+        "here, an assumption) answers them in nvmlGpmMetricsGet: since_reboot: a running total at the second sample "
+        "(cycles, bytes for PCIe), as nvml.h's comments say and DCGM 4.6 reads them; differences: the change between "
+        "the two samples (a driver that reads them per interval: the agent's self-check must catch it); call_fails: "
+        "a call asking for any of them fails whole with INVALID_ARGUMENT.")
     no_permission: list[CSymbol] = Field(
         default_factory=list, description="C symbols (e.g. nvmlGpmSampleGet) that return NVML_ERROR_NO_PERMISSION.")
     not_supported: list[CSymbol] = Field(

@@ -220,10 +220,15 @@ class HolderSpec(StrictModel):
     MPS client process. The GPU's physics stay its workload's phases; its holders split the SM time of each
     interval by ``share`` and hold ``mem_gib`` each, as the driver's per-process lists would show them."""
 
-    pod: str | None = Field(None, min_length=1, description="Pod name; none for an MPS client process.")
+    pod: str | None = Field(None, min_length=1, description="Pod name; none for an MPS client process or a Slurm job.")
     namespace: str | None = Field(None, min_length=1)
     container: str = Field("main", min_length=1)
-    via: Literal["time-slicing", "dra", "mps"] = "time-slicing"
+    via: Literal["time-slicing", "dra", "mps", "slurm"] = "time-slicing"
+    job: str | None = Field(None, min_length=1, max_length=64, description="Slurm job id (via: slurm).")
+    user: str | None = Field(None, min_length=1, max_length=64, description="Slurm job user (via: slurm).")
+    account: str | None = Field(None, min_length=1, max_length=64, description="Slurm account (via: slurm).")
+    mfu: float | None = Field(None, gt=0.0, le=1.0, description="The MFU its own workload report gives (tokens/s x "
+                              "FLOPs/token over the GPU's peak); none: it reports nothing of its own.")
     claim: str | None = Field(None, min_length=1, description="DRA claim as namespace/name (via: dra).")
     share: float = Field(ge=0.0, le=1.0, description="Share of the GPU's SM time its process uses.")
     mem_gib: float = Field(ge=0.0, description="Device memory its process holds (GiB).")
@@ -233,6 +238,12 @@ class HolderSpec(StrictModel):
     def _named(self) -> "HolderSpec":
         if self.via == "mps" and self.pod is not None:
             raise ValueError("an MPS client is a process: give it no pod")
+        if self.via == "slurm":
+            if self.pod is not None or self.job is None:
+                raise ValueError("a holder via slurm is a Slurm job: give it a job and no pod")
+            return self
+        if self.job is not None or self.user is not None or self.account is not None:
+            raise ValueError(f"a holder via {self.via} has no Slurm job, user or account")
         if self.via != "mps" and (self.pod is None or self.namespace is None):
             raise ValueError(f"a holder via {self.via} is a pod: give it a namespace and a pod")
         return self
@@ -249,6 +260,8 @@ class Workload(StrictModel):
     pid: int | None = Field(None, ge=1, description="Host PID the driver reports for this job's process "
                             "(default: a stable made-up one); lets a test attach a real process to a simulated GPU.")
     phases: list[Phase] = Field(min_length=1)
+    user: str | None = Field(None, min_length=1, max_length=64, description="Slurm job user of a whole-GPU job.")
+    account: str | None = Field(None, min_length=1, max_length=64, description="Slurm account of a whole-GPU job.")
     holders: list[HolderSpec] = Field(default_factory=list, max_length=64, description="Holders sharing each of "
                                       "its GPUs (time-sliced pods, a shared DRA claim, MPS clients); none: the job "
                                       "holds its GPUs alone.")

@@ -19,8 +19,9 @@ _SPLIT = "the energy counter's step: busy part by SM share, idle floor evenly (e
 
 HOLDER_INFO = MetricDef(
     "roofwatch_gpu_holder_info", "info", "",
-    "A holder of a shared GPU and how it was found (via: device-plugin, time-slicing, dra, cgroup, slurm, process, mps).",
-    _HOLDER + ("kind", "via", "namespace", "pod", "container", "job_id", "claim"),
+    "A holder of a shared GPU and how it was found (via: device-plugin, time-slicing, dra, cgroup, slurm, process, mps); "
+    "user and account: a Slurm job's user and account, a process's owner (pods have neither).",
+    _HOLDER + ("kind", "via", "namespace", "pod", "container", "job_id", "claim", "user", "account"),
     nvidia="kubelet pod-resources (devices, DRA claims), the process's cgroup and Slurm job",
     amd="kubelet pod-resources (devices, DRA claims), the process's cgroup and Slurm job", virtual="scenario holders",
 )
@@ -53,4 +54,12 @@ HOLDER_CLASS = MetricDef(
     amd="per-process CU occupancy and memory over the window",
 )
 
-HOLDER_METRICS = (HOLDER_INFO, HOLDER_SM, HOLDER_MEMORY, HOLDER_POWER, HOLDER_ENERGY, HOLDER_CLASS)
+HOLDER_MFU = MetricDef(
+    "roofwatch_gpu_holder_mfu_ratio", "gauge", "ratio",
+    "A holder's own MFU from its own workload report (tokens/s x FLOPs/token / (world size x the GPU's peak)); only "
+    "for a holder with a report of its own on a GPU whose peak is known.",
+    _HOLDER, nvidia="the holder's own workload report over the GPU's catalogued peak",
+    amd="the holder's own workload report over the GPU's catalogued peak", virtual="scenario holders' reports",
+)
+
+HOLDER_METRICS = (HOLDER_INFO, HOLDER_SM, HOLDER_MEMORY, HOLDER_POWER, HOLDER_ENERGY, HOLDER_CLASS, HOLDER_MFU)

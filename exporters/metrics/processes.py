@@ -33,7 +33,7 @@ _SLURM = ("Slurm job of the GPU's processes (cgroup path, else SLURM_JOB_*), the
 JOB_INFO = MetricDef(
     "roofwatch_gpu_job_info", "info", "",
     "The job holding this GPU, busy or not; join on node, gpu, uuid to group any GPU series by job_id.",
-    GPU_LABELS + ("job_id", "user", "partition"), nvidia=_SLURM, amd=_SLURM, virtual="scenario job",
+    GPU_LABELS + ("job_id", "user", "partition", "account"), nvidia=_SLURM, amd=_SLURM, virtual="scenario job",
 )
 _KUBE = "kubelet pod-resources List (device id = GPU UUID / PCI address), else the process's cgroup"
 POD_INFO = MetricDef(

@@ -142,6 +142,17 @@ CLOCK_EVENT_TIME = MetricDef(
     GPU_LABELS + ("reason",), nvidia="fields CLOCKS_EVENT_REASON_* (accumulated ns)", amd="—",
 )
 ENERGY = MetricDef(
-    "roofwatch_gpu_energy_joules_total", "counter", "joules", "Energy used since the agent started.",
-    GPU_LABELS, nvidia="nvmlDeviceGetTotalEnergyConsumption deltas", amd="energy_accumulator x counter_resolution",
+    "roofwatch_gpu_energy_joules_total", "counter", "joules",
+    "Energy used since the agent started; a MIG instance's is an estimate: its share of its GPU's energy by "
+    "activity and compute slices.",
+    GPU_LABELS, nvidia="nvmlDeviceGetTotalEnergyConsumption deltas (a MIG instance: the parent GPU's, split by the "
+    "collector)", amd="energy_accumulator x counter_resolution",
+)
+MIG_UNATTRIBUTED_ENERGY = MetricDef(
+    "roofwatch_gpu_mig_unattributed_energy_joules_total", "counter", "joules",
+    "Energy of a GPU in MIG mode that no instance was given since the agent started: the idle draw of slices in "
+    "no instance and the split's leftovers; with its instances' roofwatch_gpu_energy_joules_total it adds up to "
+    "the GPU's own energy. Labelled with the parent GPU's index and UUID; only on MIG GPUs.",
+    GPU_LABELS, nvidia="nvmlDeviceGetTotalEnergyConsumption on the parent handle, less its instances' estimates",
+    amd="— (not modelled for AMD partitions)",
 )

@@ -31,8 +31,8 @@ WORKLOAD_REASON = MetricDef(
     "Why: the class, a bounded detail code (e.g. dataloader, straggler, at_roof), throttle severity (none, moderate, "
     "severe; unknown or likely_power_capped where the source exports no clock-event reasons), the "
     "evidence the verdict rests on (basis: counters, power_and_mem_busy, reported_mfu, ...; docs/classification.md), "
-    "where those counters were read (basis_source: gpm, dcgm, dcgm-totals, dcgm-exporter, dcgm-exporter-totals (the "
-    "-totals: DCGM's cumulative counters over the window), amd-exporter, nvml, amdsmi, joined by + "
+    "where those counters were read (basis_source: gpm, gpm-totals, dcgm, dcgm-totals, dcgm-exporter, dcgm-exporter-totals "
+    "(the -totals: cumulative counters over the window, NVML GPM's or DCGM's), amd-exporter, nvml, amdsmi, joined by + "
     "when the basis reads two, none when it reads no counter; agent/model/counter_source.py), "
     "and whether the GPU is wasted (waste: idle_held, input_starved, communication_jittered; spare for an idle GPU "
     "nobody holds; none), by the one definition in agent/model/waste.py that every view, rule and dashboard counts by.",

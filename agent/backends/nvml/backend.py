@@ -31,6 +31,8 @@ from agent.backends.nvml.errors import Meaning, describe, meaning
 from agent.backends.nvml.events import XidWatcher
 from agent.backends.nvml.fields import fields_for
 from agent.backends.nvml.gpm import MIN_SPAN_S
+from agent.backends.nvml.gpm_totals import SOURCE as GPM_TOTALS
+from agent.backends.nvml.parent_energy import ParentEnergy
 from agent.backends.readings import LibraryError
 from agent.context.local_host import LocalHost
 from agent.context.sources import HostSource
@@ -88,6 +90,8 @@ class NvmlBackend:
         self._sleep = sleep
         self._devices: dict[str, NvmlDevice] = {}
         self._found: dict[str, Found] = {}
+        self._boards: dict[int, ParentEnergy] = {}
+        """One per MIG parent GPU: its energy counter, read once a cycle for all its instances."""
         self._stale: set[str] = set()
         self._closed = False
         self._generation = 0
@@ -123,9 +127,11 @@ class NvmlBackend:
         xids = self._events.counts if self._events else None
         for f in found:
             self._found[f.info.gpu] = f
+            parent = f.handles.parent if f.handles is not None else None
+            board = self._boards.setdefault(f.index, ParentEnergy(self.nvml, parent)) if parent is not None else None
             device = NvmlDevice(self.nvml, f.info, f.handles or Handles(None), self._host, xids=xids, clock=self._clock,
                                 node=self.node, bindings=self.bindings, fields=self.fields,
-                                skipped_fields=self.skipped_fields)
+                                skipped_fields=self.skipped_fields, parent_energy=board)
             device.absent.update(f.absent)
             self._devices[f.info.gpu] = device
             if f.unresolved:
@@ -221,6 +227,13 @@ class NvmlBackend:
     def device_events(self, gpu: str) -> tuple[XidCount, ...]:
         return self._events.counts(gpu) if self._events is not None else ()
 
+    def counter_sources(self, gpu: str) -> dict[str, str]:
+        """The fields of GPU ``gpu``'s latest sample that GPM's cumulative metrics gave (``gpm-totals``,
+        agent.backends.nvml.gpm_totals); every other field is the library's own (GPM where the device reads it)."""
+        device = self._devices.get(gpu)
+        totals = device.gpm_totals if device is not None else None
+        return {name: GPM_TOTALS for name in totals.used} if totals is not None else {}
+
     def watching_events(self, gpu: str) -> bool:
         """Whether physical GPU ``gpu`` is registered for XID events yet (shortly after discovery)."""
         return self._events is not None and self._events.registered(gpu)
@@ -248,6 +261,8 @@ class NvmlBackend:
                 self._reinit_wanted = True  # done by sample(), outside the read gate
             raise DeviceLostError(f"NVML: GPU {device.gpu} ({device.info.uuid}) still unavailable: {describe(exc)}") from None
         log.info("GPU %s is back (new handle)", device.gpu)
+        if f.index in self._boards and f.handles.parent is not None:
+            self._boards[f.index].reset(parent)
         self._found[device.gpu] = dataclasses.replace(f, handles=handles)
         device.reset(handles)
         self._stale.discard(device.gpu)
@@ -276,6 +291,14 @@ class NvmlBackend:
         self._stale.discard(device.gpu)
         if self._events is not None:
             self._events.watch(handle, str(f.index), {})
+
+    def mig_parent(self, gpu: str) -> tuple[str, str] | None:
+        """(parent GPU id, parent UUID) of a MIG instance, None for a whole GPU: the board its energy is split
+        from (agent.collector.mig_energy)."""
+        f = self._found.get(gpu)
+        if f is None or f.handles is None or f.handles.parent is None:
+            return None
+        return str(f.index), f.parent_uuid
 
     def device_info(self, gpu: str) -> DeviceInfo:
         """The device's identity now: it changes when a GPU lost at start is found."""

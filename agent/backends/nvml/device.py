@@ -29,8 +29,10 @@ from typing import Any, Callable
 from agent.backends.nvml import gpm
 from agent.backends.nvml.bindings import Bindings
 from agent.backends.nvml.counters import WrappingRate
+from agent.backends.nvml.gpm_totals import totals_for
 from agent.backends.nvml.errors import INVALID_ARGUMENT, Meaning, describe, describe_code, meaning, meaning_of_code
 from agent.backends.nvml.fields import CLOCK_EVENT_FIELDS, FIELDS, Field, FieldBatch
+from agent.backends.nvml.parent_energy import ParentEnergy
 from agent.backends.nvml.process_reads import ComputeProcesses, ProcessUtilization
 from agent.backends.readings import CounterRate, ReadingPolicy
 from agent.context.attribution.holders import with_mps_clients
@@ -75,9 +77,10 @@ class NvmlDevice:
                  xids: Callable[[str], tuple[XidCount, ...]] | None = None,
                  clock: Callable[[], float] = time.monotonic, node: str = "local", *,
                  bindings: Bindings | None = None, fields: tuple[Field, ...] = FIELDS,
-                 skipped_fields: dict[str, str] | None = None) -> None:
+                 skipped_fields: dict[str, str] | None = None, parent_energy: ParentEnergy | None = None) -> None:
         """``bindings``: what this pynvml has (detected once per backend); ``fields``/``skipped_fields``:
-        the field batch for this driver and the fields left out with why (agent.backends.nvml.fields)."""
+        the field batch for this driver and the fields left out with why (agent.backends.nvml.fields);
+        ``parent_energy``: a MIG instance's parent board counter, shared with its siblings."""
         self.nvml = nvml
         self.node = node
         self.info = info
@@ -98,6 +101,9 @@ class NvmlDevice:
         self._process_utilization = ProcessUtilization(nvml, count)
         self._gpm: gpm.GpmReader | None = None
         self._gpm_checked = False
+        self.gpm_totals = totals_for(nvml, lambda: self.info.gpu)
+        """GPM's cumulative metrics (ids 248-260) where this pynvml defines them (agent.backends.nvml.gpm_totals)."""
+        self._parent_energy = parent_energy
         self._state = _State()
         self._ever_read = False
 
@@ -191,7 +197,10 @@ class NvmlDevice:
             reader.keep_only(tuple(m for m in reader.metric_ids if m not in gone))
             for m in gone:
                 self.absent[f"gpm:{gpm.WANTED[m]}"] = describe_code(failed[m])
-        return {gpm.WANTED[m]: gpm.to_sample_value(m, v) for m, v in values.items() if m in gpm.WANTED}
+        ratios = {gpm.WANTED[m]: gpm.to_sample_value(m, v) for m, v in values.items() if m in gpm.WANTED}
+        if self.gpm_totals is not None:
+            ratios = self.gpm_totals.apply(reader.last_pair, ratios, self._error)
+        return ratios
 
     def _drop_gpm(self) -> None:
         if self._gpm is not None:
@@ -215,6 +224,8 @@ class NvmlDevice:
         fields, _ = self._read_fields(h)
         self._apply_fields(values, fields, now)
         self._apply_power(values, fields)
+        if self._parent_energy is not None:  # NVML has no energy per MIG instance: the board's, split by the collector
+            values["parent_energy_j"] = self._parent_energy.joules(self._opt("parent_energy", self._parent_energy.read, now))
         self._apply_memory(values)
         temp = None
         if self.bindings.temperature_v:  # nvidia-ml-py 12.570+; the driver needs R565+

@@ -44,6 +44,8 @@ class Found:
     """The physical GPU's NVML index."""
     absent: dict[str, str] = field(default_factory=dict)
     """What discovery could not read, with why (the device starts with these switched off)."""
+    parent_uuid: str = ""
+    """A MIG instance's physical GPU's UUID (``GPU-...``); empty for a whole GPU."""
 
     @property
     def unresolved(self) -> bool:
@@ -137,7 +139,7 @@ def describe_gpu(nvml: Any, index: int, handle: Any) -> list[Found]:
             absent["parent_memory"] = ("no permission: NVML gives a MIG GPU's total memory only to privileged "
                                        "callers; its peaks were matched with the sum of its GPU instances' memory")
         spec = whole_gpu_spec(nvml, handle, name, pci_device_id, memory, sm_count, max_clock)
-        return _instances(index, migs, handle, spec, pci_device_id, bus_id, max_clock, absent)
+        return _instances(index, migs, handle, spec, pci_device_id, bus_id, max_clock, absent, uuid)
     spec = whole_gpu_spec(nvml, handle, name, pci_device_id, memory, sm_count, max_clock)
     info = DeviceInfo(gpu=str(index), uuid=uuid, vendor="nvidia", model=name, memory_total_bytes=memory,
                       sm_count=sm_count, link_count=link_count(nvml, handle), pci_device_id=pci_device_id,
@@ -182,7 +184,7 @@ def mig_device_id(index: int, gi: int, ci: int, split: bool) -> str:
 
 
 def _instances(index: int, migs: list[_Mig], parent: Any, parent_spec: GpuSpec | None, pci_device_id: int | None,
-               bus_id: str, max_clock: float | None, absent: dict[str, str]) -> list[Found]:
+               bus_id: str, max_clock: float | None, absent: dict[str, str], parent_uuid: str = "") -> list[Found]:
     per_gi = collections.Counter(m.gi for m in migs)
     out = []
     for m in migs:
@@ -192,5 +194,5 @@ def _instances(index: int, migs: list[_Mig], parent: Any, parent_spec: GpuSpec |
             memory_total_bytes=m.memory, sm_count=m.sm_count, link_count=0, pci_device_id=pci_device_id,
             pci_bus_id=bus_id, sm_clock_max_mhz=max_clock, spec=spec)
         handles = Handles(m.handle, parent=parent, gpu_instance_id=m.gi, compute_instance_id=m.ci)
-        out.append(Found(info, handles, index, dict(absent)))
+        out.append(Found(info, handles, index, dict(absent), parent_uuid))
     return out

@@ -62,6 +62,9 @@ class GpmReader:
         self._clock = clock
         self._samples = [nvml.nvmlGpmSampleAlloc(), nvml.nvmlGpmSampleAlloc()]
         self._prev_t: float | None = None
+        self.last_pair: tuple[Any, Any, float, float] | None = None
+        """(sample1, sample2, t1, t2) of the latest read that computed metrics, until the next read: what GPM's
+        cumulative metrics are read over, so they cover exactly the ratios' span (agent.backends.nvml.gpm_totals)."""
         self._request = nvml.c_nvmlGpmMetricsGet_t()
         self.metric_ids = metric_ids
         self._set_metrics(metric_ids)
@@ -94,6 +97,7 @@ class GpmReader:
         nvmlReturn. Returns None on the first call and when called again within MIN_SPAN_S.
         Raises the pynvml error of the sample or metrics call itself.
         """
+        self.last_pair = None
         current = self._samples[1]
         self._take(current)
         now = self._clock()
@@ -106,6 +110,7 @@ class GpmReader:
         request = self._request
         request.sample1, request.sample2 = self._samples[0], current
         self._nvml.nvmlGpmMetricsGet(request)
+        self.last_pair = (self._samples[0], current, self._prev_t, now)
         self._samples.reverse()
         self._prev_t = now
         values: dict[int, float] = {}

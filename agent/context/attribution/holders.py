@@ -20,12 +20,17 @@ def _pod_key(ref: object) -> tuple[str | None, str | None]:
 
 
 def gpu_holders(refs: Iterable[object], pids: Sequence[int], *, pod_of: Callable[[int], object | None],
-                job_of: Callable[[int], str | None]) -> tuple[Holder, ...]:
+                job_of: Callable[[int], object | None]) -> tuple[Holder, ...]:
     """Holders of a GPU from the kubelet's ``refs`` (PodRef-like, in the kubelet cache's order) and its ``pids``.
 
     A process joins the kubelet holder of its pod (same namespace and pod name from its cgroup), or the one
     pod the kubelet gave the GPU to when its own pod's name is unknown; one the kubelet does not name becomes
     a holder of its own pod (from the cgroup), else of its job, else of its PID. Kubelet holders without a process stay: allocated, no context (the idle-allocated case).
+
+    ``job_of(pid)`` gives the process's job id, or a ProcessJob-like value (agent.context.attribution.slurm) whose
+    ``user`` and ``account`` a job holder carries and whose ``owner`` a process holder carries as its ``user``, so
+    the fleet report can bill users and Slurm accounts for their share. Pods carry neither: Kubernetes has no user
+    per pod, and a pod's processes may run as any uid.
     """
     by_pod: dict[tuple[str | None, str | None], int] = {}
     rows: list[dict] = []
@@ -56,14 +61,17 @@ def gpu_holders(refs: Iterable[object], pids: Sequence[int], *, pod_of: Callable
             rows.append({"kind": "pod", "via": "cgroup", "namespace": key[0], "pod": name,
                          "container": getattr(pod, "container", None), "pids": [pid]})
             continue
-        job = job_of(pid)
+        found = job_of(pid)
+        job = found if isinstance(found, str) else getattr(found, "job_id", None)
+        owner = getattr(found, "owner", None)
         if job:
             if job not in jobs:
                 jobs[job] = len(rows)
-                rows.append({"kind": "job", "via": "slurm", "job_id": job, "pids": []})
+                rows.append({"kind": "job", "via": "slurm", "job_id": job, "pids": [],
+                             "user": getattr(found, "user", None) or owner, "account": getattr(found, "account", None)})
             rows[jobs[job]]["pids"].append(pid)
             continue
-        rows.append({"kind": "process", "via": "process", "pids": [pid]})
+        rows.append({"kind": "process", "via": "process", "pids": [pid], "user": owner})
     return tuple(Holder(**{**row, "pids": tuple(row["pids"])}) for row in rows)
 
 

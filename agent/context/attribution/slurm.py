@@ -2,7 +2,8 @@
 
 Slurm first: the cgroup path is world-readable and set by slurmd for every task, so it works for
 other users' processes without privileges (v1 paths also carry the job owner's uid); the
-environment (``SLURM_JOB_ID``, ``SLURM_JOB_USER``, ``SLURM_JOB_PARTITION``) covers setups without
+environment (``SLURM_JOB_ID``, ``SLURM_JOB_USER``, ``SLURM_JOB_PARTITION``, ``SLURM_JOB_ACCOUNT``: the
+account a job is billed to, which no cgroup path carries) covers setups without
 Slurm's cgroup plugin but is only readable for our own user or with CAP_SYS_PTRACE +
 CAP_DAC_READ_SEARCH (docs/deploy.md).
 
@@ -43,9 +44,11 @@ _LABEL_VALUES = {
     "job_id": re.compile(r"[0-9A-Za-z][0-9A-Za-z_.+:-]{0,63}"),
     "user": re.compile(r"[A-Za-z_][A-Za-z0-9_.@-]{0,63}\$?"),
     "partition": re.compile(r"[0-9A-Za-z][0-9A-Za-z_.-]{0,63}"),
+    "account": re.compile(r"[0-9A-Za-z][0-9A-Za-z_.-]{0,63}"),
 }
 """What a job id (Slurm's are digits; arrays and het jobs add ``_`` and ``+``), a user name (POSIX
-portable names, and ``user@domain`` as sssd writes directory users) and a partition name may look like. These
+portable names, and ``user@domain`` as sssd writes directory users), a partition name and an account name
+(sacctmgr's: letters, digits, ``_``, ``.``, ``-``; Slurm lower-cases it) may look like. These
 values come from other users' environments and become metric labels and page text, so anything
 else (escape sequences, spaces, markup, 10 kB) is unknown rather than shown."""
 
@@ -57,6 +60,10 @@ class ProcessJob:
     job_id: str | None = None
     user: str | None = None
     partition: str | None = None
+    account: str | None = None
+    """The Slurm account the job is billed to (``SLURM_JOB_ACCOUNT``; only the environment carries it)."""
+    owner: str | None = None
+    """The process's owner (its real uid's user name, else the uid): a plain process holder's user."""
     gpus: tuple[str, ...] = ()
     """GPUs the job holds: ``uuid:<UUID>`` or ``index:<n>`` (node-global index) references."""
     in_container: bool = False
@@ -88,7 +95,7 @@ def slurm_uid_from_cgroup(text: str) -> int | None:
 
 
 def label_value(kind: str, value: str | None) -> str | None:
-    """``value`` when it looks like a ``kind`` (job_id, user, partition) should, else None (unknown)."""
+    """``value`` when it looks like a ``kind`` (job_id, user, partition, account) should, else None (unknown)."""
     if value is None or _LABEL_VALUES[kind].fullmatch(value) is None:
         return None
     return value
@@ -96,7 +103,7 @@ def label_value(kind: str, value: str | None) -> str | None:
 
 def parse_environ(raw: bytes) -> dict[str, str]:
     """A NUL-separated ``/proc/<pid>/environ``, keeping only the keys attribution reads."""
-    wanted = set(_JOB_KEYS + _GLOBAL_INDEX_KEYS + _VISIBLE_KEYS + ("SLURM_JOB_USER", "SLURM_JOB_PARTITION"))
+    wanted = set(_JOB_KEYS + _GLOBAL_INDEX_KEYS + _VISIBLE_KEYS + ("SLURM_JOB_USER", "SLURM_JOB_PARTITION", "SLURM_JOB_ACCOUNT"))
     env = {}
     for entry in raw.split(b"\0"):
         key, sep, value = entry.partition(b"=")
@@ -149,6 +156,16 @@ def _user_name(uid: int) -> str:
         return str(uid)
 
 
+def _owner_uid(status: str) -> int | None:
+    """The real uid on the ``Uid:`` line of a ``/proc/<pid>/status`` text (world-readable, no privileges)."""
+    for line in status.splitlines():
+        if line.startswith("Uid:"):
+            fields = line.split()
+            if len(fields) > 1 and fields[1].isascii() and fields[1].isdigit():
+                return int(fields[1])
+    return None
+
+
 def process_job(pid: int, proc_root: Path = Path("/proc")) -> ProcessJob:
     """The scheduler job of process ``pid`` and the GPUs it holds; empty when unknown."""
     base = proc_root / str(pid)
@@ -166,8 +183,15 @@ def process_job(pid: int, proc_root: Path = Path("/proc")) -> ProcessJob:
     in_container = bool(_CONTAINER_IN_PATH.search(cgroup))
     gpus = job_gpus(env, trust_indices=job is None and not in_container)
     partition = label_value("partition", env.get("SLURM_JOB_PARTITION"))
+    account = label_value("account", env.get("SLURM_JOB_ACCOUNT"))
+    try:
+        owner_uid = _owner_uid((base / "status").read_text(errors="replace"))
+    except OSError:
+        owner_uid = None
+    name = _user_name(owner_uid) if owner_uid is not None else None
+    owner = label_value("user", name) or (name if name is not None and name.isdigit() else None)
     return ProcessJob(job_id=job, user=user if job else None, partition=partition if job else None,
-                      gpus=gpus, in_container=in_container)
+                      account=account if job else None, owner=owner, gpus=gpus, in_container=in_container)
 
 
 def process_job_id(pid: int, proc_root: Path = Path("/proc")) -> str | None:

@@ -35,6 +35,9 @@ NOT_IN_THE_GLOBAL_STORE = {
                         "(run the report there, or with --prometheus per cluster).",
     "Waste by user": "Users are a label of roofwatch_gpu_job_info, a per-GPU series that stays in each cluster's "
                      "store; the worst jobs below name the jobs.",
+    "Bill by account": "Slurm accounts are a label of roofwatch_gpu_job_info and roofwatch_gpu_holder_info, per-GPU "
+                       "series that stay in each cluster's store (run the report there, or with --prometheus per "
+                       "cluster).",
     "Stragglers": "Stragglers are single GPUs: their series stay in each cluster's store.",
     "Alerts": "ALERTS series stay in each cluster's store (each cluster evaluates its own alerts).",
     "Cost": "The global store holds no GPU model: every GPU-hour is priced at --cost-per-gpu-hour default=.",

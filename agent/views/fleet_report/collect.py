@@ -23,6 +23,8 @@ from agent.views.palette import MFU_TARGET
 Progress = Callable[[str], None]
 NO_NAMESPACES = ("No GPU was held by a Kubernetes pod in this period (no roofwatch_gpu_pod_info): expected for GPUs "
                  "outside Kubernetes. Their waste is counted in the cluster table, and by user where a job holds them.")
+NO_ACCOUNTS = ("No GPU was held by a Slurm job with an account in this period (no account label on roofwatch_gpu_job_info "
+               "or roofwatch_gpu_holder_info): expected outside Slurm. Their waste is counted by user and by cluster.")
 
 
 class Unreachable(Exception):
@@ -40,9 +42,12 @@ class FleetReport:
     fleet: list[Group] = field(default_factory=list)
     """Every GPU, held or not, by cluster."""
     held: list[Group] = field(default_factory=list)
-    """GPUs a job held, by cluster (the sum of the user table)."""
+    """GPUs a job held, by cluster (whole, whoever holds a share of a shared one)."""
     users: list[Group] = field(default_factory=list)
+    """The user bill: whole GPUs by their job's user, shared GPUs by each holder's share (docs/attribution.md)."""
     namespaces: list[Group] = field(default_factory=list)
+    accounts: list[Group] = field(default_factory=list)
+    """The Slurm account bill, by the same rule as the user and namespace bills."""
     jobs: list[Group] = field(default_factory=list)
     mfu: dict[str, object] = field(default_factory=dict)
     stragglers: list[dict[str, object]] = field(default_factory=list)
@@ -81,6 +86,7 @@ class FleetReport:
             "totals": self.totals(), "previous": self.previous,
             "clusters": [g.to_json() for g in self.fleet], "held_by_cluster": [g.to_json() for g in self.held],
             "users": [g.to_json() for g in self.users], "namespaces": [g.to_json() for g in self.namespaces],
+            "accounts": [g.to_json() for g in self.accounts],
             "jobs": [g.to_json() for g in self.jobs], "mfu": self.mfu, "stragglers": self.stragglers,
             "named_stragglers": self.named_stragglers, "notes": self.notes,
             "jitter": self.jitter, "alerts": self.alerts, "energy": self.energy, "dcgm": self.dcgm, "amd": self.amd,
@@ -167,17 +173,20 @@ def collect(client: PromClient, window: Window, *, cluster: str | None, prices: 
     if fleet == []:
         run.missing("GPU-hours by class", "no roofwatch_gpu_workload_class series in the period", q.class_hours_fleet())
     report.fleet = group_rows(rows(fleet), ("cluster",), prices)
-    users = run.instant("Waste by user", q.class_hours_by_user(), window.end)
-    if users == []:
+    held = run.instant("Waste by user", q.class_hours_by_user(), window.end)
+    if held == []:
         run.missing("Waste by user", "no GPU held by a job (roofwatch_gpu_job_info) in the period", q.class_hours_by_user())
-    report.users = group_rows(rows(users), ("cluster", "user"), prices)
-    report.held = group_rows(rows(users), ("cluster",), prices)
-    namespaces = run.instant("Waste by namespace", q.class_hours_by_namespace(), window.end)
-    if namespaces == []:  # expected outside Kubernetes: a note, not a problem (a failed query still is one)
-        report.notes["Waste by namespace"] = NO_NAMESPACES
-    report.namespaces = group_rows(rows(namespaces), ("cluster", "namespace"), prices)
-    if report.namespaces:
-        _namespace_bill(run, q, report, window)
+    report.held = group_rows(rows(held), ("cluster",), prices)
+    for label, section, attr, note in (("namespace", "Waste by namespace", "namespaces", NO_NAMESPACES),
+                                       ("user", "Bill by user", "users", None),
+                                       ("account", "Bill by account", "accounts", NO_ACCOUNTS)):
+        answer = run.instant(section, q.class_hours_billed(label), window.end)
+        if answer == [] and note:  # expected outside Kubernetes, outside Slurm: a note, not a problem
+            report.notes[section] = note
+        groups = group_rows(rows(answer), ("cluster", label), prices)
+        setattr(report, attr, groups)
+        if groups:
+            _bill(run, q, groups, label, window)
     _jobs(run, q, report, window)
     _mfu(run, q, report, window)
     _incidents(run, q, report, window)
@@ -189,14 +198,15 @@ def collect(client: PromClient, window: Window, *, cluster: str | None, prices: 
     return report
 
 
-def _namespace_bill(run: _Runner, q: Queries, report: FleetReport, window: Window) -> None:
-    """Each namespace's kWh (whole GPUs' counters, shared GPUs' holder estimates) and busy MFU (whole GPUs)."""
-    by_key = {(g.key["cluster"], g.key["namespace"]): g for g in report.namespaces}
-    for section, expr, attr in (("Energy by namespace", q.energy_kwh_by_namespace(), "kwh"),
-                                ("MFU by namespace", q.mfu_by_namespace(), "mfu")):
+def _bill(run: _Runner, q: Queries, groups: list[Group], label: str, window: Window) -> None:
+    """Each group's kWh (whole GPUs' counters, shared GPUs' holder estimates) and busy MFU (whole GPUs, and
+    holders' own reported MFU) for the bill by ``label`` (namespace, user, account)."""
+    by_key = {(g.key["cluster"], g.key[label]): g for g in groups}
+    for section, expr, attr in ((f"Energy by {label}", q.energy_kwh_billed(label), "kwh"),
+                                (f"MFU by {label}", q.mfu_billed(label), "mfu")):
         for s in run.instant(section, expr, window.end) or []:
-            group = by_key.get((s.labels.get("cluster", ""), s.labels.get("namespace", "")))
-            if group is not None:
+            group = by_key.get((s.labels.get("cluster", ""), s.labels.get(label, "")))
+            if group is not None and s.value == s.value:
                 setattr(group, attr, s.value)
 
 

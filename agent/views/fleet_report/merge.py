@@ -31,6 +31,7 @@ def merge(reports: list[FleetReport], failed: list[Problem], top: int) -> FleetR
         out.held += report.held
         out.users += report.users
         out.namespaces += report.namespaces
+        out.accounts += report.accounts
         out.jobs += report.jobs
         out.problems += report.problems
         out.queries += report.queries
@@ -41,13 +42,15 @@ def merge(reports: list[FleetReport], failed: list[Problem], top: int) -> FleetR
             out.notes.setdefault(section, note)
     out.problems += failed
     out.deadline_s = first.deadline_s
-    for tables in (out.fleet, out.held, out.users, out.namespaces):
+    for tables in (out.fleet, out.held, out.users, out.namespaces, out.accounts):
         tables.sort(key=_by_waste)
     out.jobs = sorted(out.jobs, key=_by_waste)[:top]
     for name in RANKED:
         setattr(out, name, sorted(getattr(out, name), key=lambda r: -float(r["hours"]))[:top])  # type: ignore[arg-type]
     if any(r.namespaces for r in reports):  # one store outside Kubernetes is not the fleet's note
         out.notes.pop("Waste by namespace", None)
+    if any(r.accounts for r in reports):  # nor one store outside Slurm
+        out.notes.pop("Bill by account", None)
     out.mfu = _mfu([r.mfu for r in reports])
     out.energy = _energy([r.energy for r in reports])
     out.previous = _previous([r.previous for r in reports])

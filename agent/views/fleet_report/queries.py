@@ -36,6 +36,9 @@ STRAGGLER_MIN_GPUS = 3
 two, the median is their mean and the faster one leads it by half their gap)."""
 JITTER_SHARE = 0.5
 """roofwatch:alert_threshold:comm_jittered_ratio in the same file."""
+BILLED_BY = ("namespace", "user", "account")
+"""What the report bills, each by the same rule (docs/attribution.md, "The bill"): Kubernetes namespaces, users,
+Slurm accounts."""
 ALERT_NAMES = ("GpuJobStraggler", "GpuJobCommunicationJitter", "GpuIdleAllocated", "GpuInputStarved", "LowMFU")
 
 
@@ -93,15 +96,31 @@ class Queries:
         return self._hours(f"{self.waste_classes()} * {self._model()}", "cluster, model, spec, class, waste")
 
     def class_hours_by_user(self) -> str:
-        """GPU-hours per class of GPUs a job held, by cluster, user and model."""
+        """GPU-hours per class of GPUs a job held, by cluster, user and model, each GPU whole (the held GPU-hours of
+        the headline; the user bill, shared GPUs by holder, is :meth:`class_hours_billed`)."""
         return self._hours(f"{self.waste_classes()} * {self._job()} * {self._model()}", "cluster, user, model, spec, class, waste")
 
     def class_hours_by_namespace(self) -> str:
         """GPU-hours per class of GPUs a Kubernetes pod held, by cluster, namespace and model: a whole GPU whole for
-        its pod's namespace, a shared GPU by its holders' shares (:meth:`_shared_by_namespace`)."""
-        whole = f"({self.waste_classes()} * {self._namespace()} unless {ON} {self._holder_energy()})"
-        return self._hours(f"({whole} or {self._shared_by_namespace()}) * {self._model()}",
-                           "cluster, namespace, model, spec, class, waste")
+        its pod's namespace, a shared GPU by its holders' shares (:meth:`_shared_by`)."""
+        return self.class_hours_billed("namespace")
+
+    # -- bills: per namespace, per user, per Slurm account (docs/attribution.md, "The bill") ----------------
+    def _whole_owner(self, label: str) -> str:
+        """The join that names a whole GPU's ``label``: its pod's namespace (roofwatch_gpu_pod_info), its job's user
+        (roofwatch_gpu_job_info; a job without one is the user ``""``, as the user table always counted it) or its
+        job's Slurm account (only jobs that have one: outside Slurm the account table is empty, not one blank row)."""
+        if label == "namespace":
+            return self._namespace()
+        info = self.sel("roofwatch_gpu_job_info", **({label: "!"} if label == "account" else {}))
+        return f"{ON} group_left ({label}) max by ({KEY}, {label}) ({info})"
+
+    def class_hours_billed(self, label: str) -> str:
+        """GPU-hours per class by cluster, ``label`` (:data:`BILLED_BY`) and model: a whole GPU whole for its owner,
+        a shared GPU by its holders' shares (:meth:`_shared_by`)."""
+        whole = f"({self.waste_classes()} * {self._whole_owner(label)} unless {ON} {self._holder_energy()})"
+        return self._hours(f"({whole} or {self._shared_by(label)}) * {self._model()}",
+                           f"cluster, {label}, model, spec, class, waste")
 
     # -- shared GPUs (docs/attribution.md, "The bill") ------------------------------------------------
     def _holder_energy(self, named: bool = False) -> str:
@@ -116,39 +135,51 @@ class Queries:
         named = f"group by ({KEY}, holder) ({self._holder_energy(named=True)})"
         return f"({named} / {ON} group_left () count by ({KEY}) ({named}))"
 
-    def _holder_namespace(self) -> str:
-        info = self.sel("roofwatch_gpu_holder_info", namespace="!")
-        return f"on ({KEY}, holder) group_left (namespace) max by ({KEY}, holder, namespace) ({info})"
+    def _holder_owner(self, label: str) -> str:
+        """The join that names a holder's ``label`` (roofwatch_gpu_holder_info): a pod's namespace, a Slurm job's
+        user and account, a plain process's owner; holders without one are left out of that bill."""
+        info = self.sel("roofwatch_gpu_holder_info", **{label: "!"})
+        return f"on ({KEY}, holder) group_left ({label}) max by ({KEY}, holder, {label}) ({info})"
 
-    def _shared_by_namespace(self) -> str:
-        """Each namespaced holder's share of its shared GPU with a class and waste: a holder whose own class is
-        ``idle_held`` counts its share as idle and idle_held (the waste a shared GPU hides); any other holder its
-        share in the GPU's class and waste. Holders with no namespace (MPS clients, plain processes, ``other``)
-        are in no namespace, as a whole GPU no pod holds."""
+    def _shared_by(self, label: str) -> str:
+        """Each holder's share of its shared GPU with a class and waste, for the holders that have a ``label``: a
+        holder whose own class is ``idle_held`` counts its share as idle and idle_held (the waste a shared GPU
+        hides); any other holder its share in the GPU's class and waste. Holders without one (for namespaces: MPS
+        clients, plain processes, Slurm jobs, ``other``; for users and accounts: pods, ``other``) are not in that
+        bill, as a whole GPU no pod (no job) holds."""
         share = self._holder_shares()
         idle = f"max by ({KEY}, holder) ({self.sel('roofwatch_gpu_holder_class', **{'class': HELD_IDLE})})"
         own = (f'label_replace(label_replace({share} * on ({KEY}, holder) group_left () {idle}, '
                f'"waste", {string(HELD_IDLE)}, "", ""), "class", {string(IDLE)}, "", "")')
         gpu = f"max by ({KEY}, class, waste) ({self.waste_classes()} == 1)"
         rest = f"({share} unless on ({KEY}, holder) {idle}) * {ON} group_left (class, waste) {gpu}"
-        return f"(({own} or {rest}) * {self._holder_namespace()})"
+        return f"(({own} or {rest}) * {self._holder_owner(label)})"
 
     def energy_kwh_by_namespace(self) -> str:
-        """kWh by cluster and namespace over the window: a whole GPU's energy counter for its pod's namespace, each
-        namespaced holder's estimated energy (the agent's split) on a GPU shared at any time in the window."""
+        return self.energy_kwh_billed("namespace")
+
+    def energy_kwh_billed(self, label: str) -> str:
+        """kWh by cluster and ``label`` over the window: a whole GPU's energy counter for its owner, each holder's
+        estimated energy (the agent's split) on a GPU shared at any time in the window for the holder's owner."""
         span = f"[{self.w.range_s}s]"
-        holders = f"increase({self._holder_energy(named=True)}{span}) * {self._holder_namespace()}"
+        holders = f"increase({self._holder_energy(named=True)}{span}) * {self._holder_owner(label)}"
         whole = (f"(increase({self.sel('roofwatch_gpu_energy_joules_total')}{span}) unless {ON} "
-                 f"count_over_time({self._holder_energy()}{span})) * {self._namespace()}")
-        return f"sum by (cluster, namespace) ({holders} or {whole}) / 3.6e6"
+                 f"count_over_time({self._holder_energy()}{span})) * {self._whole_owner(label)}")
+        return f"sum by (cluster, {label}) ({holders} or {whole}) / 3.6e6"
 
     def mfu_by_namespace(self) -> str:
-        """Mean busy MFU by cluster and namespace over the whole GPUs its pods held: a shared GPU's MFU is its
-        holders' together, no one holder's (a holder's own MFU has no series yet)."""
+        return self.mfu_billed("namespace")
+
+    def mfu_billed(self, label: str) -> str:
+        """Mean busy MFU by cluster and ``label``: over the whole GPUs its owner held and the time its holders on
+        shared GPUs had an MFU of their own (roofwatch_gpu_holder_mfu_ratio, from their own reports). A shared
+        GPU's own MFU is all its holders' together, so no one owner is given it."""
         sub = self.w.subquery()
-        inner = f"({self._mfu_busy()} * {self._namespace()} unless {ON} {self._holder_energy()})"
-        return (f"sum by (cluster, namespace) (sum_over_time({inner}{sub})) / "
-                f"sum by (cluster, namespace) (count_over_time({inner}{sub}))")
+        whole = f"({self._mfu_busy()} * {self._whole_owner(label)} unless {ON} {self._holder_energy()})"
+        own = f"({self.sel('roofwatch_gpu_holder_mfu_ratio')} * {self._holder_owner(label)})"
+        inner = f"({whole} or {own})"
+        return (f"sum by (cluster, {label}) (sum_over_time({inner}{sub})) / "
+                f"sum by (cluster, {label}) (count_over_time({inner}{sub}))")
 
     def worst_jobs(self) -> str:
         """The ``top`` jobs by wasted GPU-hours (ranked on the server)."""
@@ -228,9 +259,10 @@ class Queries:
 
     # -- energy -----------------------------------------------------------------------------------
     def energy_kwh(self) -> str:
-        """Energy by cluster over the window, from the agents' energy counters."""
-        return (f"sum by (cluster) (increase({self.sel('roofwatch_gpu_energy_joules_total')}"
-                f"[{self.w.range_s}s])) / 3.6e6")
+        """Energy by cluster over the window, from the agents' energy counters: every device's, and each MIG GPU's
+        remainder (the energy of the board none of its instances was given), so a MIG GPU counts whole."""
+        counters = self.sel("", __name__="~roofwatch_gpu_energy_joules_total|roofwatch_gpu_mig_unattributed_energy_joules_total")
+        return f"sum by (cluster) (increase({counters}[{self.w.range_s}s])) / 3.6e6"
 
 
 def _labelled(expr: str, waste: str) -> str:

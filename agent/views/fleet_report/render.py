@@ -68,10 +68,15 @@ def build_page(report: FleetReport, *, title: str | None = None) -> str:
             f'{esc(MEASURES["windows"])}. Idle-allocated: idle while a process or a job held the GPU; an idle GPU nobody '
             "held is spare capacity, not waste. * marks a price assumed, not configured.</p>",
             "<h3>By cluster</h3>", waste_table(report.fleet, ("cluster",), "waste-cluster"),
+            f'<p class="muted small" id="shared-rule">{esc(SHARED_RULE)}</p>',
             "<h3>By namespace</h3>", _namespaces(report),
-            "<h3>By user</h3>", '<p class="muted small">GPUs a job held (roofwatch_gpu_job_info).</p>',
-            waste_table(report.users, ("cluster", "user"), "waste-user",
+            "<h3>By user</h3>", '<p class="muted small">GPUs a job held (roofwatch_gpu_job_info), and the shares of '
+            "shared GPUs held by Slurm jobs and processes (roofwatch_gpu_holder_info).</p>",
+            waste_table(report.users, ("cluster", "user"), "waste-user", extra=BILL_COLUMNS,
                         empty=report.notes.get("Waste by user", "No GPUs held by a job in this period.")),
+            "<h3>By Slurm account</h3>",
+            waste_table(report.accounts, ("cluster", "account"), "waste-account", extra=BILL_COLUMNS,
+                        empty=report.notes.get("Bill by account", "No GPUs held by a Slurm account in this period.")),
             "<h2>Worst jobs</h2>", jobs_table(report.jobs),
             "<h2>MFU distribution</h2>", _mfu_section(report),
             "<h2>Straggler and jitter incidents</h2>", _incidents(report),
@@ -205,20 +210,28 @@ def _definitions(report: FleetReport) -> str:
         + " (agent/model/waste.py, the definition the status page, top and the alerts use). Idle-allocated: idle "
         "while a process held device memory or the scheduler allocated the GPU (verdict detail idle_held); an idle GPU "
         "nobody held (idle_free) is spare capacity, not waste. Measured in " + esc(MEASURES["windows"])
-        + "; idle-allocated alone is the lower bound. The user table counts the GPUs a job held "
-        "(roofwatch_gpu_job_info), the namespace table those a Kubernetes pod held.</dd>"
+        + "; idle-allocated alone is the lower bound. The user and account tables count the GPUs a job held "
+        "(roofwatch_gpu_job_info) and the shares of shared GPUs its holders held, the namespace table those a "
+        "Kubernetes pod held, by the shared-GPU rule above.</dd>"
         "<dt>Useful GPU-hours</dt><dd>Hours classified " + ", ".join(class_label(c) for c in USEFUL_CLASSES) + ".</dd>"
         f"<dt>Cost</dt><dd>GPU-hours × $/GPU-hour of the GPU's model: {prices}; other models {default}.</dd>"
         f"<dt>MFU</dt><dd>The job's reported MFU where it reports one, else the counter estimate; busy GPU-time only. "
         f"Target {MFU_TARGET:.0%}.</dd></dl>")
 
 
-SHARED_RULE = ("A whole GPU counts whole for its pod's namespace. A shared GPU (time-sliced, a shared DRA claim, MPS) "
-               "counts an equal share for each holder the agent names on it: its GPU-hours in the GPU's class, or as "
-               "idle-allocated when that holder itself held memory and ran nothing; its kWh is the agent's estimate per "
-               "holder (busy energy by SM-time share, the idle floor evenly). Holders with no pod (MPS clients, plain "
-               "processes) are in no namespace. MFU: whole GPUs only.")
-"""The shared GPUs' rule, stated on the page above the namespace table (docs/attribution.md, "The bill")."""
+SHARED_RULE = ("A whole GPU counts whole for its pod's namespace and for its job's user and Slurm account. A shared GPU "
+               "(time-sliced, a shared DRA claim, MPS, Slurm jobs sharing a GPU) counts an equal share for each holder "
+               "the agent names on it: its GPU-hours in the GPU's class, or as idle-allocated when that holder itself "
+               "held memory and ran nothing; its kWh is the agent's estimate per holder (busy energy by SM-time share, "
+               "the idle floor evenly). A holder is billed to its pod's namespace, or to its Slurm job's user and account "
+               "(a plain process: to its owner); pods carry no user, and holders with no pod (MPS clients, Slurm jobs, "
+               "plain processes) are in no namespace. MFU: whole GPUs' busy MFU and holders' own reported MFU; a shared "
+               "GPU's counters mix its holders, so they are no one's.")
+"""The shared GPUs' rule, stated once on the page above the namespace, user and account tables (docs/attribution.md,
+"The bill")."""
+
+BILL_COLUMNS = (("kWh", lambda g: "—" if g.kwh is None else f"{g.kwh:,.2f}"), ("busy MFU", lambda g: pct(g.mfu)))
+"""The bills' columns after the waste columns: each group's energy and busy MFU."""
 
 
 def _namespaces(report: FleetReport) -> str:
@@ -226,10 +239,8 @@ def _namespaces(report: FleetReport) -> str:
     note = report.notes.get("Waste by namespace")
     if note and not report.namespaces:
         return f'<p class="muted" id="waste-namespace-note">{esc(note)}</p>'
-    bill = [("kWh", lambda g: "—" if g.kwh is None else f"{g.kwh:,.2f}"), ("busy MFU (whole GPUs)", lambda g: pct(g.mfu))]
-    return (f'<p class="muted small" id="shared-rule">{esc(SHARED_RULE)}</p>'
-            + waste_table(report.namespaces, ("cluster", "namespace"), "waste-namespace",
-                          empty="No GPUs held by a Kubernetes pod in this period.", extra=bill))
+    return waste_table(report.namespaces, ("cluster", "namespace"), "waste-namespace",
+                       empty="No GPUs held by a Kubernetes pod in this period.", extra=BILL_COLUMNS)
 
 
 def _problems_banner(report: FleetReport) -> str:

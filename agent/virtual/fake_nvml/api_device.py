@@ -176,7 +176,19 @@ class DeviceFunctions:
 
     @c_function("nvmlDeviceGetTotalEnergyConsumption", handle=True)
     def _c_energy(self, dev: NvmlDevice, out: Any) -> None:
-        set_value(out, round(self._whole(dev, "energy_j") * 1000.0))
+        joules = self._board_energy_j(dev) if dev.mig_enabled else self._whole(dev, "energy_j")
+        set_value(out, round(joules * 1000.0))
+
+    def _board_energy_j(self, dev: NvmlDevice) -> float:
+        """A GPU in MIG mode: the board's counter (agent.virtual.engine.VirtualEngine.board_energy_j: what the
+        engine's instances drew, which NVML shows for no MIG device, plus the idle draw of the slices in no
+        instance) up to its instances' last advance; NOT_SUPPORTED where the node's counter preset hides energy."""
+        if "energy_j" in self.board_hidden:
+            raise Fail(codes.ERROR_NOT_SUPPORTED)
+        self._fresh(dev)
+        advanced = [c.counters.last_t for c in dev.children if c.counters is not None and c.counters.last_t is not None]
+        vt = (max(advanced) if advanced else self._now()) - self.backend.start_time
+        return self.backend.engine.board_energy_j(self.backend.node, dev.index, vt)
 
     @c_function("nvmlDeviceGetTemperature", handle=True)
     def _c_temperature(self, dev: NvmlDevice, sensor: Any, out: Any) -> None:

@@ -89,6 +89,11 @@ class FieldFunctions:
                 raise _Unsupported()
             return UINT, round(self._reading(dev, "power_w") * 1000.0)
         if field_id == codes.FI_TOTAL_ENERGY:
+            if dev.mig_enabled:  # the board's counter, as nvmlDeviceGetTotalEnergyConsumption gives it
+                try:
+                    return ULL, round(self._board_energy_j(dev) * 1000.0)
+                except Fail as fail:
+                    raise _Unsupported(fail.code) from None
             return ULL, round(self._reading(dev, "energy_j") * 1000.0)
         if field_id in (codes.FI_PCIE_TX_BYTES, codes.FI_PCIE_RX_BYTES):
             key = "pcie_tx_bytes_per_s" if field_id == codes.FI_PCIE_TX_BYTES else "pcie_rx_bytes_per_s"

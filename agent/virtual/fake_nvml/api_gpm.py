@@ -3,6 +3,12 @@
 A sample buffer (nvmlGpmSample_t) is an opaque pointer the fake maps to the snapshot last
 written into it; nvmlGpmMetricsGet then checks the struct version, that both samples belong to
 one device, and fills each requested metric with its own return code.
+
+The cumulative metrics (248-260) exist from the driver the profile gates them on (R590 here, an assumption;
+:func:`~agent.virtual.fake_nvml.profile.gpm_metric_limit`); an older driver fails each of them alone with
+INVALID_ARGUMENT. Where they exist, the profile's ``gpm_cumulative`` says how they are answered: running totals
+since the GPU's start or its last reset (a lost window that ended, or :meth:`GpmFunctions.reset_gpm_counters`),
+the change between the two samples, or a whole call that fails.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from typing import Any
 from agent.virtual.fake_nvml import codes, gpm
 from agent.virtual.fake_nvml.ctypes_io import Fail, pointer_value, target, value, write_pointer
 from agent.virtual.fake_nvml.device import NvmlDevice, Snapshot
+from agent.virtual.fake_nvml.profile import gpm_metric_limit
 from agent.virtual.fake_nvml.symbols import c_function
 
 
@@ -26,6 +33,26 @@ class GpmSample:
 
 class GpmFunctions:
     """Mixin of :class:`~agent.virtual.fake_nvml.library.FakeNvmlLibrary`: uses its state and helpers."""
+
+    def reset_gpm_counters(self, gpu: int | str) -> None:
+        """Start ``gpu``'s cumulative GPM metrics again (a GPU reset): they count from the next pair's first
+        sample, so the next reading is below the previous one."""
+        dev = self._by_gpu.get(str(gpu).strip())
+        if dev is None:
+            raise ValueError(f"node {self.backend.node!r} has no GPU {gpu!r}")
+        with self._lock:
+            self._gpm_boots[(dev.gpu, self._generation(dev.physical, self._vt()))] = None
+
+    def _gpm_boot(self, dev: NvmlDevice, first: Snapshot) -> Snapshot:
+        """What ``dev``'s cumulative metrics count from ("since reboot"): the first sample of the first pair asked
+        for them since the fake started or the GPU was last reset. (The simulation's start would not do: the
+        device's integrals begin at its first reading, so active and elapsed cycles would not count alike.)"""
+        key = (dev.gpu, self._generation(dev.physical, self._vt()))
+        with self._lock:
+            boot = self._gpm_boots.get(key)
+            if boot is None:
+                boot = self._gpm_boots[key] = first
+            return boot
 
     def _gpm_supported(self, dev: NvmlDevice) -> bool:
         return self.traits.gpm_capable and self.profile.gpm
@@ -106,12 +133,23 @@ class GpmFunctions:
             raise Fail(codes.ERROR_INVALID_ARGUMENT)
         links = self._link_count(dev)
         metrics = request.metrics
+        limit, mode = gpm_metric_limit(self.profile), self.profile.gpm_cumulative
+        if mode == "call_fails" and any(int(metrics[i].metricId) in gpm.CUMULATIVE and int(metrics[i].metricId) < limit
+                                        for i in range(n)):
+            raise Fail(codes.ERROR_INVALID_ARGUMENT)
         for i in range(n):
             metric = metrics[i]
             metric_id = int(metric.metricId)
-            code = gpm.supported(dev, metric_id, links)
+            code = gpm.supported(dev, metric_id, links, limit)
             metric.nvmlReturn = code
-            metric.value = gpm.compute(metric_id, s1, s2, links) if code == codes.SUCCESS else 0.0
+            if code != codes.SUCCESS:
+                metric.value = 0.0
+            elif metric_id in gpm.CUMULATIVE:
+                boot = self._gpm_boot(dev, s1)
+                total = gpm.cumulative(metric_id, s2, boot, dev)
+                metric.value = total - gpm.cumulative(metric_id, s1, boot, dev) if mode == "differences" else total
+            else:
+                metric.value = gpm.compute(metric_id, s1, s2, links)
             short, long, unit = gpm.metric_info(metric_id)
             info = metric.metricInfo
             info.shortName, info.longName, info.unit = short, long, unit

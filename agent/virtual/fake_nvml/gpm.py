@@ -4,6 +4,12 @@ A GPM sample is a snapshot of the device's counters (:class:`~agent.virtual.fake
 ``nvmlGpmMetricsGet`` returns (sample2 - sample1) / dt as a percentage or MiB/s, per metric with
 its own return code. Two samples less than 100 ms apart give 0.0 with SUCCESS for every metric,
 as real GPM does: a backend must space its samples, and the fake makes it visible if it doesn't.
+
+The cumulative metrics 248-260 (:data:`CUMULATIVE`; nvml.h: "since reboot", and DCGM 4.6 stores what
+``nvmlGpmMetricsGet`` returns for them unchanged as a raw monotonic counter) are running totals at the second
+sample: SM cycles elapsed at :func:`cycles_per_s` (SMs x maximum SM clock: the fake keeps no clock integral, and
+the ratio Δactive / Δelapsed does not depend on the factor), each pipe's active cycles that times its activity,
+PCIe bytes as bytes. So Δactive / Δelapsed over two reads is exactly GPM's own ratio over the same samples.
 """
 
 from __future__ import annotations
@@ -67,7 +73,31 @@ def _metrics() -> dict[int, Metric]:
     return out
 
 
-METRICS: dict[int, Metric] = _metrics()
+CUMULATIVE: dict[int, str | None] = {
+    248: None, 249: "sm_active", 250: "tensor_active", 251: "tensor_dmma_active", 252: "tensor_hmma_active",
+    253: "tensor_imma_active", 254: "tensor_dfma_active", 255: "pcie_tx_bytes_per_s", 256: "pcie_rx_bytes_per_s",
+    257: None, 258: "fp64_active", 259: "fp32_active", 260: "fp16_active",
+}
+"""NVML_GPM_METRIC_SM_CYCLES_ELAPSED (248) ... FP16_CYCLES_ACTIVE (260) -> the integral each counts (None: 248 is the
+elapsed cycles themselves; 257, the integer pipe, has no sample field and stays 0)."""
+CUMULATIVE_ELAPSED = 248
+_CUMULATIVE_NAMES = {248: b"sm_cycles_elapsed", 249: b"sm_cycles_active", 250: b"mma_cycles_active",
+                     251: b"dmma_cycles_active", 252: b"hmma_cycles_active", 253: b"imma_cycles_active",
+                     254: b"dfma_cycles_active", 255: b"pcie_tx", 256: b"pcie_rx", 257: b"integer_cycles_active",
+                     258: b"fp64_cycles_active", 259: b"fp32_cycles_active", 260: b"fp16_cycles_active"}
+
+
+def _cumulative_metrics() -> dict[int, Metric]:
+    out = {}
+    for metric_id, key in CUMULATIVE.items():
+        rate = key is not None and key.endswith("_per_s")
+        out[metric_id] = Metric(key or "sm_active", key or "gr_active", _CUMULATIVE_NAMES[metric_id],
+                                b"%s since reboot" % _CUMULATIVE_NAMES[metric_id].replace(b"_", b" "),
+                                b"bytes" if rate else b"cycles", percent=False)
+    return out
+
+
+METRICS: dict[int, Metric] = {**_metrics(), **_cumulative_metrics()}
 """Every metric id the fake measures (others below NVML_GPM_METRIC_MAX read NOT_SUPPORTED)."""
 _UNKNOWN_INFO = (b"unsupported", b"metric not measured by this device", b"")
 
@@ -78,9 +108,10 @@ def metric_info(metric_id: int) -> tuple[bytes, bytes, bytes]:
     return (m.short, m.long, m.unit) if m is not None else _UNKNOWN_INFO
 
 
-def supported(device: NvmlDevice, metric_id: int, link_count: int) -> int:
-    """SUCCESS, or the per-metric nvmlReturn for a metric this device cannot provide."""
-    if not 0 < metric_id < codes.GPM_METRIC_MAX:
+def supported(device: NvmlDevice, metric_id: int, link_count: int, limit: int = codes.GPM_METRIC_MAX) -> int:
+    """SUCCESS, or the per-metric nvmlReturn for a metric this device cannot provide; ``limit``: the driver's
+    NVML_GPM_METRIC_MAX (an id at or above it is unknown to that driver)."""
+    if not 0 < metric_id < min(limit, codes.GPM_METRIC_MAX):
         return codes.ERROR_INVALID_ARGUMENT
     m = METRICS.get(metric_id)
     if m is None or device.hidden(m.needs):
@@ -103,3 +134,21 @@ def compute(metric_id: int, s1: Snapshot, s2: Snapshot, link_count: int) -> floa
     if m.link is not None:
         rate /= link_count
     return rate / MIB
+
+
+def cycles_per_s(device: NvmlDevice) -> float:
+    """SM cycles a second the cumulative metrics count on ``device``: its SMs x its maximum SM clock."""
+    info = device.info
+    return float(info.sm_count or 1) * float(info.sm_clock_max_mhz or 1000.0) * 1e6
+
+
+def cumulative(metric_id: int, at: Snapshot, boot: Snapshot, device: NvmlDevice) -> float:
+    """Cumulative metric ``metric_id`` at snapshot ``at``, counted since ``boot`` (the GPU's start or last reset)."""
+    key = CUMULATIVE[metric_id]
+    if metric_id == CUMULATIVE_ELAPSED:
+        return max(0.0, at.t - boot.t) * cycles_per_s(device)
+    if key is None:
+        return 0.0
+    i = KEY_INDEX[key]
+    counted = max(0.0, at.totals[i] - boot.totals[i])
+    return counted if key.endswith("_per_s") else counted * cycles_per_s(device)

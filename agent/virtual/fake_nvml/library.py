@@ -96,6 +96,8 @@ class FakeNvmlLibrary(SystemFunctions, DeviceFunctions, MigFunctions, FieldFunct
                 self._by_gpu[child.nvml_id] = child
         self._by_uuid = {d.info.uuid: d for d in self._by_gpu.values()}
         self._gpm_samples: dict[int, Any] = {}
+        self._gpm_boots: dict[tuple[str, int], Any] = {}
+        """(GPU, resets so far) -> the snapshot its cumulative GPM metrics count from (api_gpm)."""
         self._event_sets: dict[int, Any] = {}
         self._next_address = 0x5A000000
 
@@ -170,6 +172,8 @@ class FakeNvmlLibrary(SystemFunctions, DeviceFunctions, MigFunctions, FieldFunct
         infos = {d.gpu: d for d in backend.discover()}
         base_hidden = frozenset(HIDDEN_FIELDS[preset]) | frozenset(VGPU_HIDDEN_FIELDS if node.vgpu else ())
         mig_hidden = base_hidden | frozenset(MIG_HIDDEN_FIELDS)
+        self.board_hidden = base_hidden
+        """What a GPU in MIG mode cannot read as a board either (the preset's; api_device._board_energy_j)."""
         parent_gb = spec.memory_bytes / GIB if spec.memory_bytes else None
         out = []
         for k in range(node.gpus):

@@ -80,6 +80,15 @@ leaving 197-225 undeclared; the fake treats that gap as unknown before R555 (see
 :func:`field_known`).
 """
 
+GPM_METRIC_LIMITS: tuple[tuple[DriverVersion, int], ...] = (((0,), 98), ((575,), 210), ((590,), 333), ((610,), 477))
+"""(first driver, NVML_GPM_METRIC_MAX): GPM metric ids at or above the limit are unknown to that driver.
+
+From the nvml.h each binding or SDK copies: nvidia-ml-py 12.535 to 12.570 stop at 98, 12.575 and 13.580 at 210,
+NVIDIA/DCGM 4.6.0's ``sdk/nvidia/nvml/dcgm_nvml.h`` at 333 (the first to declare the cumulative metrics 248-260,
+"since reboot"), nvidia-ml-py 13.615.71 at 477. Which driver branch first has 248-260 is not documented: the fake
+assumes R590 (after R580, whose binding stops at 210; DCGM 4.6 needs a driver that has them). An unknown id fails
+its own entry with INVALID_ARGUMENT, as an unknown field id does (an assumption too: nvml.h says only "Nonzero
+NVML_ERROR_? enum on error")."""
 PCIE_BYTES_FIELDS_SINCE: DriverVersion = (555,)
 """Fields 197/198 (PCIe TX/RX byte counters) are declared from R555 on."""
 CLOCK_EVENT_IDS_R575: DriverVersion = (575,)
@@ -166,6 +175,12 @@ def power_smoothing_ids(profile: NvmlProfile) -> range:
         return range(0)
     first = 256 if CLOCK_EVENT_IDS_R575 <= version < CLOCK_EVENT_IDS_R580_82 else 251
     return range(first, first + POWER_SMOOTHING_FIELDS)
+
+
+def gpm_metric_limit(profile: NvmlProfile) -> int:
+    """NVML_GPM_METRIC_MAX of the profile's driver (:data:`GPM_METRIC_LIMITS`)."""
+    version = driver_tuple(profile)
+    return [limit for since, limit in GPM_METRIC_LIMITS if version >= since][-1]
 
 
 def field_known(profile: NvmlProfile, field_id: int) -> bool:
