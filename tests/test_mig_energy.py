@@ -409,3 +409,42 @@ def test_a_real_agent_serves_each_instances_energy_and_the_boards_remainder(back
         assert "3" not in whole and {"0", "3/1", "3/2", "3/3"} <= whole
     finally:
         agent.stop()
+
+
+# -- doctor ---------------------------------------------------------------------------------------------------------
+
+
+def _mig_doctor(**nvml: object) -> dict[str, list]:
+    """doctor's MIG findings per instance of one H100 in two 3g instances, after one read of each."""
+    from agent.diagnostics.nvidia import nvml_findings
+    from tests.nvml_harness import scenario
+
+    rig = Rig(scenario(gpus=1, mig={0: ["3g.40gb", "3g.40gb"]}, nvml=nvml,
+                       workloads=[{"job": "j", "gpus": ["0/1"], "phases": [{"kind": "compute", "mfu": 0.4,
+                                                                            "duration_s": 3600}]}]))
+    try:
+        backend = rig.backend()
+        infos = backend.discover()
+        now = rig.step()
+        for info in infos:
+            backend.sample(info.gpu, now)
+        findings, _ = nvml_findings(backend)
+        out: dict[str, list] = {}
+        for f in findings:
+            if f.check.startswith("MIG"):
+                out.setdefault(f.gpu, []).append(f)
+        return out
+    finally:
+        rig.close()
+
+
+def test_doctor_says_an_instances_energy_is_an_estimate_and_warns_when_the_board_counter_is_unreadable() -> None:
+    readable = _mig_doctor()
+    assert set(readable) == {"0/1", "0/2"}
+    for found in readable.values():
+        assert [f.status for f in found] == ["info"] and "estimate" in found[0].detail
+    refused = _mig_doctor(not_supported=["nvmlDeviceGetTotalEnergyConsumption"])
+    for gpu, found in refused.items():
+        warn = [f for f in found if f.check == "MIG energy"]
+        assert len(warn) == 1 and warn[0].status == "warn", gpu
+        assert "0 kWh" in warn[0].impact and "unreadable" in warn[0].detail

@@ -213,7 +213,7 @@ def test_older_releases_read_the_ratios_as_before_on_the_same_driver(release):
     (WITH_IDS, "call_fails", "invalid argument"),  # the whole call fails
 ])
 def test_a_driver_that_refuses_the_ids_costs_no_ratio_and_no_call_after(driver, mode, why, caplog):
-    caplog.set_level(logging.INFO, logger="roofwatch.nvml")
+    caplog.set_level(logging.DEBUG, logger="roofwatch.nvml")
     r = rig(driver=driver, gpm_cumulative=mode)
     try:
         backend = r.backend()

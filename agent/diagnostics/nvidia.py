@@ -175,8 +175,15 @@ def _capability_findings(device: Any) -> Iterable[Finding]:
         reason = _reason(device, cap)
         yield Finding(cap, status, f"unavailable{': ' + reason if reason else ''}", impact, fix, gpu=gpu)
     if device.is_mig:
-        yield Finding("MIG", "info", "a MIG instance: power, energy, temperature, PCIe and NVLink are whole-GPU "
-                      "readings NVML does not split per instance", gpu=gpu)
+        yield Finding("MIG", "info", "a MIG instance: power, temperature, PCIe and NVLink are whole-GPU readings NVML "
+                      "does not split per instance; its energy is an estimate, its share of the board's counter by "
+                      "activity and compute slices (docs/attribution.md, MIG instances)", gpu=gpu)
+        refused = device.absent.get("parent_energy")
+        if refused:
+            yield Finding("MIG energy", "warn", f"the board's energy counter is unreadable: {refused}",
+                          "this instance has no roofwatch_gpu_energy_joules_total: its pods' energy bills count 0 kWh",
+                          "needs Volta or newer and a driver that gives nvmlDeviceGetTotalEnergyConsumption on the "
+                          "parent GPU's handle", gpu=gpu)
 
 
 def _totals_findings(device: Any) -> Iterable[Finding]:

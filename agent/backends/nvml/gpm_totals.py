@@ -210,8 +210,10 @@ class GpmTotals:
 
     def _switch_off(self, why: str) -> None:
         self.off = why
-        log.info("GPU %s: GPM totals (ids 248-260) %s; GPM's sampled ratios are used, not asking again",
-                 self._gpu(), why)
+        # Debug, not info: every node whose driver predates the ids would print one line per GPU at each start
+        # for what is no fault (the ratios are exact over the same samples); doctor's "GPM totals" line says it.
+        log.debug("GPU %s: GPM totals (ids 248-260) %s; GPM's sampled ratios are used, not asking again",
+                  self._gpu(), why)
 
     def state(self) -> TotalsState:
         window = self._windows.state(KEY)
