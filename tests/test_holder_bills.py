@@ -106,7 +106,28 @@ def slurm_node() -> dict[str, list]:
     """The ``shared`` scenario's ``slurm-node`` after 70 cycles (bob's whole window without SM time)."""
     clock = Clock()
     collector = cycled(VirtualBackend("shared", node="slurm-node", clock=clock), 70, clock, analyzer=LiveClassifier())
-    return {"holders": holders_by_key(collector, "0"), "series": scrape(collector)}
+    return {"holders": holders_by_key(collector, "0"), "series": scrape(collector), "snapshot": collector.snapshot}
+
+
+def test_top_and_the_status_page_name_who_each_slurm_holder_bills_to(slurm_node) -> None:
+    """A Slurm job sharing a GPU is billed to its user and account: top's SHARED GPUS line and the status page's
+    owner line say whose it is (before, top showed the job key alone and the page the bare job id)."""
+    from prometheus_client import generate_latest
+
+    from agent.views.status_page import status_page
+    from agent.views.top_source import parse_exposition
+    from agent.views.top_holders import holder_line
+    from exporters.prometheus import ExpositionCache
+    from exporters.snapshot_json import snapshot_to_dict
+
+    snapshot = slurm_node["snapshot"]
+    text = ExpositionCache(lambda: snapshot).render(generate_latest, "text/plain").decode()
+    rows = {row.holder: row for row in parse_exposition(text, "http://n:9477/metrics", fetched_at=0.0).holders}
+    alice = holder_line(rows["job:5101"], 200).plain
+    assert "job:5101  slurm  user alice · acct physics  SM " in alice, alice
+    assert "user bob · acct chem" in holder_line(rows["job:5102"], 200).plain
+    page = status_page(snapshot_to_dict(snapshot))
+    assert "shared by <b>2</b>: job 5101 (alice, physics), job 5102 (bob, chem)" in page
 
 
 def test_holder_info_names_each_jobs_user_and_account(slurm_node) -> None:

@@ -234,12 +234,21 @@ def _owner(sample: dict[str, Any]) -> str:
         parts.append(f"user {esc(who['user'])}")
     holders = who.get("holders") or []
     if len(holders) > 1:  # a shared GPU (issue 47): each holder's share is in roofwatch_gpu_holder_*
-        names = ["/".join(h.get(k) or "" for k in ("namespace", "pod")) if h.get("pod")
-                 else h.get("job_id") or "pid " + ",".join(map(str, h.get("pids") or [])) for h in holders[:3]]
+        names = [_holder_name(h) for h in holders[:3]]
         more = f" +{len(holders) - 3}" if len(holders) > 3 else ""
         parts.append(f"shared by <b>{len(holders)}</b>: {esc(', '.join(names))}{more}")
     return f'<div class="owner small">{" · ".join(parts)}</div>' if parts else ""
 
+
+
+def _holder_name(holder: dict) -> str:
+    """A holder as the owner line names it: ``namespace/pod``, ``job 5101 (alice, physics)`` (a Slurm job with its
+    user and account, who its share is billed to), or ``pid 4242`` (a plain process, with its owner)."""
+    owner = ", ".join(holder[k] for k in ("user", "account") if holder.get(k))
+    if holder.get("pod"):
+        return "/".join(holder.get(k) or "" for k in ("namespace", "pod"))
+    name = f"job {holder['job_id']}" if holder.get("job_id") else "pid " + ",".join(map(str, holder.get("pids") or []))
+    return f"{name} ({owner})" if owner else name
 
 PAGE_CSS = """
 .overview{display:flex;flex-wrap:wrap;gap:0 24px;align-items:flex-start}

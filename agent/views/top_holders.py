@@ -43,6 +43,10 @@ class HolderRow:
     gpu: str
     holder: str
     via: str | None = None
+    user: str | None = None
+    """Its Slurm job's user, or its process's owner (pods have none)."""
+    account: str | None = None
+    """Its Slurm job's account."""
     sm: float | None = None
     memory: float | None = None
     power_w: float | None = None
@@ -63,6 +67,8 @@ class HolderSeries:
         fields = self.per_holder.setdefault((labels.get("node", ""), labels["gpu"], holder), {})
         if name == "roofwatch_gpu_holder_info":
             fields["via"] = labels.get("via") or None
+            fields["user"] = labels.get("user") or None
+            fields["account"] = labels.get("account") or None
         elif name in _GAUGES:
             fields[_GAUGES[name]] = value
         elif name == "roofwatch_gpu_holder_class" and value == 1:
@@ -92,7 +98,8 @@ def _watts(value: float | None) -> str:
 
 
 def holder_line(row: HolderRow, width: int, with_node: bool = False) -> Text:
-    """``GPU 0  research/notebook/main  time-slicing  SM 0% · 20.0 GiB · 87 W  idle held``, at most ``width`` cells."""
+    """``GPU 0  research/notebook/main  time-slicing  SM 0% · 20.0 GiB · 87 W  idle held``, at most ``width`` cells; a
+    Slurm job's holder adds ``user alice · acct physics`` after how it was found."""
     who = f"GPU {printable(row.gpu, 20)}"
     if with_node:
         who = f"{printable(row.node, 20)} {who}"
@@ -101,6 +108,10 @@ def holder_line(row: HolderRow, width: int, with_node: bool = False) -> Text:
     text.append(f"  {printable(row.holder, MAX_NAME)}")
     if row.via:
         text.append(f"  {printable(row.via, 20)}", style="dim")
+    owner = " · ".join(f"{what} {printable(value, 32)}" for what, value in (("user", row.user), ("acct", row.account))
+                       if value)
+    if owner:  # who the bill goes to: a Slurm job's user and account, a process's owner
+        text.append(f"  {owner}", style="dim")
     if row.holder == "unattributed":
         text.append(f"  {_watts(row.power_w)} no holder explains")
     else:
