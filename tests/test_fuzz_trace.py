@@ -71,6 +71,7 @@ def _nullable(cls: type) -> list[str]:
             if f.default is not dataclasses.MISSING and f.name not in ("ts", "gpu")]
 
 
+@pytest.mark.slow  # like the test above: a whole GpuSample per example, 0.6-4 s by the examples drawn (fresh clone)
 @FUZZ
 @given(sample=samples, data=st.data())
 def test_null_reads_as_unknown_for_every_optional_field(sample: GpuSample, data: st.DataObject) -> None:
