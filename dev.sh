@@ -245,6 +245,17 @@ parallel_args() {
 
 cmd=${1:-help}
 [ $# -gt 0 ] && shift
+
+# Hypothesis builds two tables once per checkout and keeps them under .hypothesis/: its Unicode categories, and
+# which code points UTF-8 can encode (it encodes all 1.1 million: about 2 s). On a fresh clone both fell on
+# whichever property test drew text first in each worker, past the quick tier's 2 s per test (tests/tiers.py).
+# Built here before any test is timed (and outside pytest, whose plugin loading Hypothesis asks to keep light);
+# a no-op once cached, and harmless if a Hypothesis release moves these internals.
+warm_hypothesis() {
+    "$VENV/bin/python" -c 'from hypothesis.internal.charmap import charmap, intervals_from_codec
+charmap(); intervals_from_codec("utf-8")' 2>/dev/null || true
+}
+
 case "$cmd" in
     demo)
         ensure_venv "[amd]"   # the amdsmi wrapper, for --backend amd-virtual (no ROCm needed)
@@ -256,6 +267,7 @@ case "$cmd" in
         ensure_test_wheels
         # Compiled test modules are kept between runs (pytest's assertion rewriting costs ~8 s a run otherwise).
         unset PYTHONDONTWRITEBYTECODE
+        warm_hypothesis
         # shellcheck disable=SC2046  # parallel_args prints one argument per word
         exec "$VENV/bin/python" -m pytest $(parallel_args "$@") "$@"
         ;;
