@@ -246,12 +246,15 @@ parallel_args() {
 cmd=${1:-help}
 [ $# -gt 0 ] && shift
 
-# Hypothesis builds two tables once per checkout and keeps them under .hypothesis/: its Unicode categories, and
-# which code points UTF-8 can encode (it encodes all 1.1 million: about 2 s). On a fresh clone both fell on
-# whichever property test drew text first in each worker, past the quick tier's 2 s per test (tests/tiers.py).
-# Built here before any test is timed (and outside pytest, whose plugin loading Hypothesis asks to keep light);
-# a no-op once cached, and harmless if a Hypothesis release moves these internals.
-warm_hypothesis() {
+# What a first run on a fresh clone would otherwise charge to whichever test meets it first, past the quick tier's
+# 2 s per test (tests/tiers.py), built here before any test is timed and kept for later runs:
+# - the bytecode of every module: on a fresh clone a lazy import compiled it inside a test, or inside an earlier
+#   test's background thread holding the GIL while the next test ran;
+# - Hypothesis's two tables under .hypothesis/ (its Unicode categories, and which code points UTF-8 encodes: it
+#   encodes all 1.1 million, about 2 s), built on the first text draw. Outside pytest, whose plugin loading
+#   Hypothesis asks to keep light; harmless if a Hypothesis release moves these internals.
+warm_first_run() {
+    "$VENV/bin/python" -m compileall -q -j 0 agent exporters dashboards deploy benchmarks tests >/dev/null || true
     "$VENV/bin/python" -c 'from hypothesis.internal.charmap import charmap, intervals_from_codec
 charmap(); intervals_from_codec("utf-8")' 2>/dev/null || true
 }
@@ -267,7 +270,7 @@ case "$cmd" in
         ensure_test_wheels
         # Compiled test modules are kept between runs (pytest's assertion rewriting costs ~8 s a run otherwise).
         unset PYTHONDONTWRITEBYTECODE
-        warm_hypothesis
+        warm_first_run
         # shellcheck disable=SC2046  # parallel_args prints one argument per word
         exec "$VENV/bin/python" -m pytest $(parallel_args "$@") "$@"
         ;;
