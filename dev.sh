@@ -246,17 +246,25 @@ parallel_args() {
 cmd=${1:-help}
 [ $# -gt 0 ] && shift
 
-# What a first run on a fresh clone would otherwise charge to whichever test meets it first, past the quick tier's
-# 2 s per test (tests/tiers.py), built here before any test is timed and kept for later runs:
-# - the bytecode of every module: on a fresh clone a lazy import compiled it inside a test, or inside an earlier
-#   test's background thread holding the GIL while the next test ran;
-# - Hypothesis's two tables under .hypothesis/ (its Unicode categories, and which code points UTF-8 encodes: it
-#   encodes all 1.1 million, about 2 s), built on the first text draw. Outside pytest, whose plugin loading
-#   Hypothesis asks to keep light; harmless if a Hypothesis release moves these internals.
+# What a first run on a fresh clone would otherwise charge to the first property test of each worker, past the
+# quick tier's 2 s per test (tests/tiers.py): Hypothesis's per-checkout caches under .hypothesis/, built here before
+# any test is timed and kept for later runs. Its Unicode categories and the code points UTF-8 encodes (it encodes
+# all 1.1 million), and the literals of every local source file, which it parses (the AST of every module of ours)
+# on a test's first draw to use as examples. Outside pytest, whose plugin loading Hypothesis asks to keep light;
+# these are Hypothesis internals, so a release that moves them costs only the old first-run time.
 warm_first_run() {
-    "$VENV/bin/python" -m compileall -q -j 0 agent exporters dashboards deploy benchmarks tests >/dev/null || true
-    "$VENV/bin/python" -c 'from hypothesis.internal.charmap import charmap, intervals_from_codec
-charmap(); intervals_from_codec("utf-8")' 2>/dev/null || true
+    "$VENV/bin/python" - <<'PY' 2>/dev/null || true
+import pathlib, types
+from hypothesis.internal.charmap import charmap, intervals_from_codec
+from hypothesis.internal.constants_ast import constants_from_module
+charmap()
+intervals_from_codec("utf-8")
+for top in ("agent", "exporters", "dashboards", "deploy", "benchmarks"):
+    for path in sorted(pathlib.Path(top).rglob("*.py")):
+        module = types.ModuleType(path.stem)
+        module.__file__ = str(path.resolve())
+        constants_from_module(module)
+PY
 }
 
 case "$cmd" in
