@@ -249,8 +249,9 @@ cmd=${1:-help}
 # What a first run on a fresh clone would otherwise charge to the first property test of each worker, past the
 # quick tier's 2 s per test (tests/tiers.py): Hypothesis's per-checkout caches under .hypothesis/, built here before
 # any test is timed and kept for later runs. Its Unicode categories and the code points UTF-8 encodes (it encodes
-# all 1.1 million), and the literals of every local source file, which it parses (the AST of every module of ours)
-# on a test's first draw to use as examples. Outside pytest, whose plugin loading Hypothesis asks to keep light;
+# all 1.1 million), and the literals of every local source file, which it parses on a test's first draw after
+# the module was imported, to use as examples: every module of ours and the vendor releases in .whl/ (each
+# pynvml.py and amdsmi_wrapper.py of the test matrix, thousands of lines each). Outside pytest, whose plugin loading Hypothesis asks to keep light;
 # these are Hypothesis internals, so a release that moves them costs only the old first-run time.
 warm_first_run() {
     "$VENV/bin/python" - <<'PY' 2>/dev/null || true
@@ -259,7 +260,7 @@ from hypothesis.internal.charmap import charmap, intervals_from_codec
 from hypothesis.internal.constants_ast import constants_from_module
 charmap()
 intervals_from_codec("utf-8")
-for top in ("agent", "exporters", "dashboards", "deploy", "benchmarks"):
+for top in ("agent", "exporters", "dashboards", "deploy", "benchmarks", "traces", ".whl"):
     for path in sorted(pathlib.Path(top).rglob("*.py")):
         module = types.ModuleType(path.stem)
         module.__file__ = str(path.resolve())
