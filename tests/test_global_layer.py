@@ -72,9 +72,15 @@ def test_the_aggregates_in_the_global_store_are_the_clusters_own(layers: Layers)
         return {r["metric"].get(key, ""): float(r["value"][1]) for r in store.query(expr)}
 
     for cluster, store in ((EAST, layers.east), (WEST, layers.west)):
-        here = gpus(store, "count by (cluster) (roofwatch_gpu_workload_reason_info)", "cluster")
-        there = gpus(layers.global_vm, f'sum by (cluster) (roofwatch_cluster:gpus:sum{{cluster="{cluster}"}})', "cluster")
-        assert there == here and here[cluster] > 0, (cluster, here, there)
+        # Compared at the instant the cluster's rule recorded what reached the global store: a GPU whose class just
+        # changed has two reason series for the 5-minute lookback, so "now" may count one more than that instant.
+        recorded = f'roofwatch_cluster:gpus:sum{{cluster="{cluster}"}}'
+        (stamp,) = layers.global_vm.query(f"max(timestamp({recorded}))")  # the recording's own time, not now
+        at = float(stamp["value"][1])
+        there = gpus(layers.global_vm, f"sum by (cluster) ({recorded})", "cluster")
+        own = store.api("query", query="count by (cluster) (roofwatch_gpu_workload_reason_info)", time=str(at))
+        here = {r["metric"].get("cluster", ""): float(r["value"][1]) for r in own["result"]}
+        assert there == here and here[cluster] > 0, (cluster, at, here, there)
     jobs_here = gpus(layers.east, "count by (job_id) (roofwatch_gpu_job_info)", "job_id")
     jobs_there = gpus(layers.global_vm, f'roofwatch_job:gpus:count{{cluster="{EAST}"}}', "job_id")
     assert jobs_there == jobs_here and jobs_here
