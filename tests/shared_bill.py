@@ -20,6 +20,17 @@ from tests.prometheus_server import PrometheusServer
 STEP_S = 60  # the report's step over its shortest period (10m): agent/views/fleet_report/window.py
 POINT_H = STEP_S / 3600
 JSON_ROUNDING = 1e-6  # the --json data rounds hours to 6 decimals (agent/views/fleet_report/data.py)
+COLLECTION_S = 1.0  # the agent's default interval: its counters move once per collection
+
+
+def kwh_within(expected_joules: float, watts: float) -> object:
+    """What a report's kWh may differ from the hand figure by: 3%, or, for a small owner, what the hand figure
+    cannot know: the report's rounding to 6 decimals and one collection step of the owner's own power at each end
+    of the window (a scrape or a read of the agent gets the counter as of its last collection, up to an interval
+    old). Bob's half of an idle floor is ~45 millionths of a kWh, where one step is already 2%."""
+    import pytest
+    slack = JSON_ROUNDING / 2 + 2 * watts * COLLECTION_S / 3.6e6
+    return pytest.approx(expected_joules / 3.6e6, rel=0.03, abs=slack)
 
 
 @dataclass
@@ -28,6 +39,8 @@ class Bill:
     """The report's --json data."""
     grown: dict[str, float]
     """Joules per owner over the report's period, from the agent's own counters."""
+    watts: dict[str, float]
+    """Each owner's power near the period's end, from the same counters."""
     html: str
     metrics: str
     """The agent's exposition after the report."""
@@ -63,7 +76,7 @@ def billed(work: Path, agent_args: tuple[str, ...], energy: Callable[[str], dict
         assert done.returncode == 0, done.stderr
         watts = {k: (energy_b[k] - energy_a[k]) / (at_b - at_a) for k in energy_b}
         grown = {k: energy_b[k] - watts[k] * (at_b - end) - first_scraped[k] for k in energy_b}
-        yield Bill(data, grown, (work / "fleet.html").read_text(), agent.metrics(), extra)
+        yield Bill(data, grown, watts, (work / "fleet.html").read_text(), agent.metrics(), extra)
     finally:
         if prometheus is not None:
             log = prometheus.stop()

@@ -22,7 +22,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests import shared_bill
-from tests.shared_bill import JSON_ROUNDING, POINT_H
+from tests.shared_bill import JSON_ROUNDING, POINT_H, kwh_within
 
 pytestmark = pytest.mark.slow
 
@@ -49,7 +49,7 @@ def energy_by_user(text: str) -> dict[str, float]:
 def billed(tmp_path_factory):
     with shared_bill.billed(tmp_path_factory.mktemp("slurm-bill"), ("--virtual-node", "slurm-node"), energy_by_user,
                             report_args=("--cost-per-gpu-hour", f"h100-sxm={PRICE}")) as bill:
-        yield bill.data, bill.grown, bill.html, bill.metrics
+        yield bill.data, bill.grown, bill.html, bill.metrics, bill.watts
 
 
 def by(data: dict, table: str, label: str) -> dict[str, dict]:
@@ -57,7 +57,7 @@ def by(data: dict, table: str, label: str) -> dict[str, dict]:
 
 
 def test_the_agent_names_each_jobs_user_and_account_and_alices_own_mfu(billed) -> None:
-    *_, text = billed
+    _, _, _, text, _ = billed
     info, mfu = {}, {}
     for family in text_string_to_metric_families(text):
         for s in family.samples:
@@ -96,16 +96,16 @@ def test_the_report_bills_users_and_accounts_their_share_of_the_shared_gpu(bille
 
 
 def test_the_report_bills_each_user_and_account_its_energy(billed) -> None:
-    data, grown, *_ = billed
+    data, grown, *_, watts = billed
     users, accounts = by(data, "users", "user"), by(data, "accounts", "account")
     for user, joules in grown.items():
-        assert users[user]["kwh"] == pytest.approx(joules / 3.6e6, rel=0.03), user
-        assert accounts[USERS[user]]["kwh"] == pytest.approx(joules / 3.6e6, rel=0.03), user
+        assert users[user]["kwh"] == kwh_within(joules, watts[user]), user
+        assert accounts[USERS[user]]["kwh"] == kwh_within(joules, watts[user]), user
     assert users["bob"]["kwh"] < users["alice"]["kwh"] / 3, "bob gets only half the idle floor"
 
 
 def test_the_page_shows_the_account_bill_and_states_the_rule_once(billed) -> None:
-    _, _, html, _ = billed
+    _, _, html, *_ = billed
     assert html.count('id="shared-rule"') == 1 and "equal share for each holder" in html
     assert 'id="waste-account"' in html and 'data-account="physics"' in html
     embedded = json.loads(html.split('id="fleet-data">', 1)[1].split("</script>", 1)[0])

@@ -23,7 +23,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests import shared_bill
-from tests.shared_bill import JSON_ROUNDING, POINT_H
+from tests.shared_bill import JSON_ROUNDING, POINT_H, kwh_within
 
 pytestmark = pytest.mark.slow
 
@@ -61,7 +61,7 @@ def namespace_rule(prometheus, end: int) -> dict[tuple[str, str], float]:
 def billed(tmp_path_factory):
     with shared_bill.billed(tmp_path_factory.mktemp("shared-bill"), (), holder_energy, rule_files=(RULES,),
                             at_end=namespace_rule) as bill:
-        yield bill.data, bill.at_end, bill.grown, bill.html
+        yield bill.data, bill.at_end, bill.grown, bill.html, bill.watts
 
 
 def namespaces(data: dict) -> dict[str, dict]:
@@ -69,13 +69,13 @@ def namespaces(data: dict) -> dict[str, dict]:
 
 
 def test_the_namespace_rule_counts_each_holder_share_with_its_own_waste(billed) -> None:
-    _, rules, _, _ = billed
+    _, rules, *_ = billed
     assert rules == pytest.approx({("ml", "none"): 1 / 3, ("research", "idle_held"): 1 / 3, ("vision", "none"): 1 / 3,
                                    ("inference", "none"): 1.0}, rel=1e-9)
 
 
 def test_the_report_bills_each_namespace_its_share_of_the_shared_gpus(billed) -> None:
-    data, _, _, _ = billed
+    data, *_ = billed
     rows = namespaces(data)
     assert set(rows) == {"ml", "research", "vision", "inference"}, "the MPS clients have no pod: no namespace"
     points = round(rows["ml"]["total_hours"] * 3 / POINT_H)
@@ -97,14 +97,14 @@ def test_the_report_bills_each_namespace_its_share_of_the_shared_gpus(billed) ->
 
 
 def test_the_report_bills_each_namespace_its_holders_energy(billed) -> None:
-    data, _, grown, _ = billed
+    data, _, grown, _, watts = billed
     rows = namespaces(data)
     # The holders' counters start with the agent, inside the 10-minute period: the period's increase is what they
     # grew by from Prometheus's first scrape to the period's end (read from the agent's own exposition, the end
     # interpolated at the holders' steady power).
     for ns, joules in grown.items():
         if ns != BOARDS:
-            assert rows[ns]["kwh"] == pytest.approx(joules / 3.6e6, rel=0.03), ns
+            assert rows[ns]["kwh"] == kwh_within(joules, watts[ns]), ns
     assert rows["research"]["kwh"] < rows["vision"]["kwh"] / 5, "the idle notebook gets only the idle floor's third"
     assert all(rows[ns]["mfu"] is None for ns in rows), "MFU only over whole GPUs: every namespace here shares"
     assert not [p for p in data["problems"] if "namespace" in p["section"]], data["problems"]
@@ -113,12 +113,12 @@ def test_the_report_bills_each_namespace_its_holders_energy(billed) -> None:
 def test_the_report_counts_every_board_whole_mig_gpus_with_their_remainder(billed) -> None:
     """The report's energy is every device's counter plus each MIG GPU's remainder: the MIG GPU (GPU 3, three
     instances, slices in no instance) counts whole, as its board's counter does (docs/attribution.md, "MIG")."""
-    data, _, grown, _ = billed
+    data, _, grown, *_ = billed
     assert data["energy"]["kwh"] == pytest.approx(grown[BOARDS] / 3.6e6, rel=0.03)
 
 
 def test_the_page_states_the_shared_gpus_rule(billed) -> None:
-    _, _, _, html = billed
+    _, _, _, html, _ = billed
     assert 'id="shared-rule"' in html and "equal share for each holder" in html
     assert "<th>kWh</th>" in html
     embedded = json.loads(html.split('id="fleet-data">', 1)[1].split("</script>", 1)[0])
