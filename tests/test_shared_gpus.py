@@ -163,6 +163,7 @@ def test_mps_clients_dra_pods_and_whole_gpus(shared) -> None:
     mps = holders_by_key(shared, "1")
     clients = [h for h in mps.values() if h.holder.kind == "process"]
     assert len(clients) == 4 and all(h.memory_bytes == 8 * 2**30 for h in clients)
+    assert {h.holder.via for h in clients} == {"mps"}, "the demo's MPS GPU says MPS, as the agent on a node would"
     assert len({h.sm_share for h in clients}) == 1, "four equal clients, equal shares"
     dra = holders_by_key(shared, "2")
     assert {k: (h.holder.via, h.holder.claim) for k, h in dra.items() if h.holder.kind == "pod"} == {

@@ -13,7 +13,7 @@ client on a real node.
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import fields, replace
 from typing import Any, Sequence
 
 from agent.backends.nvml.backend import NvmlBackend
@@ -51,8 +51,10 @@ class SimulatedHost:
                          attribution=self._attribution(gpu, uuid, bus_id, sample.attribution))
 
     def _attribution(self, gpu: str, uuid: str | None, bus_id: str | None, own: Any) -> Any:
-        """The scenario's holders, completed by the kubelet's pods for this GPU (by UUID, PCI address, or the
-        name NVIDIA's DRA driver gives it: ``gpu-<minor>``, the simulated node's minor being the index)."""
+        """The scenario's holders as /proc knows them, completed by the kubelet's pods for this GPU (by UUID, PCI
+        address, or the name NVIDIA's DRA driver gives it: ``gpu-<minor>``, the simulated node's minor being the
+        index). An MPS client is a plain process here: only the driver's MPS list marks it (the NVML backend)."""
+        own = without_mps_marks(own)
         if self._pods is None:
             return own
         try:
@@ -60,6 +62,14 @@ class SimulatedHost:
         except Exception:  # noqa: BLE001 - attribution is an extra; never lose the sample over it
             return own
         return with_kubelet_holders(own, refs)
+
+
+def without_mps_marks(attribution: Any) -> Any:
+    """``attribution`` with each ``via="mps"`` holder a plain process, as the host side sees it."""
+    holders = getattr(attribution, "holders", None)
+    if not holders or not any(h.via == "mps" for h in holders):
+        return attribution
+    return replace(attribution, holders=tuple(replace(h, via="process") if h.via == "mps" else h for h in holders))
 
 
 class VirtualNvmlBackend(NvmlBackend):

@@ -203,8 +203,8 @@ def _holders(workload: Workload, pid: int, peak_flops: float) -> tuple[tuple[Hol
         if spec.via == "slurm":
             holder = Holder(kind="job", via="slurm", job_id=spec.job, user=spec.user, account=spec.account,
                             pids=pids, report=report)
-        elif spec.via == "mps":
-            holder = Holder(kind="process", via="process", pids=pids, report=report)
+        elif spec.via == "mps":  # what the node knows: /proc gives the process, the driver's MPS list the mark
+            holder = Holder(kind="process", via="mps", pids=pids, report=report)
         else:
             holder = Holder(kind="pod", via=spec.via, namespace=spec.namespace, pod=spec.pod,
                             container=spec.container, claim=spec.claim, pids=pids, report=report)

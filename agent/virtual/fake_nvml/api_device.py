@@ -375,8 +375,7 @@ class DeviceFunctions:
 
 
 def _mps_clients(sample: GpuSample | None) -> frozenset[int]:
-    """PIDs of the scenario's MPS clients on a device: its process holders (agent.virtual.plans makes a
-    scenario holder a process only for ``via: mps``; the others are pods)."""
+    """PIDs of the scenario's MPS clients on a device: its holders ``via="mps"`` (agent.virtual.plans)."""
     who = sample.attribution if sample is not None else None
-    return frozenset(pid for h in (who.holders or ()) if h.kind == "process" and h.via in ("process", "mps")
+    return frozenset(pid for h in (who.holders or ()) if h.kind == "process" and h.via == "mps"
                      for pid in h.pids) if who is not None else frozenset()
